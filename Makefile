@@ -1,0 +1,32 @@
+# clsbench: `make run` sets up .venv (once) and runs the default suite; `make test` sets up and runs the tests.
+# Setup is idempotent: it reinstalls only when pyproject.toml changes.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.clsbench-installed
+ARGS ?=
+
+.PHONY: setup run test test-gpu lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[timm,test]'
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/clsbench run $(ARGS)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

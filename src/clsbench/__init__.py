@@ -1,0 +1,40 @@
+"""clsbench: what a GPU really delivers on image-classification networks.
+
+The public API (the CLI is a thin shell over it)::
+
+    import clsbench
+    plan = clsbench.plan_run(models=["resnet50"], workloads=["train"], modes=["amp-bf16+cl"], device="cuda")
+    result = clsbench.run(plan, "results/run.json")
+    result = clsbench.load("results/run.json")
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .api import default_output_path, environment, list_models, load, plan_run, resolve_device, resume, run
+from .errors import ClsbenchError, InvalidInputError, ResultFileError, UnknownModelError
+from .results.schema import SCHEMA_VERSION, BenchmarkResult, Measurement
+from .settings import Cell, RunPlan, StopRule
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "BenchmarkResult",
+    "Cell",
+    "ClsbenchError",
+    "InvalidInputError",
+    "Measurement",
+    "ResultFileError",
+    "RunPlan",
+    "StopRule",
+    "UnknownModelError",
+    "__version__",
+    "default_output_path",
+    "environment",
+    "list_models",
+    "load",
+    "plan_run",
+    "resolve_device",
+    "resume",
+    "run",
+]

@@ -1,0 +1,1 @@
+"""Clocks, device timers and memory readings used inside the timed regions."""

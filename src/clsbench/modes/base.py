@@ -1,0 +1,73 @@
+"""The execution-mode interface: one small protocol, one module per component.
+
+A mode name such as ``amp-bf16+cl+compile`` is one *precision* (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``,
+``fp16``, ``bf16``) followed by any *modifiers* (``cl``, ``compile[:MODE]``, ``cudagraph``). Each component can
+refuse a device or workload with a reason (the measurement is then recorded as skipped) and transforms a
+:class:`Prepared` model in turn: precision first, then memory format, then compilation, then graph capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class ModeContext:
+    """What a component needs to know to decide whether it can run and how."""
+
+    device: torch.device
+    workload_kind: str  # "inference" or "train"
+    bf16_supported: bool
+    tf32_supported: bool
+    compile_mode: str = "default"
+    modifiers: frozenset[str] = frozenset()  # names of every modifier in the mode, for components that interact
+
+
+@dataclass
+class Prepared:
+    """A model made ready for one mode: the module, how to call it, and how to build its inputs.
+
+    Attributes:
+        model: the module on its device (its parameters are what the optimizer updates).
+        forward: what the workload calls; the module itself, or a compiled / graph-replaying wrapper.
+        input_dtype: dtype of the input tensor the workload must build.
+        memory_format: memory format of the input tensor.
+        autocast_dtype: dtype for ``torch.autocast`` around forward (and loss), or None for no autocast.
+        autocast_cache: whether autocast may cache casts (must be off while a CUDA graph is captured).
+        grad_scaler: whether training needs a gradient scaler (fp16 autocast).
+        notes: facts about how the mode was realised, stored in the result (e.g. the compile mode used).
+    """
+
+    model: torch.nn.Module
+    forward: Callable[[torch.Tensor], Any]
+    input_dtype: torch.dtype = torch.float32
+    memory_format: torch.memory_format = torch.contiguous_format
+    autocast_dtype: torch.dtype | None = None
+    autocast_cache: bool = True
+    grad_scaler: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def autocast(self, device_type: str) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype, cache_enabled=self.autocast_cache)
+
+
+class ModeComponent(Protocol):
+    """One precision or modifier."""
+
+    name: str
+
+    def unsupported_reason(self, ctx: ModeContext) -> str | None:
+        """Why this component cannot run for ``ctx`` (the measurement is skipped), or None."""
+
+    def configure(self, ctx: ModeContext) -> dict[str, Any]:
+        """Set process-wide backend flags this component needs; return them for the result file."""
+
+    def apply(self, prepared: Prepared, ctx: ModeContext) -> Prepared:
+        """Transform the prepared model (called in canonical order)."""

@@ -1,0 +1,1 @@
+"""Exporters: each reads stored results only, never runs anything."""

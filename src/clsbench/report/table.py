@@ -1,0 +1,139 @@
+"""The plain-text results table, with warnings in words below it. Deterministic, so it can be golden-tested.
+
+Columns: img/s is the median over repeats; spread is (max - min) / median over repeats of the stability metric
+(p50 latency for infer-latency, img/s otherwise); p50/p99 are per request (infer-latency, wall clock) or per
+iteration (infer-throughput, train); peak mem is torch's peak allocation on a GPU, the worker's peak RSS on a CPU;
+n is repeats x samples per repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..results.schema import BenchmarkResult, Measurement
+
+MIB = 1024 * 1024
+COLUMNS = ("model", "workload", "mode", "batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n", "status")
+RIGHT_ALIGNED = {"batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n"}
+
+
+def _fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def _fmt_mem(m: Measurement) -> str:
+    s = m.summary
+    if s.get("peak_memory_allocated_bytes") is not None:
+        return f"{s['peak_memory_allocated_bytes'] / MIB:,.0f} MiB"
+    if s.get("host_peak_rss_bytes") is not None:
+        return f"{s['host_peak_rss_bytes'] / MIB:,.0f} MiB rss"
+    return "-"
+
+
+def _status(m: Measurement) -> str:
+    if m.status != "ok":
+        return f"{m.status.upper()}: {m.reason}"
+    if m.summary.get("unstable"):
+        return "UNSTABLE"
+    if not m.validity.get("stop_rule_met", True):
+        return "ok (stop rule not met)"
+    return "ok"
+
+
+def row(m: Measurement) -> tuple[str, ...]:
+    s = m.summary
+    latency = s.get("latency_ms") or {}
+    spread = s.get("spread_pct")
+    repeats = s.get("repeats") or 0
+    n = f"{repeats}x{latency['n'] // repeats}" if repeats and latency.get("n") else "-"
+    return (
+        m.model,
+        m.workload,
+        m.mode,
+        str(m.batch_size),
+        _fmt_rate(s.get("throughput_img_s")),
+        "-" if spread is None else f"{spread:.1f}%",
+        _fmt_ms(latency.get("p50")),
+        _fmt_ms(latency.get("p99")),
+        _fmt_mem(m),
+        n,
+        _status(m),
+    )
+
+
+def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for r in [header, *rows]:
+        cells = [
+            str(c).rjust(w) if header[i] in RIGHT_ALIGNED else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def warnings(measurements: Sequence[Measurement]) -> list[str]:
+    """Every failure, skip and instability, in words, with what to do about it."""
+    out = []
+    for m in measurements:
+        label = f"{m.model} {m.workload} {m.mode} bs{m.batch_size}"
+        if m.status == "failed":
+            out.append(f"FAILED  {label}: {m.reason}: {m.detail}")
+        elif m.status == "skipped":
+            out.append(f"skipped {label}: {m.detail}")
+        elif m.summary.get("unstable"):
+            spread = m.summary.get("spread_pct") or 0.0
+            out.append(f"UNSTABLE {label}: spread {spread:.1f}% over {m.summary.get('repeats')} repeats; "
+                       f"{m.validity.get('advice', '')}")
+        elif not m.validity.get("stop_rule_met", True):
+            out.append(f"note    {label}: stopped by a maximum before the stop rule held "
+                       f"({m.validity.get('stop_rule', '')}); raise --max-time")
+    return out
+
+
+def header_line(result: BenchmarkResult) -> str:
+    env = result.environment
+    gpu = env.get("gpu") or {}
+    cpu = env.get("cpu") or {}
+    software = env.get("software") or {}
+    devices = sorted({m.device for m in result.measurements}) or ["-"]
+    hardware = gpu.get("name") if any(d.startswith("cuda") for d in devices) and gpu.get("name") else \
+        cpu.get("model") or "unknown CPU"
+    parts = [
+        f"clsbench {result.tool.get('version', '?')}",
+        f"{hardware}",
+        f"device {', '.join(devices)}",
+        f"torch {software.get('torch', '?')}",
+        result.created_utc or "-",
+    ]
+    return " | ".join(parts)
+
+
+def render(result: BenchmarkResult) -> str:
+    """The whole table for ``show`` and the end of ``run``."""
+    measurements = list(result.measurements)
+    lines = [header_line(result), ""]
+    if not measurements:
+        lines.append("(no measurements)")
+        return "\n".join(lines) + "\n"
+    lines.extend(render_rows(COLUMNS, [row(m) for m in measurements]))
+    ok = sum(m.status == "ok" for m in measurements)
+    unstable = sum(bool(m.summary.get("unstable")) for m in measurements)
+    counts = f"{len(measurements)} measurements: {ok} ok, {unstable} unstable, " \
+             f"{sum(m.status == 'failed' for m in measurements)} failed, " \
+             f"{sum(m.status == 'skipped' for m in measurements)} skipped"
+    lines += ["", counts]
+    notes = warnings(measurements)
+    if notes:
+        lines += [""] + notes
+    return "\n".join(lines) + "\n"

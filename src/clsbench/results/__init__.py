@@ -1,0 +1,1 @@
+"""Result files: schema, atomic I/O, environment capture."""

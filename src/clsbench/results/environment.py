@@ -1,0 +1,995 @@
+"""Environment capture: the facts stored inside every result file, so a number can be reproduced or rejected.
+
+A benchmark number means nothing without the machine and software that produced it. ``collect_environment``
+gathers those facts into one nested, JSON-serialisable dict that the result file carries, and ``KEY_FIELDS``
+names the facts that make two results not comparable (pyperf's ``_CHECKED_METADATA`` plays the same part).
+
+Rules the collection follows, because the benchmark runs right after it:
+
+* It never raises for a fact it cannot read. The value becomes ``None`` and ``env["unavailable"]`` maps the
+  fact's dotted path to a short reason, so a reader can tell "unknown" from "off".
+* It changes nothing: no torch flag, no thread count, no GPU setting is written.
+* It creates no CUDA context. GPU facts come from NVML, which talks to the driver without touching the CUDA
+  runtime, so the caller can still fork benchmark workers with a clean GPU. Only when NVML is missing does it
+  fall back to ``torch.cuda.get_device_properties``, which does initialise CUDA in this process.
+* It is fast (well under a second once torch is imported): package versions come from installed metadata
+  instead of importing the packages, and py-cpuinfo, which spends about a second in a subprocess, is only
+  asked when ``/proc/cpuinfo`` has no model name (e.g. on Arm).
+
+Units live in key names: ``_bytes``, ``_mhz``, ``_w``, ``_c`` (degrees Celsius). NVML reports power in
+milliwatts; it is stored in watts, unrounded.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from clsbench.errors import InvalidInputError
+
+__all__ = ["KEY_FIELDS", "collect_environment", "environment_lines", "get_field"]
+
+KEY_FIELDS: tuple[str, ...] = (
+    "gpu.name",
+    "gpu.mig_enabled",
+    "gpu.power_limit_enforced_w",
+    "gpu.driver_version",
+    "software.torch",
+    "software.torch_cuda_version",
+    "software.cudnn_version",
+    "software.torchvision",
+    "software.timm",
+    "software.triton",
+    "cpu.model",
+)
+"""Dotted paths of the facts that make two results not comparable when they differ.
+
+The GPU model (NVIDIA's names carry the memory size: ``A100-SXM4-40GB``), MIG slicing and the power cap
+change what the hardware can do; driver, CUDA, cuDNN, torch, torchvision, timm and triton change which kernels
+run; the CPU model matters for CPU runs and for input pipelines. Clocks, temperature and torch flags are
+recorded but not listed: they vary from run to run or belong to the benchmark's own settings. Nor is
+``gpu.memory_total_bytes``: NVML and CUDA count it differently (CUDA leaves out reserved memory), so it would
+tell apart one GPU read two ways.
+"""
+
+ENV_VARS: tuple[str, ...] = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_MODULE_LOADING",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+"""Environment variables recorded when set: each changes which GPU is used, how kernels run or how many
+threads they get. ``NVIDIA_TF32_OVERRIDE`` and ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`` switch TF32 behind
+torch's flags."""
+
+ENV_VAR_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCHINDUCTOR_")
+"""Every variable starting with one of these prefixes is recorded too."""
+
+_GIT_EXECUTABLE = "git"
+_GIT_TIMEOUT_S = 5.0  # a `git status` on a cold, large checkout can take a few seconds; never hang the run
+_GIT_COMMIT_ENV = "CLSBENCH_GIT_COMMIT"
+_REASON_MAX_CHARS = 160
+
+# NVML's compute modes (nvml.h, nvmlComputeMode_t).
+_COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+_NVML_PSTATE_UNKNOWN = 32  # nvml.h, NVML_PSTATE_UNKNOWN
+# nvml.h error codes, used when the pynvml module in hand does not define the constants.
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_NO_PERMISSION = 4
+_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+
+_GPU_KEYS: tuple[str, ...] = (
+    "source",
+    "count",
+    "visible_count",
+    "index",
+    "nvml_index",
+    "name",
+    "uuid",
+    "pci_bus_id",
+    "memory_total_bytes",
+    "compute_capability",
+    "multiprocessor_count",
+    "driver_version",
+    "cuda_driver_version",
+    "nvml_version",
+    "clock_sm_mhz",
+    "clock_mem_mhz",
+    "clock_sm_max_mhz",
+    "clock_mem_max_mhz",
+    "clock_sm_app_mhz",
+    "clock_mem_app_mhz",
+    "power_limit_enforced_w",
+    "power_limit_default_w",
+    "power_limit_min_w",
+    "power_limit_max_w",
+    "persistence_enabled",
+    "mig_enabled",
+    "ecc_enabled",
+    "temperature_c",
+    "performance_state",
+    "compute_mode",
+)
+
+_NOT_AVAILABLE = "n/a"
+
+
+class _Unavailable(Exception):
+    """Raised inside a fact reader to say the fact is absent, with the reason to record."""
+
+
+class _Collector:
+    """Fills sections fact by fact and keeps the ``unavailable`` map; one failing fact never stops others."""
+
+    def __init__(self) -> None:
+        self.unavailable: dict[str, str] = {}
+
+    def missing(self, section: dict[str, Any], path: str, reason: str) -> None:
+        """Stores ``None`` for ``path`` and records why."""
+        section[path.rsplit(".", 1)[-1]] = None
+        self.unavailable[path] = _shorten(reason)
+
+    def read(
+        self,
+        section: dict[str, Any],
+        path: str,
+        reader: Callable[[], Any],
+        reason_of: Callable[[Exception], str] | None = None,
+    ) -> Any:
+        """Stores ``reader()`` under the last part of ``path``; any exception becomes ``None`` plus a reason.
+
+        Args:
+            section: the dict that receives the value.
+            path: dotted path of the fact, e.g. ``"gpu.clock_sm_mhz"``; the key is its last part.
+            reader: returns the value, or raises ``_Unavailable`` (or anything else) when it cannot.
+            reason_of: turns an exception other than ``_Unavailable`` into a reason; default: its message.
+
+        Returns:
+            The stored value.
+        """
+        try:
+            value = reader()
+        except _Unavailable as exc:
+            self.missing(section, path, str(exc))
+            return None
+        except Exception as exc:  # a fact that cannot be read must not stop the collection
+            self.missing(section, path, reason_of(exc) if reason_of else _exception_reason(exc))
+            return None
+        if value is None:
+            self.missing(section, path, "not reported")
+            return None
+        section[path.rsplit(".", 1)[-1]] = value
+        return value
+
+
+def collect_environment(device: str = "cpu") -> dict:
+    """Collects the facts about this machine and its software that a result file must carry.
+
+    Reads only: no torch flag, thread count or GPU setting is changed, and no CUDA context is created while
+    NVML can answer (see the module docstring).
+
+    Args:
+        device: ``"cpu"``, ``"cuda"`` (same as ``"cuda:0"``) or ``"cuda:N"``. For a CUDA device the GPU facts
+            describe that GPU (N counts the GPUs visible to this process, as torch does) and ``gpu.count`` all
+            GPUs in the machine. For ``"cpu"`` only ``gpu.count`` is read, so that a CPU result does not
+            depend on the GPU driver.
+
+    Returns:
+        A JSON-serialisable nested dict with the top-level keys ``device``, ``clsbench``, ``python``, ``os``,
+        ``cpu``, ``software``, ``torch_flags``, ``env_vars``, ``gpu`` and ``unavailable``. Every fact that
+        could not be read is ``None`` and has its dotted path in ``unavailable`` with a short reason.
+
+    Raises:
+        InvalidInputError: ``device`` is not one of the forms above (a bad argument, not a missing fact).
+    """
+    cuda_index = _parse_device(device)
+    collector = _Collector()
+    env: dict[str, Any] = {"device": device}
+    sections: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("clsbench", lambda: _collect_clsbench(collector)),
+        ("python", lambda: _collect_python(collector)),
+        ("os", lambda: _collect_os(collector)),
+        ("cpu", lambda: _collect_cpu(collector)),
+        ("software", lambda: _collect_software(collector)),
+        ("torch_flags", lambda: _collect_torch_flags(collector)),
+        ("env_vars", _collect_env_vars),
+        ("gpu", lambda: _collect_gpu(cuda_index, collector)),
+    ]
+    for name, collect in sections:
+        try:
+            env[name] = collect()
+        except Exception as exc:  # a bug here must cost one section, never the benchmark run
+            env[name] = {}
+            collector.unavailable[name] = f"collection failed: {_exception_reason(exc)}"
+    env["unavailable"] = dict(sorted(collector.unavailable.items()))
+    return env
+
+
+def get_field(env: dict, dotted: str) -> Any:
+    """Reads a fact by its dotted path, e.g. ``get_field(env, "gpu.name")``.
+
+    Args:
+        env: a dict from ``collect_environment`` or loaded from a result file (possibly older or partial).
+        dotted: keys joined by dots.
+
+    Returns:
+        The value, or ``None`` when any key on the way is absent or leads to something that is not a dict.
+    """
+    node: Any = env
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def environment_lines(env: dict) -> list[tuple[str, str]]:
+    """Turns an environment dict into ``(label, value)`` rows for ``clsbench env`` and the header of a report.
+
+    The rows come in a fixed order and depend on nothing but ``env``, so printed output can be compared as
+    text. Absent facts print as ``n/a``; a dict from an older or partial file prints without error. When no
+    GPU was described, the GPU rows collapse into one ``GPU`` row that says why.
+
+    Args:
+        env: a dict from ``collect_environment`` or loaded from a result file.
+
+    Returns:
+        The rows, e.g. ``("GPU", "NVIDIA H200 ×1, 143771 MiB, cc 9.0, 132 SMs")``.
+    """
+
+    def field(path: str) -> Any:
+        return get_field(env, path)
+
+    def text(path: str) -> str:
+        value = field(path)
+        return _NOT_AVAILABLE if value is None else str(value)
+
+    rows: list[tuple[str, str]] = []
+
+    commit = field("clsbench.git_commit")
+    clsbench = text("clsbench.version")
+    if commit:
+        dirty = field("clsbench.git_dirty")
+        clsbench += f", git {str(commit)[:12]}" + (" (dirty)" if dirty else "")
+    rows.append(("clsbench", clsbench))
+    rows.append(
+        ("Python", f"{text('python.version')} ({text('python.implementation')}), {text('python.executable')}")
+    )
+    rows.append(("OS", text("os.platform")))
+    rows.append(("Host", text("os.hostname")))
+
+    cpu = text("cpu.model")
+    cpu += f", {text('cpu.physical_cores')} cores / {text('cpu.logical_cores')} threads"
+    cpu += f", {text('cpu.allowed_cpus_count')} allowed"
+    rows.append(("CPU", cpu))
+    rows.append(("RAM", _format_gib(field("cpu.memory_total_bytes"))))
+
+    cudnn = field("software.cudnn_version")
+    rows.append(
+        (
+            "torch",
+            f"{text('software.torch')}, CUDA {text('software.torch_cuda_version')}, "
+            f"cuDNN {_format_cudnn(cudnn) if isinstance(cudnn, int) else _NOT_AVAILABLE}",
+        )
+    )
+    libraries = [
+        ("torchvision", "software.torchvision"),
+        ("timm", "software.timm"),
+        ("triton", "software.triton"),
+        ("numpy", "software.numpy"),
+        ("nvidia-ml-py", "software.nvidia_ml_py"),
+    ]
+    rows.append(("Libraries", ", ".join(f"{label} {text(path)}" for label, path in libraries)))
+    rows.append(("Torch flags", _format_torch_flags(env)))
+
+    rows.extend(_gpu_lines(env))
+
+    env_vars = field("env_vars")
+    if isinstance(env_vars, dict) and env_vars:
+        rows.append(("Env vars", ", ".join(f"{name}={value}" for name, value in sorted(env_vars.items()))))
+    else:
+        rows.append(("Env vars", "none of the recorded ones set"))
+
+    unavailable = field("unavailable")
+    count = len(unavailable) if isinstance(unavailable, dict) else 0
+    rows.append(("Unavailable", f"{count} fact{'s' if count != 1 else ''} (reasons under `unavailable`)"))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sections
+
+
+def _parse_device(device: str) -> int | None:
+    """Returns the CUDA index a device string names, or None for the CPU."""
+    if device == "cpu":
+        return None
+    if device == "cuda":
+        return 0
+    match = re.fullmatch(r"cuda:(\d+)", device) if isinstance(device, str) else None
+    if match is None:
+        raise InvalidInputError(f"unknown device {device!r}", hint="use cpu, cuda or cuda:N")
+    return int(match.group(1))
+
+
+def _collect_clsbench(c: _Collector) -> dict[str, Any]:
+    """Version of clsbench and, when run from a checkout, the commit it was run from."""
+    section: dict[str, Any] = {}
+    try:
+        section["version"] = importlib.metadata.version("clsbench")
+    except Exception:  # not installed (run from a source tree): the brief says "unknown"
+        section["version"] = "unknown"
+
+    commit, dirty, reason = _git_state(Path(__file__).resolve().parent)
+    env_commit = os.environ.get(_GIT_COMMIT_ENV, "").strip()
+    if commit is not None:
+        section["git_commit"], section["git_dirty"], section["git_commit_source"] = commit, dirty, "git"
+        if dirty is None:
+            c.missing(section, "clsbench.git_dirty", "git status failed")
+    elif env_commit:
+        # Installed copies (a wheel in a container) have no .git; the build can pass the commit this way.
+        section["git_commit"], section["git_commit_source"] = env_commit, _GIT_COMMIT_ENV
+        c.missing(section, "clsbench.git_dirty", f"commit taken from {_GIT_COMMIT_ENV}; {reason}")
+    else:
+        c.missing(section, "clsbench.git_commit", reason)
+        c.missing(section, "clsbench.git_dirty", reason)
+        c.missing(section, "clsbench.git_commit_source", reason)
+    return {key: section[key] for key in ("version", "git_commit", "git_dirty", "git_commit_source")}
+
+
+def _git_state(package_dir: Path) -> tuple[str | None, bool | None, str]:
+    """Returns (commit, dirty, reason-if-absent) for the clsbench checkout holding ``package_dir``.
+
+    The checkout must be clsbench's own: a virtualenv inside some other repository would otherwise report that
+    repository's commit.
+    """
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not take index.lock from a user's git
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [_GIT_EXECUTABLE, "-C", str(package_dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            env=env,
+            check=False,
+        )
+
+    try:
+        found = git("rev-parse", "--show-toplevel", "HEAD")
+    except FileNotFoundError:
+        return None, None, "git not installed"
+    except Exception as exc:  # timeout, permissions: the commit is simply unknown
+        return None, None, f"git failed: {_exception_reason(exc)}"
+    lines = found.stdout.split()
+    if found.returncode != 0 or len(lines) != 2:
+        return None, None, "not run from a git checkout"
+    toplevel, commit = lines
+    try:
+        is_clsbench = 'name = "clsbench"' in (Path(toplevel) / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        is_clsbench = False
+    if not is_clsbench:
+        return None, None, "not run from a clsbench checkout"
+    try:
+        status = git("status", "--porcelain")
+    except Exception:
+        return commit, None, ""
+    return commit, (bool(status.stdout.strip()) if status.returncode == 0 else None), ""
+
+
+def _collect_python(c: _Collector) -> dict[str, Any]:
+    section: dict[str, Any] = {}
+    c.read(section, "python.version", platform.python_version)
+    c.read(section, "python.implementation", platform.python_implementation)
+    c.read(section, "python.executable", lambda: sys.executable or None)
+    return section
+
+
+def _collect_os(c: _Collector) -> dict[str, Any]:
+    section: dict[str, Any] = {}
+    c.read(section, "os.platform", platform.platform)
+    c.read(section, "os.system", platform.system)
+    c.read(section, "os.kernel_release", platform.release)
+    c.read(section, "os.distribution", _os_distribution)
+    c.read(section, "os.hostname", socket.gethostname)
+    return section
+
+
+def _os_distribution() -> str:
+    if not hasattr(platform, "freedesktop_os_release"):
+        raise _Unavailable("needs Python 3.10+")
+    try:
+        release = platform.freedesktop_os_release()
+    except OSError as exc:
+        raise _Unavailable("no os-release file") from exc
+    return release.get("PRETTY_NAME") or release.get("NAME") or ""
+
+
+def _collect_cpu(c: _Collector) -> dict[str, Any]:
+    section: dict[str, Any] = {}
+    c.read(section, "cpu.model", _cpu_model)
+    c.read(section, "cpu.arch", platform.machine)
+    psutil = _import_optional("psutil")
+    if psutil is None:
+        for key in ("logical_cores", "physical_cores", "memory_total_bytes"):
+            c.missing(section, f"cpu.{key}", "psutil not installed")
+    else:
+        c.read(section, "cpu.logical_cores", lambda: psutil.cpu_count(logical=True))
+        c.read(section, "cpu.physical_cores", lambda: psutil.cpu_count(logical=False))
+        c.read(section, "cpu.memory_total_bytes", lambda: int(psutil.virtual_memory().total))
+    allowed = c.read(section, "cpu.allowed_cpus", _allowed_cpus)
+    c.read(section, "cpu.allowed_cpus_count", lambda: None if allowed is None else len(allowed))
+    if allowed is not None:
+        section["allowed_cpus"] = _compact_ranges(allowed)
+    return section
+
+
+def _cpu_model() -> str:
+    """CPU model name: /proc/cpuinfo (instant), then py-cpuinfo (about 1 s), then ``platform.processor()``.
+
+    py-cpuinfo comes second, not first, only because it runs a subprocess; on x86 Linux both give the same
+    name.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    cpuinfo = _import_optional("cpuinfo")
+    if cpuinfo is not None:
+        try:
+            brand = cpuinfo.get_cpu_info().get("brand_raw")
+        except Exception:
+            brand = None
+        if brand:
+            return str(brand)
+    processor = platform.processor()
+    if processor:
+        return processor
+    raise _Unavailable("no model name in /proc/cpuinfo, py-cpuinfo or platform.processor()")
+
+
+def _allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (taskset, cgroup cpusets); stored compactly, e.g. ``0-15,32-47``."""
+    if not hasattr(os, "sched_getaffinity"):
+        raise _Unavailable("os.sched_getaffinity not available on this OS")
+    return sorted(os.sched_getaffinity(0))
+
+
+def _compact_ranges(numbers: Iterable[int]) -> str:
+    parts: list[str] = []
+    start = previous = None
+    for number in numbers:
+        if previous is not None and number == previous + 1:
+            previous = number
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = number
+    if start is not None:
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+    return ",".join(parts)
+
+
+def _collect_software(c: _Collector) -> dict[str, Any]:
+    """Versions of the libraries a number depends on.
+
+    torch's version is ``torch.__version__`` (it carries the build tag, e.g. ``+cu130``); the other packages'
+    versions come from their installed metadata, so they are not imported (torchvision and timm take seconds)
+    and the value does not depend on whether something else imported them first.
+    """
+    section: dict[str, Any] = {}
+    torch = _import_optional("torch")
+    if torch is None:
+        for key in ("torch", "torch_cuda_version", "cudnn_version", "torch_built_with_cuda"):
+            c.missing(section, f"software.{key}", "torch not installed")
+    else:
+        c.read(section, "software.torch", lambda: str(torch.__version__))
+        c.read(section, "software.torch_cuda_version", lambda: _torch_cuda_version(torch))
+        c.read(section, "software.cudnn_version", lambda: _cudnn_version(torch))
+        c.read(section, "software.torch_built_with_cuda", lambda: bool(torch.backends.cuda.is_built()))
+    for key, distribution in (
+        ("torchvision", "torchvision"),
+        ("timm", "timm"),
+        ("triton", "triton"),
+        ("numpy", "numpy"),
+        ("nvidia_ml_py", "nvidia-ml-py"),
+    ):
+        c.read(section, f"software.{key}", lambda d=distribution: _distribution_version(d))
+    return section
+
+
+def _torch_cuda_version(torch: Any) -> str:
+    version = torch.version.cuda
+    if version is None:
+        raise _Unavailable("torch built without CUDA")
+    return str(version)
+
+
+def _cudnn_version(torch: Any) -> int:
+    """cuDNN version as torch reports it, e.g. 91002 for 9.10.2 (see ``_format_cudnn``)."""
+    if not torch.backends.cudnn.is_available():
+        raise _Unavailable("torch built without cuDNN")
+    version = torch.backends.cudnn.version()
+    if version is None:
+        raise _Unavailable("cuDNN library not loadable")
+    return int(version)
+
+
+def _distribution_version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise _Unavailable("not installed") from exc
+
+
+def _collect_torch_flags(c: _Collector) -> dict[str, Any]:
+    """The torch switches in force now that change speed or numerics. Read only, never set.
+
+    torch >= 2.9 also has the ``fp32_precision`` API; mixing it with ``allow_tf32`` makes torch refuse to read
+    the legacy flag, which is recorded as unavailable with torch's message.
+    """
+    section: dict[str, Any] = {}
+    torch = _import_optional("torch")
+    names = (
+        "matmul_allow_tf32",
+        "cudnn_allow_tf32",
+        "matmul_fp32_precision",
+        "cudnn_conv_fp32_precision",
+        "float32_matmul_precision",
+        "matmul_allow_fp16_reduced_precision_reduction",
+        "matmul_allow_bf16_reduced_precision_reduction",
+        "cudnn_enabled",
+        "cudnn_benchmark",
+        "cudnn_deterministic",
+        "deterministic_algorithms",
+        "num_threads",
+        "num_interop_threads",
+    )
+    if torch is None:
+        for name in names:
+            c.missing(section, f"torch_flags.{name}", "torch not installed")
+        return section
+    backends = torch.backends
+    readers: dict[str, Callable[[], Any]] = {
+        "matmul_allow_tf32": lambda: bool(backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": lambda: bool(backends.cudnn.allow_tf32),
+        "matmul_fp32_precision": lambda: str(_attribute(backends.cuda.matmul, "fp32_precision")),
+        "cudnn_conv_fp32_precision": lambda: str(_attribute(backends.cudnn.conv, "fp32_precision")),
+        "float32_matmul_precision": lambda: str(torch.get_float32_matmul_precision()),
+        "matmul_allow_fp16_reduced_precision_reduction": lambda: bool(
+            backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
+        "matmul_allow_bf16_reduced_precision_reduction": lambda: bool(
+            backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
+        "cudnn_enabled": lambda: bool(backends.cudnn.enabled),
+        "cudnn_benchmark": lambda: bool(backends.cudnn.benchmark),
+        "cudnn_deterministic": lambda: bool(backends.cudnn.deterministic),
+        "deterministic_algorithms": lambda: bool(torch.are_deterministic_algorithms_enabled()),
+        "num_threads": lambda: int(torch.get_num_threads()),
+        # Reading does not start the inter-op pool, so set_num_interop_threads stays possible afterwards.
+        "num_interop_threads": lambda: int(torch.get_num_interop_threads()),
+    }
+    for name in names:
+        c.read(section, f"torch_flags.{name}", readers[name])
+    return section
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    if not hasattr(obj, name):
+        raise _Unavailable("not in this torch version")
+    return getattr(obj, name)
+
+
+def _collect_env_vars() -> dict[str, str]:
+    """The recorded environment variables that are set, sorted by name; unset ones are simply absent."""
+    found = {name: value for name, value in os.environ.items() if name.startswith(ENV_VAR_PREFIXES)}
+    found.update({name: os.environ[name] for name in ENV_VARS if name in os.environ})
+    return dict(sorted(found.items()))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU
+
+
+def _collect_gpu(cuda_index: int | None, c: _Collector) -> dict[str, Any]:
+    """GPU facts from NVML, or from torch when NVML is missing; every key of ``_GPU_KEYS`` is present."""
+    gpu: dict[str, Any] = {}
+    if cuda_index is None:
+        c.missing(gpu, "gpu.index", "device is cpu")
+    else:
+        gpu["index"] = cuda_index
+
+    nvml, nvml_reason = _nvml_open()
+    if nvml is not None:
+        gpu["source"] = "nvml"
+        try:
+            leftover_reason = _gpu_from_nvml(nvml, cuda_index, gpu, c)
+        except Exception as exc:  # e.g. a GPU that falls off the bus mid-read: keep what was read
+            leftover_reason = f"NVML failed: {_exception_reason(exc)}"
+        finally:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:  # the facts are read; a failed shutdown changes none of them
+                pass
+    elif cuda_index is None:
+        c.missing(gpu, "gpu.count", nvml_reason)
+        leftover_reason = "device is cpu"
+    else:
+        leftover_reason = _gpu_from_torch(cuda_index, gpu, c, nvml_reason)
+
+    for key in _GPU_KEYS:
+        if key not in gpu:
+            c.missing(gpu, f"gpu.{key}", leftover_reason)
+    return {key: gpu[key] for key in _GPU_KEYS}
+
+
+def _nvml_open() -> tuple[Any, str]:
+    """Imports pynvml and initialises NVML; returns (module, "") or (None, reason)."""
+    try:
+        import pynvml  # lazy: only GPU machines need it, and importing it has a cost
+    except ImportError:
+        return None, "NVML not installed (nvidia-ml-py)"
+    except Exception as exc:
+        return None, f"NVML import failed: {_exception_reason(exc)}"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # no driver, no library: the machine has no usable NVIDIA GPU
+        return None, f"NVML unavailable: {_exception_reason(exc)}"
+    return pynvml, ""
+
+
+def _nvml_reason(nvml: Any) -> Callable[[Exception], str]:
+    """Returns a function that turns an NVML exception into a short reason."""
+    not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED)
+    no_permission = getattr(nvml, "NVML_ERROR_NO_PERMISSION", _NVML_ERROR_NO_PERMISSION)
+    function_not_found = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def reason(exc: Exception) -> str:
+        if isinstance(exc, AttributeError):
+            return "not in this nvidia-ml-py version"
+        code = getattr(exc, "value", None)
+        if code == not_supported:
+            return "not supported on this GPU"
+        if code == no_permission:
+            return "no permission to read it"
+        if code == function_not_found:
+            return "not in this driver's NVML"
+        return f"NVML error: {_exception_reason(exc)}"
+
+    return reason
+
+
+def _gpu_from_nvml(nvml: Any, cuda_index: int | None, gpu: dict[str, Any], c: _Collector) -> str:
+    """Fills ``gpu`` from NVML for CUDA device ``cuda_index``; returns the reason for facts left unread."""
+    reason = _nvml_reason(nvml)
+    count = c.read(gpu, "gpu.count", lambda: int(nvml.nvmlDeviceGetCount()), reason)
+    if cuda_index is None:
+        return "device is cpu"
+    if count is None:
+        return "NVML could not count the GPUs"
+
+    visible, why = _visible_nvml_indices(nvml, count)
+    if visible is None:
+        return why
+    gpu["visible_count"] = len(visible)
+    if cuda_index >= len(visible):
+        return f"no CUDA device cuda:{cuda_index} ({len(visible)} visible)"
+    nvml_index = visible[cuda_index]
+    if len(visible) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        # CUDA's default order is fastest first; NVML's is PCI bus order. They agree when all visible GPUs are
+        # the same model, so only a mixed machine leaves the mapping unknown.
+        names = {_nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in visible}
+        if len(names) > 1:
+            return "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: cannot tell which GPU is meant"
+    gpu["nvml_index"] = nvml_index
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
+    except Exception as exc:
+        return f"NVML could not open GPU {nvml_index}: {reason(exc)}"
+
+    def mhz(getter: Callable[..., Any], clock_type: str) -> Callable[[], int]:
+        return lambda: int(getter(handle, getattr(nvml, clock_type)))
+
+    def watts(getter: Callable[[], Any]) -> Callable[[], float]:
+        return lambda: int(getter()) / 1000.0  # NVML reports milliwatts
+
+    def enabled(value: Any, on_value: Any) -> bool:
+        return value == on_value
+
+    feature_enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    constraints: list[Any] = []
+
+    def power_constraint(position: int) -> float:
+        if not constraints:
+            constraints.extend(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle))
+        return int(constraints[position]) / 1000.0
+
+    facts: list[tuple[str, Callable[[], Any]]] = [
+        ("name", lambda: _nvml_text(nvml.nvmlDeviceGetName(handle))),
+        ("uuid", lambda: _nvml_text(nvml.nvmlDeviceGetUUID(handle))),
+        ("pci_bus_id", lambda: _nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
+        ("memory_total_bytes", lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
+        ("compute_capability", lambda: "{}.{}".format(*nvml.nvmlDeviceGetCudaComputeCapability(handle))),
+        ("multiprocessor_count", lambda: _nvml_multiprocessors(nvml, handle)),
+        ("driver_version", lambda: _nvml_text(nvml.nvmlSystemGetDriverVersion())),
+        ("cuda_driver_version", lambda: _format_cuda_version(nvml.nvmlSystemGetCudaDriverVersion())),
+        ("nvml_version", lambda: _nvml_text(nvml.nvmlSystemGetNVMLVersion())),
+        ("clock_sm_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_SM")),
+        ("clock_mem_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_MEM")),
+        ("clock_sm_max_mhz", mhz(nvml.nvmlDeviceGetMaxClockInfo, "NVML_CLOCK_SM")),
+        ("clock_mem_max_mhz", mhz(nvml.nvmlDeviceGetMaxClockInfo, "NVML_CLOCK_MEM")),
+        ("clock_sm_app_mhz", mhz(nvml.nvmlDeviceGetApplicationsClock, "NVML_CLOCK_SM")),
+        ("clock_mem_app_mhz", mhz(nvml.nvmlDeviceGetApplicationsClock, "NVML_CLOCK_MEM")),
+        ("power_limit_enforced_w", watts(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))),
+        ("power_limit_default_w", watts(lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle))),
+        ("power_limit_min_w", lambda: power_constraint(0)),
+        ("power_limit_max_w", lambda: power_constraint(1)),
+        ("persistence_enabled", lambda: enabled(nvml.nvmlDeviceGetPersistenceMode(handle), feature_enabled)),
+        (
+            "mig_enabled",
+            lambda: enabled(nvml.nvmlDeviceGetMigMode(handle)[0], getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)),
+        ),
+        ("ecc_enabled", lambda: enabled(nvml.nvmlDeviceGetEccMode(handle)[0], feature_enabled)),
+        ("temperature_c", lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
+        ("performance_state", lambda: _performance_state(nvml.nvmlDeviceGetPerformanceState(handle))),
+        ("compute_mode", lambda: _compute_mode(nvml.nvmlDeviceGetComputeMode(handle))),
+    ]
+    for key, reader in facts:
+        c.read(gpu, f"gpu.{key}", reader, reason)
+    return "not read"
+
+
+def _visible_nvml_indices(nvml: Any, count: int) -> tuple[list[int] | None, str]:
+    """NVML indices of the GPUs this process sees, in CUDA order, following ``CUDA_VISIBLE_DEVICES``.
+
+    Entries are indices or (prefixes of) ``GPU-`` UUIDs; like CUDA, the list ends at the first entry that
+    names no GPU. A ``MIG-`` entry cannot be mapped to a whole GPU and leaves the GPU facts unread.
+    """
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(range(count)), ""
+    uuids: list[str] | None = None
+    visible: list[int] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if entry.startswith("MIG-"):
+            return None, "CUDA_VISIBLE_DEVICES names a MIG instance, which is not mapped to a GPU"
+        if entry.isdigit() and int(entry) < count:
+            index = int(entry)
+        elif entry.startswith("GPU-"):
+            if uuids is None:
+                uuids = [
+                    _nvml_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))
+                    for i in range(count)
+                ]
+            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+            if len(matches) != 1:
+                break
+            index = matches[0]
+        else:
+            break
+        if index in visible:
+            break
+        visible.append(index)
+    return visible, ""
+
+
+def _nvml_text(value: Any) -> str:
+    """NVML strings come back as bytes from older nvidia-ml-py versions and from ctypes structure fields."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _nvml_multiprocessors(nvml: Any, handle: Any) -> int:
+    """SM count; NVML documents ``nvmlDeviceGetAttributes`` for MIG handles only: whole GPUs may say no."""
+    try:
+        count = int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
+    except Exception as exc:
+        if isinstance(exc, AttributeError) or getattr(exc, "value", None) is not None:
+            raise _Unavailable("NVML gives it for MIG instances only; CUDA would need a context") from exc
+        raise
+    if count <= 0:
+        raise _Unavailable("NVML gives it for MIG instances only; CUDA would need a context")
+    return count
+
+
+def _format_cuda_version(version: Any) -> str:
+    """NVML and the CUDA driver API encode CUDA 12.4 as 12040."""
+    number = int(version)
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _performance_state(state: Any) -> str:
+    if int(state) == _NVML_PSTATE_UNKNOWN:
+        raise _Unavailable("reported as unknown")
+    return f"P{int(state)}"
+
+
+def _compute_mode(mode: Any) -> str:
+    return _COMPUTE_MODES.get(int(mode), f"unknown ({int(mode)})")
+
+
+def _gpu_from_torch(cuda_index: int, gpu: dict[str, Any], c: _Collector, nvml_reason: str) -> str:
+    """Fallback without NVML: what ``torch.cuda.get_device_properties`` knows (this initialises CUDA)."""
+    torch = _import_optional("torch")
+    if torch is None:
+        return f"{nvml_reason}; torch not installed"
+    try:
+        if not torch.backends.cuda.is_built():
+            return f"{nvml_reason}; torch built without CUDA"
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+        visible = int(torch.cuda.device_count())
+    except Exception as exc:
+        return f"{nvml_reason}; torch.cuda failed: {_exception_reason(exc)}"
+    gpu["source"] = "torch"
+    gpu["visible_count"] = visible
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        gpu["count"] = visible
+    if cuda_index >= visible:
+        return f"no CUDA device cuda:{cuda_index} ({visible} visible)"
+    try:
+        props = torch.cuda.get_device_properties(cuda_index)
+    except Exception as exc:
+        return f"{nvml_reason}; torch.cuda.get_device_properties failed: {_exception_reason(exc)}"
+    c.read(gpu, "gpu.name", lambda: str(props.name))
+    c.read(gpu, "gpu.uuid", lambda: _torch_uuid(props))
+    c.read(gpu, "gpu.pci_bus_id", lambda: _torch_pci_bus_id(props))
+    c.read(gpu, "gpu.memory_total_bytes", lambda: int(props.total_memory))
+    c.read(gpu, "gpu.compute_capability", lambda: f"{props.major}.{props.minor}")
+    c.read(gpu, "gpu.multiprocessor_count", lambda: int(props.multi_processor_count))
+    c.read(gpu, "gpu.cuda_driver_version", lambda: _format_cuda_version(torch._C._cuda_getDriverVersion()))
+    return nvml_reason
+
+
+def _torch_uuid(props: Any) -> str:
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        raise _Unavailable("not in this torch version")
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def _torch_pci_bus_id(props: Any) -> str:
+    """In NVML's format, ``00000000:19:00.0``, so that both sources give the same string."""
+    if not hasattr(props, "pci_bus_id"):
+        raise _Unavailable("not in this torch version")
+    return f"{int(props.pci_domain_id):08X}:{int(props.pci_bus_id):02X}:{int(props.pci_device_id):02X}.0"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Formatting and small helpers
+
+
+def _gpu_lines(env: dict) -> list[tuple[str, str]]:
+    def field(path: str) -> Any:
+        return get_field(env, f"gpu.{path}")
+
+    def text(path: str, unit: str = "") -> str:
+        value = field(path)
+        if value is None:
+            return _NOT_AVAILABLE
+        if isinstance(value, float):
+            value = f"{value:g}"
+        return f"{value}{unit}"
+
+    name = field("name")
+    if name is None:
+        unavailable = get_field(env, "unavailable")
+        reason = unavailable.get("gpu.name") if isinstance(unavailable, dict) else None
+        count = field("count")
+        present = (
+            f"; {count} GPU{'s' if count != 1 else ''} present" if isinstance(count, int) and count else ""
+        )
+        return [("GPU", f"none ({reason or 'not recorded'}){present}")]
+
+    count = field("count")
+    visible = field("visible_count")
+    summary = f"{name} ×{count if count is not None else '?'}"
+    if isinstance(visible, int) and visible != count:
+        summary += f" ({visible} visible)"
+    memory = field("memory_total_bytes")
+    summary += f", {memory // 2**20} MiB" if isinstance(memory, int) else f", {_NOT_AVAILABLE} MiB"
+    summary += f", cc {text('compute_capability')}"
+    if field("multiprocessor_count") is not None:
+        summary += f", {field('multiprocessor_count')} SMs"
+
+    device = f"cuda:{text('index')} (NVML {text('nvml_index')}, via {text('source')})"
+    device += f", {text('uuid')}, PCI {text('pci_bus_id')}"
+
+    driver = f"{text('driver_version')}, CUDA {text('cuda_driver_version')}, NVML {text('nvml_version')}"
+
+    clocks = (
+        f"SM {text('clock_sm_mhz')} (max {text('clock_sm_max_mhz')}, app {text('clock_sm_app_mhz')}) MHz, "
+        f"memory {text('clock_mem_mhz')} (max {text('clock_mem_max_mhz')}, "
+        f"app {text('clock_mem_app_mhz')}) MHz"
+    )
+    power = (
+        f"{text('power_limit_enforced_w', ' W')} (default {text('power_limit_default_w', ' W')}, "
+        f"range {text('power_limit_min_w')}–{text('power_limit_max_w', ' W')})"
+    )
+    state = (
+        f"persistence {_on_off(field('persistence_enabled'))}, MIG {_on_off(field('mig_enabled'))}, "
+        f"ECC {_on_off(field('ecc_enabled'))}, {text('performance_state')}, {text('temperature_c', ' °C')}, "
+        f"compute mode {text('compute_mode')}"
+    )
+    return [
+        ("GPU", summary),
+        ("GPU device", device),
+        ("Driver", driver),
+        ("Clocks", clocks),
+        ("Power limit", power),
+        ("GPU state", state),
+    ]
+
+
+def _format_torch_flags(env: dict) -> str:
+    def flag(name: str) -> Any:
+        return get_field(env, f"torch_flags.{name}")
+
+    def shown(name: str) -> str:
+        value = flag(name)
+        return _NOT_AVAILABLE if value is None else str(value)
+
+    return (
+        f"TF32 matmul {_on_off(flag('matmul_allow_tf32'))}, TF32 cuDNN {_on_off(flag('cudnn_allow_tf32'))}, "
+        f"float32 matmul precision {shown('float32_matmul_precision')}, "
+        f"cudnn.benchmark {_on_off(flag('cudnn_benchmark'))}, "
+        f"cudnn.deterministic {_on_off(flag('cudnn_deterministic'))}, "
+        f"threads {shown('num_threads')} intra-op / {shown('num_interop_threads')} inter-op"
+    )
+
+
+def _on_off(value: Any) -> str:
+    if value is None:
+        return _NOT_AVAILABLE
+    return "on" if value else "off"
+
+
+def _format_gib(value: Any) -> str:
+    return f"{value / 2**30:.1f} GiB" if isinstance(value, int) else _NOT_AVAILABLE
+
+
+def _format_cudnn(version: int) -> str:
+    """cuDNN 9 encodes 9.1.0 as 90100; cuDNN 8 and older encode 8.9.2 as 8902."""
+    if version >= 10000:
+        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
+    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
+def _import_optional(name: str) -> Any:
+    """Imports a module, or returns None when it is not installed or fails to import."""
+    try:
+        return __import__(name)
+    except Exception:  # an optional module that fails to import is a missing fact
+        return None
+
+
+def _exception_reason(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return _shorten(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
+def _shorten(reason: str) -> str:
+    return reason if len(reason) <= _REASON_MAX_CHARS else reason[: _REASON_MAX_CHARS - 1] + "…"

@@ -1,0 +1,79 @@
+"""Reading and writing result files: atomic, never silently overwriting."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import ResultFileError
+from .schema import BenchmarkResult
+
+
+def _jsonable(value: Any) -> Any:
+    """JSON has no NaN/Infinity: store them as strings so the file stays standard JSON, not Python's dialect."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def check_writable(path: Path, *, overwrite: bool = False) -> None:
+    """Fail early, before any measurement, if ``path`` exists (unless allowed) or cannot be written."""
+    if path.exists() and not overwrite:
+        raise ResultFileError(f"{path} already exists; clsbench never overwrites a result file",
+                              "choose another --output, or finish it with --resume")
+    if path.exists() and path.is_dir():
+        raise ResultFileError(f"{path} is a directory", "give a file name such as results/run.json")
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultFileError(f"cannot create directory {parent}: {exc.strerror}", "choose another --output") from None
+    if not os.access(parent, os.W_OK):
+        raise ResultFileError(f"cannot write to directory {parent}: permission denied", "choose another --output")
+
+
+def save(result: BenchmarkResult, path: Path) -> None:
+    """Write ``result`` to ``path`` atomically: a temporary file in the same directory, then a rename."""
+    text = json.dumps(_jsonable(result.to_dict()), indent=1, allow_nan=False)
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultFileError(f"cannot write {path}: {exc.strerror or exc}", "check the disk and permissions") from None
+
+
+def load(path: str | Path) -> BenchmarkResult:
+    """Read and validate a result file; every problem becomes one ResultFileError line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultFileError(f"{path} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise ResultFileError(f"{path} is a directory, not a result file") from None
+    except PermissionError:
+        raise ResultFileError(f"{path} cannot be read: permission denied") from None
+    except UnicodeDecodeError:
+        raise ResultFileError(f"{path} is not a text file", "pass a JSON file written by `clsbench run`") from None
+    except OSError as exc:
+        raise ResultFileError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}); truncated or foreign?",
+                              "pass a file written by `clsbench run`") from None
+    return BenchmarkResult.from_dict(data, source=str(path))

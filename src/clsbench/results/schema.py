@@ -1,0 +1,133 @@
+"""The result file format: versioned, immutable objects holding raw samples, plus their JSON (de)serialisation.
+
+A file holds one ``clsbench run``::
+
+    {"schema_version": 1, "tool": {...}, "created_utc": "...", "environment": {...},
+     "settings": {...}, "measurements": [{...}, ...]}
+
+Each measurement keeps the raw samples of every repeat (``repeats[i]["samples"]``) next to its ``summary``, which
+is derived from them by :mod:`clsbench.analysis` and can be recomputed at any time.
+
+History of ``schema_version``:
+
+* 1 (clsbench 0.1): first version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ResultFileError
+from ..settings import Cell
+
+SCHEMA_VERSION = 1
+#: Versions this clsbench can read; anything else is rejected by name.
+READABLE_VERSIONS = (1,)
+TOOL_NAME = "clsbench"
+
+STATUSES = ("ok", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One cell (model, workload, mode, batch size, device) measured over its repeats."""
+
+    model: str
+    workload: str
+    mode: str
+    batch_size: int
+    device: str
+    status: str
+    input_size: int | None = None
+    reason: str | None = None
+    detail: str | None = None
+    repeats: tuple[dict[str, Any], ...] = ()
+    summary: dict[str, Any] = field(default_factory=dict)
+    validity: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str, int, str]:
+        return (self.model, self.workload, self.mode, self.batch_size, self.device)
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.model, self.workload, self.mode, self.batch_size, self.device, self.input_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["repeats"] = list(self.repeats)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        kwargs["repeats"] = tuple(data.get("repeats") or ())
+        if kwargs.get("status") not in STATUSES:
+            raise ValueError(f"measurement status {kwargs.get('status')!r} is not one of {STATUSES}")
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Everything one run produced. Immutable: adding a measurement returns a new object."""
+
+    environment: dict[str, Any]
+    settings: dict[str, Any]
+    measurements: tuple[Measurement, ...] = ()
+    created_utc: str = ""
+    tool: dict[str, Any] = field(default_factory=lambda: {"name": TOOL_NAME})
+    schema_version: int = SCHEMA_VERSION
+
+    def with_measurement(self, measurement: Measurement) -> BenchmarkResult:
+        kept = tuple(m for m in self.measurements if m.key != measurement.key)
+        return dataclasses.replace(self, measurements=kept + (measurement,))
+
+    def find(self, key: tuple[str, str, str, int, str]) -> Measurement | None:
+        return next((m for m in self.measurements if m.key == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "created_utc": self.created_utc,
+            "environment": self.environment,
+            "settings": self.settings,
+            "measurements": [m.to_dict() for m in self.measurements],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "result") -> BenchmarkResult:
+        """Validate and load; raise ResultFileError naming ``source`` and what is wrong."""
+        if not isinstance(data, dict) or "schema_version" not in data:
+            raise ResultFileError(f"{source} is not a clsbench result file (no schema_version)",
+                                  "pass a file written by `clsbench run`")
+        tool = data.get("tool")
+        if not isinstance(tool, dict) or tool.get("name") != TOOL_NAME:
+            raise ResultFileError(f"{source} is not a clsbench result file (tool is {tool!r})",
+                                  "pass a file written by `clsbench run`")
+        version = data["schema_version"]
+        if not isinstance(version, int):
+            raise ResultFileError(f"{source} has a malformed schema_version {version!r}")
+        if version > SCHEMA_VERSION:
+            raise ResultFileError(
+                f"{source} uses result schema {version}, newer than this clsbench reads (<= {SCHEMA_VERSION})",
+                "upgrade clsbench",
+            )
+        if version not in READABLE_VERSIONS:
+            raise ResultFileError(f"{source} uses result schema {version}, which this clsbench cannot read")
+        try:
+            measurements = tuple(Measurement.from_dict(m) for m in data["measurements"])
+            return cls(
+                environment=dict(data["environment"]),
+                settings=dict(data["settings"]),
+                measurements=measurements,
+                created_utc=str(data.get("created_utc", "")),
+                tool=dict(tool),
+                schema_version=version,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultFileError(f"{source} is damaged: {type(exc).__name__}: {exc}",
+                                  "re-run, or restore the file") from None

@@ -1,0 +1,266 @@
+"""Run a plan: one fresh worker process per repeat, timeouts, failure reasons, atomic saves, resume.
+
+Start-up cost is kept small without sharing state between measurements:
+
+* workers are forked from a **forkserver** that has already imported torch, torchvision (and timm) but never
+  touched the GPU, so each worker starts in tens of milliseconds with a clean CUDA context and allocator;
+* on a GPU, the next worker **prepares** (builds its model on the CPU) while the current one measures, and only
+  receives "go" once the GPU is free, so two measurements never share the device.
+
+Each finished measurement is written to the output file at once (atomically), so an interruption loses at most
+the measurement in flight; ``resume`` measures only the cells the file lacks.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import multiprocessing
+import multiprocessing.connection
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import analysis
+from .errors import ClsbenchError, EXIT_INTERRUPTED, ResultFileError
+from .measure.clock import Clock, WallClock
+from .results import io as result_io
+from .results.schema import BenchmarkResult, Measurement
+from .settings import Cell, RunPlan
+from .worker import Job, execute, worker_main
+
+#: Modules the forkserver imports once, so forked workers start with them loaded (import errors are ignored).
+PRELOAD_MODULES = ["torch", "torchvision", "timm", "clsbench.worker", "clsbench.workloads", "clsbench.modes",
+                   "clsbench.models"]
+
+#: Seconds a worker has to report "ready" after preparing; part of the per-repeat timeout.
+KILL_GRACE_S = 5.0
+
+
+class RunInterrupted(ClsbenchError):
+    """Ctrl-C during a run; everything finished so far is in the output file."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """What the runner tells a progress display."""
+
+    kind: str  # "start", "repeat", "measurement", "finish"
+    done: int  # repeats finished
+    total: int  # repeats planned (skipped cells count as done at once)
+    cell: Cell | None = None
+    repeat: int = 0
+    repeats: int = 0
+    eta_s: float | None = None
+    measurement: Measurement | None = None
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+class _Worker:
+    """A worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, job: Job) -> None:
+        self.job = job
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=worker_main, args=(child,), daemon=True,
+                                   name=f"clsbench-{job.cell.label()}-r{job.repeat}")
+        self.started = time.monotonic()
+        self.process.start()
+        child.close()
+        self.conn.send(job)
+        self.ready = False
+
+    def wait(self, deadline: float) -> tuple[str, Any] | None:
+        """Next message, or None when the deadline passes or the process dies first."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if self.conn.poll(min(remaining, 0.5)):
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    return None
+            if not self.process.is_alive() and not self.conn.poll(0):
+                return None
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(KILL_GRACE_S)
+        self.conn.close()
+
+    def death_record(self, timeout_s: float) -> dict[str, Any]:
+        self.process.join(1.0)
+        code = self.process.exitcode
+        if code is None:
+            return {"status": "failed", "reason": "timeout",
+                    "detail": f"no result within {timeout_s:g} s; the worker was killed"}
+        what = f"signal {-code}" if code < 0 else f"exit code {code}"
+        return {"status": "failed", "reason": "crash", "detail": f"worker process died ({what}) without a result"}
+
+
+class ProcessExecutor:
+    """Runs each job in its own process; optionally prepares the next job while the current one measures."""
+
+    def __init__(self, timeout_s: float, overlap: bool) -> None:
+        try:
+            self._ctx = multiprocessing.get_context("forkserver")
+            self._ctx.set_forkserver_preload(PRELOAD_MODULES)
+        except ValueError:  # no forkserver on this platform
+            self._ctx = multiprocessing.get_context("spawn")
+        self.timeout_s = timeout_s
+        self.overlap = overlap
+        self._ahead: _Worker | None = None
+
+    def run(self, job: Job, next_job: Job | None) -> dict[str, Any]:
+        if self._ahead is not None and self._ahead.job == job:
+            worker, self._ahead = self._ahead, None
+        else:
+            self.cancel_ahead()
+            worker = _Worker(self._ctx, job)
+        deadline = worker.started + self.timeout_s
+        try:
+            message = worker.wait(deadline)
+            if message is None or message[0] != "ready":
+                return worker.death_record(self.timeout_s)
+            if self.overlap and next_job is not None:
+                self._ahead = _Worker(self._ctx, next_job)
+            worker.conn.send("go")
+            message = worker.wait(deadline)
+            if message is None or message[0] != "result":
+                return worker.death_record(self.timeout_s)
+            return message[1]
+        finally:
+            worker.kill()
+
+    def cancel_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.kill()
+            self._ahead = None
+
+    def close(self) -> None:
+        self.cancel_ahead()
+
+
+class InlineExecutor:
+    """Runs each job in this process: no isolation and no timeout; for tests and debugging (--isolation inline)."""
+
+    def run(self, job: Job, next_job: Job | None) -> dict[str, Any]:
+        return execute(job)
+
+    def close(self) -> None:
+        pass
+
+
+def new_result(plan: RunPlan, environment: dict[str, Any]) -> BenchmarkResult:
+    from . import __version__
+
+    return BenchmarkResult(
+        environment=environment,
+        settings=plan.to_dict(),
+        created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        tool={"name": "clsbench", "version": __version__},
+    )
+
+
+def run_plan(
+    plan: RunPlan,
+    result: BenchmarkResult,
+    output: Path | None,
+    *,
+    isolation: str = "process",
+    clock: Clock | None = None,
+    progress: ProgressCallback | None = None,
+) -> BenchmarkResult:
+    """Measure every cell of ``plan`` that ``result`` lacks, saving ``result`` to ``output`` after each one.
+
+    Args:
+        plan: what to measure.
+        result: the result so far (new, or loaded for a resume); its measurements are not measured again.
+        output: where to save after each measurement (None: keep in memory only).
+        isolation: "process" (a fresh worker per repeat; the default) or "inline" (this process).
+        clock: the clock the workloads read (a FakeClock in tests).
+        progress: called with a ProgressEvent as the run advances.
+
+    Raises:
+        RunInterrupted: on Ctrl-C, after saving everything finished.
+    """
+    plan.validate()
+    clock = clock or WallClock()
+    todo = [cell for cell in plan.cells if result.find(cell.key) is None]
+    total = len(todo) * plan.repeats
+    notify = progress or (lambda event: None)
+    on_gpu = any(cell.device.startswith("cuda") for cell in todo)
+    executor: ProcessExecutor | InlineExecutor
+    if isolation == "inline":
+        executor = InlineExecutor()
+    elif isolation == "process":
+        # Overlap only on a GPU: on a CPU, building the next model would steal cores from the measurement.
+        executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu)
+    else:
+        raise ClsbenchError(f"unknown isolation {isolation!r}", "use process or inline")
+
+    jobs = [
+        Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
+            compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock)
+        for cell in todo
+        for r in range(plan.repeats)
+    ]
+    done = 0
+    spent_s = 0.0
+    notify(ProgressEvent("start", 0, total))
+    try:
+        index = 0
+        while index < len(jobs):
+            cell = jobs[index].cell
+            records: list[dict[str, Any]] = []
+            for r in range(plan.repeats):
+                job = jobs[index + r]
+                eta = spent_s / done * (total - done) if done else None
+                notify(ProgressEvent("repeat", done, total, cell, r + 1, plan.repeats, eta))
+                following = jobs[index + r + 1] if index + r + 1 < len(jobs) else None
+                t0 = time.monotonic()
+                record = executor.run(job, following)
+                spent_s += time.monotonic() - t0
+                done += 1
+                records.append(record)
+                if record["status"] != "ok":
+                    # oom, nan_loss, unsupported... repeat the same way: stop this cell, count the rest as done.
+                    done += plan.repeats - 1 - r
+                    break
+            measurement = analysis.build_measurement(cell, records, plan.stop_rule(cell.workload))
+            result = result.with_measurement(measurement)
+            if output is not None:
+                result_io.save(result, output)
+            notify(ProgressEvent("measurement", done, total, cell, measurement=measurement))
+            index += plan.repeats
+    except KeyboardInterrupt:
+        executor.close()
+        where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""
+        raise RunInterrupted(f"interrupted: {len(result.measurements)} measurement(s) saved{where}") from None
+    finally:
+        executor.close()
+    notify(ProgressEvent("finish", done, total))
+    return result
+
+
+def check_resume_compatible(result: BenchmarkResult, environment: dict[str, Any], source: str) -> None:
+    """Refuse to resume a run on a machine or software stack other than the one that started it."""
+    from .results.environment import KEY_FIELDS, get_field
+
+    differences = []
+    for path in KEY_FIELDS:
+        old, new = get_field(result.environment, path), get_field(environment, path)
+        if old != new:
+            differences.append(f"{path}: {old} -> {new}")
+    if differences:
+        raise ResultFileError(
+            f"{source} was started in another environment ({'; '.join(differences[:3])})",
+            "resume it where it started, or begin a new run",
+        )

@@ -1,0 +1,133 @@
+"""Statistics over raw samples: pure functions, no torch, no numpy.
+
+Percentile method: **nearest rank** (the method MLPerf LoadGen uses). For a percentile ``p`` in (0, 100] of ``n``
+sorted samples ``x[0] <= ... <= x[n-1]``, the result is ``x[ceil(p / 100 * n) - 1]``: the smallest sample such
+that at least ``p`` percent of all samples are less than or equal to it. ``p = 0`` gives the minimum. The result
+is always a value that was actually observed, never an interpolation between two samples, so "p99 = 5.1 ms"
+means a real request took 5.1 ms and 99% of requests took no longer.
+
+Spread over repeats is ``(max - min) / median`` of the per-repeat figures, in percent; a figure whose spread is
+above :data:`UNSTABLE_SPREAD_PCT` is flagged UNSTABLE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Spread over repeats above which a figure is marked UNSTABLE (the product brief: "a loud flag when spread > 10%").
+UNSTABLE_SPREAD_PCT = 10.0
+
+#: Percentiles reported for every latency distribution, keyed by the name used in result files.
+REPORTED_PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of ``samples`` (see the module docstring).
+
+    Raises:
+        ValueError: for an empty sequence or ``p`` outside [0, 100].
+    """
+    if not samples:
+        raise ValueError("percentile of an empty sequence")
+    if not 0.0 <= p <= 100.0:
+        raise ValueError(f"percentile must lie in [0, 100], got {p}")
+    ordered = sorted(samples)
+    if p == 0.0:
+        return ordered[0]
+    # round() guards against float noise such as 99.9 / 100 * 1000 = 998.9999999999999.
+    rank = math.ceil(round(p / 100.0 * len(ordered), 9))
+    return ordered[max(rank, 1) - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    """Ordinary median (mean of the two middle values for an even count); used across repeats, not samples."""
+    if not values:
+        raise ValueError("median of an empty sequence")
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of an empty sequence")
+    return math.fsum(values) / len(values)
+
+
+def stdev(values: Sequence[float]) -> float:
+    """Sample standard deviation (n - 1 in the denominator); 0.0 for a single value."""
+    if len(values) < 2:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def spread_pct(values: Sequence[float]) -> float | None:
+    """``(max - min) / median`` in percent; None when fewer than two values (a single repeat has no spread)."""
+    if len(values) < 2:
+        return None
+    mid = median(values)
+    if mid == 0:
+        return None
+    return (max(values) - min(values)) / abs(mid) * 100.0
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Summary of one sample set; every field in the samples' own unit."""
+
+    n: int
+    mean: float
+    std: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    p999: float
+    max: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "n": self.n,
+            "mean": self.mean,
+            "std": self.std,
+            "min": self.min,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "p999": self.p999,
+            "max": self.max,
+        }
+
+
+def describe(samples: Sequence[float]) -> Distribution:
+    """n, mean, sample std, min, nearest-rank p50/p90/p99/p99.9 and max of ``samples``."""
+    if not samples:
+        raise ValueError("cannot describe an empty sample set")
+    pcts = {key: percentile(samples, p) for key, p in REPORTED_PERCENTILES.items()}
+    return Distribution(
+        n=len(samples),
+        mean=mean(samples),
+        std=stdev(samples),
+        min=min(samples),
+        max=max(samples),
+        **pcts,
+    )
+
+
+def combine_repeats(distributions: Sequence[Distribution]) -> dict[str, float | int]:
+    """Combine per-repeat distributions: each statistic is the median over repeats; ``n`` is the total count.
+
+    Taking the median of each per-repeat statistic (rather than pooling every sample) keeps one disturbed repeat
+    from dragging the figure, which is the point of repeating in fresh processes.
+    """
+    if not distributions:
+        raise ValueError("no repeats to combine")
+    out: dict[str, float | int] = {"n": sum(d.n for d in distributions)}
+    for key in ("mean", "std", "min", "p50", "p90", "p99", "p999", "max"):
+        out[key] = median([getattr(d, key) for d in distributions])
+    return out

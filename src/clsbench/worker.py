@@ -1,0 +1,165 @@
+"""One repeat of one measurement, run inside a fresh worker process (or inline, for tests and debugging).
+
+A job goes through two phases so the parent can overlap them across workers on a GPU:
+
+* **prepare** (CPU only, never touches the GPU): resolve the model and build it with seeded weights;
+* **measure** (exclusive use of the device): configure backend flags, move the model, apply the mode, run the
+  workload, read memory.
+
+Every outcome becomes a plain dict (a *repeat record*) with ``status`` ``ok``, ``failed`` or ``skipped`` and, when
+not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``) and a
+one-line ``detail``. Exceptions never escape :func:`execute`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ClsbenchError
+from .measure.clock import Clock, WallClock
+from .settings import Cell, StopRule, TrainSettings
+
+
+@dataclass(frozen=True)
+class Job:
+    """One repeat of one cell, with everything the worker needs (picklable)."""
+
+    cell: Cell
+    repeat: int
+    stop: StopRule
+    seed: int = 0
+    data_seed: int = 0
+    compile_mode: str = "default"
+    cudnn_benchmark: bool = True
+    train: TrainSettings = TrainSettings()
+    num_classes: int = 1000
+    clock: Clock = field(default_factory=WallClock)
+
+
+@dataclass
+class Prepared:
+    model: Any = None
+    input_size: int = 224
+    prepare_s: float = 0.0
+    error: dict[str, Any] | None = None
+
+
+def _record(status: str, reason: str | None = None, detail: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "detail": detail, **extra}
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """Classify an exception into a failed (or skipped) repeat record."""
+    import torch
+
+    from .workloads import NonFiniteLossError
+
+    message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    if isinstance(exc, ClsbenchError):
+        return _record("skipped", "unsupported_mode", str(exc))
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return _record("failed", "oom", message)
+    if isinstance(exc, NonFiniteLossError):
+        return _record("failed", "nan_loss", message)
+    if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        return _record("failed", "compile_error", message)
+    return _record("failed", "crash", message, traceback=traceback.format_exc(limit=8))
+
+
+def prepare(job: Job) -> Prepared:
+    """Build the model on the CPU with seeded weights. Touches no GPU, so it may overlap another measurement."""
+    from .models import get_model_spec
+
+    t0 = time.perf_counter()
+    try:
+        spec = get_model_spec(job.cell.model)
+        input_size = job.cell.input_size or spec.input_size
+        model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+        return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0)
+    except ClsbenchError as exc:
+        return Prepared(error=_record("failed", "model_error", str(exc)))
+    except Exception as exc:  # noqa: BLE001 - recorded as the repeat's failure
+        return Prepared(error=_failure(exc))
+
+
+def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
+    """Run the workload on the prepared model; return the repeat record."""
+    if prepared.error is not None:
+        return prepared.error
+    import torch
+
+    from .measure.device import device_capabilities, memory_readings, reset_peak_memory
+    from .modes import parse_mode
+    from .workloads import WorkloadContext, get_workload
+
+    cell = job.cell
+    try:
+        device = torch.device(cell.device)
+        workload = get_workload(cell.workload)
+        mode = parse_mode(cell.mode)
+        bf16, tf32 = device_capabilities(device)
+        mode_ctx = mode.context(device, workload.kind, bf16_supported=bf16, tf32_supported=tf32,
+                                compile_mode=job.compile_mode)
+        reason = mode.unsupported_reason(mode_ctx)
+        if reason:
+            return _record("skipped", "unsupported_mode", reason)
+        torch.backends.cudnn.benchmark = job.cudnn_benchmark
+        flags = mode.configure(mode_ctx)
+        flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+        flags["num_threads"] = torch.get_num_threads()
+        t0 = time.perf_counter()
+        model = prepared.model.to(device)
+        if workload.kind == "inference":
+            model.eval()
+        ready = mode.prepare(model, mode_ctx)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        setup_s = time.perf_counter() - t0
+        reset_peak_memory(device)
+        ctx = WorkloadContext(cell=cell, stop=job.stop, clock=job.clock, device=device, prepared=ready,
+                              input_size=prepared.input_size, num_classes=job.num_classes,
+                              data_seed=job.data_seed, train=job.train,
+                              compiled="compile" in {n.split(":")[0] for n in mode.modifier_names})
+        out = workload.run(ctx)
+        timings = {"prepare_s": prepared.prepare_s, "setup_s": setup_s, **out.timings}
+        if ctx.compiled:
+            # Compilation is lazy: it happens inside the first call, which is timed on its own.
+            timings["compile_s"] = out.timings.get("first_iteration_s")
+        return _record(
+            "ok",
+            samples=out.samples,
+            timings=timings,
+            validity=out.validity,
+            memory=memory_readings(device),
+            flags=flags,
+            mode_notes=ready.notes,
+            input_size=prepared.input_size,
+            pid=os.getpid(),
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
+        return _failure(exc)
+
+
+def execute(job: Job) -> dict[str, Any]:
+    """Prepare and measure in this process (the inline path)."""
+    return measure(job, prepare(job))
+
+
+def worker_main(conn: Any) -> None:
+    """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result."""
+    try:
+        job = conn.recv()
+        prepared = prepare(job)
+        conn.send(("ready", None))
+        message = conn.recv()
+        if message != "go":
+            return
+        conn.send(("result", measure(job, prepared)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        conn.close()

@@ -1,0 +1,117 @@
+"""The workload interface and what the workloads share: the stop rule and block planning.
+
+A workload runs inside a worker process on a model already prepared for its mode, and returns raw samples.
+It never summarises: statistics are derived later (``clsbench.analysis``) from what it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ..measure.clock import NS_PER_S, Clock
+from ..modes.base import Prepared
+from ..settings import Cell, StopRule, TrainSettings
+
+#: Planned timed blocks are sized for this much more than the remaining minimum time, so that one block usually
+#: satisfies the stop rule despite small differences between warm-up and timed iterations.
+BLOCK_MARGIN = 1.05
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class WorkloadContext:
+    """Everything a workload needs; built by the worker for one repeat."""
+
+    cell: Cell
+    stop: StopRule
+    clock: Clock
+    device: torch.device
+    prepared: Prepared
+    input_size: int
+    num_classes: int
+    data_seed: int
+    train: TrainSettings
+    compiled: bool = False
+
+    def make_images(self, *, pinned: bool = False, on_device: bool = True) -> torch.Tensor:
+        """A seeded batch of images in the mode's dtype and memory format (uniform noise, ImageNet-normalised range)."""
+        generator = torch.Generator().manual_seed(self.data_seed)
+        shape = (self.cell.batch_size, 3, self.input_size, self.input_size)
+        images = torch.randn(shape, generator=generator).to(dtype=self.prepared.input_dtype)
+        images = images.contiguous(memory_format=self.prepared.memory_format)
+        if on_device:
+            return images.to(self.device)
+        return images.pin_memory() if pinned and self.device.type == "cuda" else images
+
+
+@dataclass
+class WorkloadOutput:
+    """Raw samples and the facts a workload observed; all times unrounded, units in the names."""
+
+    samples: dict[str, Any]
+    timings: dict[str, float | None] = field(default_factory=dict)
+    validity: dict[str, Any] = field(default_factory=dict)
+
+
+class Workload(Protocol):
+    name: str
+    kind: str  # "inference" or "train"
+
+    def run(self, ctx: WorkloadContext) -> WorkloadOutput: ...
+
+
+class StopWatch:
+    """Tracks the stop rule of a timed region from clock readings taken by the workload."""
+
+    def __init__(self, rule: StopRule, *, warmup: bool = False) -> None:
+        self.min_iterations = rule.warmup if warmup else rule.min_iterations
+        self.min_ns = int((rule.warmup_seconds if warmup else rule.min_seconds) * NS_PER_S)
+        self.max_iterations = None if warmup else rule.max_iterations
+        self.max_ns = None if warmup or rule.max_seconds is None else int(rule.max_seconds * NS_PER_S)
+        self.iterations = 0
+        self.elapsed_ns = 0
+
+    def add(self, iterations: int, elapsed_ns: int) -> None:
+        self.iterations += iterations
+        self.elapsed_ns += elapsed_ns
+
+    @property
+    def rule_met(self) -> bool:
+        return self.iterations >= self.min_iterations and self.elapsed_ns >= self.min_ns
+
+    @property
+    def hit_maximum(self) -> bool:
+        if self.max_iterations is not None and self.iterations >= self.max_iterations:
+            return True
+        return self.max_ns is not None and self.elapsed_ns >= self.max_ns
+
+    @property
+    def done(self) -> bool:
+        return self.rule_met or self.hit_maximum
+
+    def plan_block(self, per_iteration_ns: float) -> int:
+        """How many iterations the next synchronised block should run to meet the rule (at least one)."""
+        needed = max(self.min_iterations - self.iterations, 0)
+        remaining_ns = self.min_ns - self.elapsed_ns
+        if remaining_ns > 0 and per_iteration_ns > 0:
+            needed = max(needed, math.ceil(remaining_ns * BLOCK_MARGIN / per_iteration_ns))
+        if self.max_iterations is not None:
+            needed = min(needed, self.max_iterations - self.iterations)
+        if self.max_ns is not None and per_iteration_ns > 0:
+            needed = min(needed, max(1, int((self.max_ns - self.elapsed_ns) / per_iteration_ns)))
+        return max(needed, 1)
+
+    def validity(self) -> dict[str, Any]:
+        return {
+            "stop_rule_met": self.rule_met,
+            "stopped_by_maximum": self.hit_maximum and not self.rule_met,
+            "timed_iterations": self.iterations,
+            "timed_seconds": self.elapsed_ns / NS_PER_S,
+        }

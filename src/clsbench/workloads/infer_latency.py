@@ -1,0 +1,72 @@
+"""infer-latency: one request at a time, as a client sees it.
+
+Each request: a fresh input on the host -> copy to the device -> forward -> result copied back to the host, then
+synchronised. Two clocks per request: the **wall** time of the whole request (host clock, what a client waits)
+and, on CUDA, the **GPU** time of the forward pass alone, between two CUDA events around it on the same stream.
+Warm-up requests run first and are not kept; the stop rule is checked after every request.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..measure.clock import NS_PER_MS, NS_PER_S
+from ..measure.device import synchronize
+from .base import StopWatch, WorkloadContext, WorkloadOutput
+
+#: Distinct host inputs cycled through, so no request reuses the previous request's buffer.
+HOST_INPUT_POOL = 8
+
+
+class InferLatency:
+    name = "infer-latency"
+    kind = "inference"
+
+    def run(self, ctx: WorkloadContext) -> WorkloadOutput:
+        device, clock, prepared = ctx.device, ctx.clock, ctx.prepared
+        on_cuda = device.type == "cuda"
+        base = ctx.make_images(on_device=False)
+        pool = [(base + 0.01 * i).contiguous(memory_format=prepared.memory_format) for i in range(HOST_INPUT_POOL)]
+        if on_cuda:
+            pool = [x.pin_memory() for x in pool]
+        start_event = torch.cuda.Event(enable_timing=True) if on_cuda else None
+        end_event = torch.cuda.Event(enable_timing=True) if on_cuda else None
+
+        def request(i: int) -> tuple[int, float | None]:
+            t0 = clock.now_ns()
+            x = pool[i % HOST_INPUT_POOL].to(device, non_blocking=True)
+            if start_event is not None:
+                start_event.record()
+            out = prepared.forward(x)
+            if end_event is not None:
+                end_event.record()
+            out.to("cpu")
+            synchronize(device)
+            t1 = clock.now_ns()
+            gpu_ms = start_event.elapsed_time(end_event) if start_event is not None else None
+            return t1 - t0, gpu_ms
+
+        wall_ms: list[float] = []
+        gpu_ms: list[float] = []
+        with torch.inference_mode(), prepared.autocast(device.type):
+            first_ns, _ = request(0)
+            warm = StopWatch(ctx.stop, warmup=True)
+            warm.add(1, first_ns)
+            while not warm.done:
+                elapsed, _ = request(warm.iterations)
+                warm.add(1, elapsed)
+            timed = StopWatch(ctx.stop)
+            while not timed.done:
+                elapsed, gpu = request(timed.iterations)
+                timed.add(1, elapsed)
+                wall_ms.append(elapsed / NS_PER_MS)
+                if gpu is not None:
+                    gpu_ms.append(gpu)
+        samples = {
+            "wall_ms": wall_ms,
+            "gpu_ms": gpu_ms if on_cuda else None,
+            "images": len(wall_ms) * ctx.cell.batch_size,
+            "wall_s": timed.elapsed_ns / NS_PER_S,
+        }
+        timings = {"first_iteration_s": first_ns / NS_PER_S, "warmup_iterations": warm.iterations}
+        return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity())

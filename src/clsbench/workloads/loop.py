@@ -1,0 +1,108 @@
+"""The timed loop shared by the batch workloads (infer-throughput, train).
+
+1. First call, synchronised and timed on its own (it includes cuDNN autotuning, lazy compilation, graph capture).
+2. Warm-up: each iteration synchronised and timed, until the warm-up rule holds; the last iterations give the
+   per-iteration estimate used to size the timed block.
+3. Timed block(s): synchronise, read the clock, run N iterations back to back (CUDA events between them on a GPU),
+   synchronise, read the clock. Normally one block meets the stop rule; if it falls short another follows.
+   Throughput is images over the summed block wall times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import stats
+from ..measure.clock import NS_PER_MS, NS_PER_S
+from ..measure.device import EventTimeline, synchronize
+from .base import StopWatch, WorkloadContext, WorkloadOutput
+
+#: Warm-up iterations used to estimate the time of one timed iteration (median of the last few).
+ESTIMATE_WINDOW = 5
+
+
+def run_timed_loop(
+    ctx: WorkloadContext,
+    step: Callable[[], object],
+    *,
+    first_call_done: bool = False,
+    after_block: Callable[[], None] | None = None,
+    first_call_ns: int | None = None,
+) -> WorkloadOutput:
+    """Run ``step`` through first call, warm-up and timed blocks; return the raw samples.
+
+    Args:
+        ctx: the workload context.
+        step: one iteration (forward, or a whole training step).
+        first_call_done: the caller already made the first call (e.g. to find a static input), untimed here.
+        after_block: called after each synchronised phase, outside any timed region (e.g. a NaN check).
+        first_call_ns: duration of the caller's first call, when it timed it.
+    """
+    device, clock = ctx.device, ctx.clock
+    on_cuda = device.type == "cuda"
+    if not first_call_done:
+        t0 = clock.now_ns()
+        step()
+        synchronize(device)
+        first_call_ns = clock.now_ns() - t0
+    if after_block:
+        after_block()
+
+    warm = StopWatch(ctx.stop, warmup=True)
+    warm_ns: list[int] = []
+    while not warm.done or not warm_ns:
+        t0 = clock.now_ns()
+        step()
+        synchronize(device)
+        elapsed = clock.now_ns() - t0
+        warm.add(1, elapsed)
+        warm_ns.append(elapsed)
+    if after_block:
+        after_block()
+    estimate_ns = stats.median(warm_ns[-ESTIMATE_WINDOW:])
+
+    timed = StopWatch(ctx.stop)
+    iteration_ms: list[float] = []
+    blocks = 0
+    while not timed.done:
+        n = timed.plan_block(estimate_ns)
+        timeline = EventTimeline() if on_cuda else None
+        synchronize(device)
+        start = clock.now_ns()
+        if timeline is not None:
+            timeline.mark()
+            for _ in range(n):
+                step()
+                timeline.mark()
+            synchronize(device)
+            end = clock.now_ns()
+            iteration_ms.extend(timeline.intervals_ms())
+        else:
+            last = start
+            for _ in range(n):
+                step()
+                now = clock.now_ns()
+                iteration_ms.append((now - last) / NS_PER_MS)
+                last = now
+            end = last
+        timed.add(n, end - start)
+        blocks += 1
+        if timed.iterations:
+            estimate_ns = timed.elapsed_ns / timed.iterations
+        if after_block:
+            after_block()
+
+    images = timed.iterations * ctx.cell.batch_size
+    samples = {
+        "iteration_ms": iteration_ms,
+        "images": images,
+        "wall_s": timed.elapsed_ns / NS_PER_S,
+        "blocks": blocks,
+        "iteration_clock": "cuda_events" if on_cuda else "host",
+    }
+    timings = {
+        "first_iteration_s": first_call_ns / NS_PER_S if first_call_ns is not None else None,
+        "warmup_iterations": warm.iterations,
+        "warmup_s": warm.elapsed_ns / NS_PER_S,
+    }
+    return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity())

@@ -1,0 +1,78 @@
+"""train: forward, loss, backward, optimizer step on a synthetic batch resident on the device.
+
+SGD with momentum by default; autocast for the amp modes, with a gradient scaler for fp16 (whose ``step`` reads
+the inf/NaN check back to the host every step, as every real fp16 loop does). A non-finite loss is detected
+without a per-step synchronisation: each step ORs ``!isfinite(loss)`` into a flag on the device, and the flag is
+read only between timed blocks; if set, the measurement fails with reason ``nan_loss``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..measure.clock import NS_PER_S
+from ..measure.device import synchronize
+from .base import NonFiniteLossError, WorkloadContext, WorkloadOutput
+from .loop import run_timed_loop
+
+
+def make_optimizer(model: torch.nn.Module, ctx: WorkloadContext) -> torch.optim.Optimizer:
+    settings = ctx.train
+    if settings.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
+                               weight_decay=settings.weight_decay)
+    if settings.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    raise ValueError(f"unknown optimizer {settings.optimizer!r}")
+
+
+class Train:
+    name = "train"
+    kind = "train"
+
+    def run(self, ctx: WorkloadContext) -> WorkloadOutput:
+        device, prepared = ctx.device, ctx.prepared
+        model = prepared.model
+        model.train()
+        optimizer = make_optimizer(model, ctx)
+        scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
+        images = ctx.make_images()
+        generator = torch.Generator().manual_seed(ctx.data_seed + 1)
+        labels = torch.randint(0, ctx.num_classes, (ctx.cell.batch_size,), generator=generator).to(device)
+        nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+        last_loss: list[torch.Tensor] = []
+
+        def step() -> None:
+            with prepared.autocast(device.type):
+                logits = prepared.forward(images)
+                loss = F.cross_entropy(logits, labels)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            detached = loss.detach()
+            torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
+            if last_loss:
+                last_loss[0] = detached
+            else:
+                last_loss.append(detached)
+
+        def check_finite() -> None:
+            if bool(nonfinite):  # reads one byte back; called only between timed blocks
+                raise NonFiniteLossError(f"loss became non-finite (last loss {float(last_loss[0])})")
+
+        t0 = ctx.clock.now_ns()
+        step()
+        synchronize(device)
+        first_ns = ctx.clock.now_ns() - t0
+        first_loss = float(last_loss[0])
+        out = run_timed_loop(ctx, step, first_call_done=True, after_block=check_finite, first_call_ns=first_ns)
+        out.samples["loss_first"] = first_loss
+        out.samples["loss_last"] = float(last_loss[0])
+        out.timings.setdefault("first_iteration_s", first_ns / NS_PER_S)
+        return out
