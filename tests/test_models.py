@@ -16,8 +16,14 @@ import pytest
 import torch
 
 from clsbench.errors import InvalidInputError, UnknownModelError
-from clsbench.models import ModelSpec, create_model, get_model_spec, list_models, register_model
-from clsbench.models import custom_source
+from clsbench.models import (
+    ModelSpec,
+    create_model,
+    custom_source,
+    get_model_spec,
+    list_models,
+    register_model,
+)
 
 SEED_SUITE = ["resnet50", "resnet101", "mobilenet_v3_large", "efficientnet_b0", "timm/vit_tiny_patch16_224"]
 TINY_SIDE = 64  # small enough to be fast, large enough for every seed-suite network's downsampling
@@ -50,7 +56,8 @@ def tiny_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         build.input_size = 32
 
         def sized(num_classes=1000, input_size=224):
-            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * input_size * input_size, num_classes))
+            features = 3 * input_size * input_size
+            return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(features, num_classes))
 
         def fixed_head():
             return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(1000))
@@ -119,7 +126,9 @@ def test_list_models_lists_timm_names_with_prefix() -> None:
     assert all(name.startswith("timm/") for name in list_models(source="timm"))
 
 
-def test_without_timm_nothing_is_listed_and_timm_names_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_timm_nothing_is_listed_and_timm_names_say_how_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "timm", None)  # makes `import timm` fail as if it were not installed
     assert list_models(source="timm") == []
     assert not [name for name in list_models() if name.startswith("timm/")]
@@ -135,6 +144,12 @@ def test_unknown_name_suggests_the_closest_names() -> None:
     assert info.value.suggestions[0] == "resnet50"
     assert 1 <= len(info.value.suggestions) <= 5
     assert "resnet50" in str(info.value)
+
+
+def test_unknown_name_in_other_case_suggests_the_real_name_first() -> None:
+    with pytest.raises(UnknownModelError) as info:
+        get_model_spec("ResNet50")
+    assert info.value.suggestions[0] == "resnet50"
 
 
 def test_unknown_name_with_nothing_close_suggests_nothing() -> None:
@@ -165,8 +180,9 @@ def test_importing_the_package_imports_no_model_library() -> None:
 # --- specs and input sizes ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("resnet50", 224), ("inception_v3", 299), ("efficientnet_b3", 300),
-                                            ("vit_h_14", 518)])
+@pytest.mark.parametrize(
+    ("name", "size"), [("resnet50", 224), ("inception_v3", 299), ("efficientnet_b3", 300), ("vit_h_14", 518)]
+)
 def test_torchvision_default_input_size_comes_from_its_weights(name: str, size: int) -> None:
     spec = get_model_spec(name)
     assert (spec.name, spec.source, spec.input_size) == (name, "torchvision", size)
@@ -299,9 +315,16 @@ def test_register_model_makes_a_listed_custom_model(empty_registry: dict) -> Non
         register_model("clsbench_tiny_mlp")(lambda num_classes=1000: torch.nn.Identity())
 
 
-@pytest.mark.parametrize(("name", "message"), [("resnet50", "already a torchvision model"),
-                                               ("pkg.mod:fn", "reserved"), ("timm/x", "reserved"),
-                                               ("", "invalid model name"), ("two words", "invalid model name")])
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("resnet50", "already a torchvision model"),
+        ("pkg.mod:fn", "reserved"),
+        ("timm/x", "reserved"),
+        ("", "invalid model name"),
+        ("two words", "invalid model name"),
+    ],
+)
 def test_register_model_rejects_names_it_cannot_own(empty_registry: dict, name: str, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         register_model(name)(lambda num_classes=1000: torch.nn.Identity())
@@ -345,12 +368,18 @@ def test_auxiliary_heads_are_off_in_eval_mode_too(name: str) -> None:
     assert isinstance(logits, torch.Tensor) and logits.shape == (2, NUM_CLASSES)
 
 
-@pytest.mark.parametrize(("name", "side"), [("vit_b_16", 64), ("maxvit_t", 64), ("vit_h_14", 518)])
+@pytest.mark.parametrize(("name", "side"), [("vit_b_16", 64), ("maxvit_t", 448), ("vit_h_14", 518)])
 def test_fixed_size_torchvision_models_are_built_for_the_requested_size(name: str, side: int) -> None:
     with torch.device("meta"):
         model = create_model(name, num_classes=NUM_CLASSES, input_size=side).train()
         logits = model(torch.empty(2, 3, side, side))
     assert logits.shape == (2, NUM_CLASSES)
+
+
+@pytest.mark.parametrize(("name", "side"), [("vit_b_16", 65), ("maxvit_t", 64)])
+def test_fixed_size_torchvision_models_refuse_a_size_they_cannot_take(name: str, side: int) -> None:
+    with torch.device("meta"), pytest.raises(InvalidInputError, match=f"for input size {side}:"):
+        create_model(name, input_size=side)
 
 
 @pytest.mark.parametrize(("name", "side"), [("timm/resnet18", 64), ("timm/vit_tiny_patch16_224", 32),

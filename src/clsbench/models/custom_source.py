@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
 
 SOURCE = "custom"
-NAME_HINT = "write it as package.module:function, with the module importable (on PYTHONPATH)"
+NAME_HINT = "write it as package.module:function, with the module installed or on PYTHONPATH"
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,13 @@ def is_registered_as(name: str, builder: Callable[..., Any]) -> bool:
     """Whether ``name`` is registered to this very function, or to one of the same module and qualified name
     (the same definition, with its module reloaded)."""
     known = _REGISTERED.get(name)
-    return known is not None and (known.builder is builder or _qualified_name(known.builder) == _qualified_name(builder))
+    if known is None:
+        return False
+    return known.builder is builder or _qualified_name(known.builder) == _qualified_name(builder)
 
 
 class CustomSource:
-    """The :class:`~clsbench.models.registry.ModelSource` of registered names and ``module:function`` names."""
+    """The :class:`~clsbench.models.registry.ModelSource` of registered and ``module:function`` names."""
 
     name = SOURCE
 
@@ -96,9 +98,8 @@ def _resolve(name: str) -> Callable[..., Any]:
         obj: Any = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any failure in the user's module is bad input, said in one line
         detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise InvalidInputError(
-            f"cannot import module {module_name!r} for model {name!r}: {type(exc).__name__}: {detail}", NAME_HINT
-        ) from exc
+        message = f"cannot import module {module_name!r} for model {name!r}: {type(exc).__name__}: {detail}"
+        raise InvalidInputError(message, NAME_HINT) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -119,8 +120,10 @@ def _build(name: str, builder: Callable[..., Any], num_classes: int, input_size:
         kwargs["num_classes"] = num_classes
     elif num_classes != DEFAULT_NUM_CLASSES:
         # Building anyway would silently measure a network with another head than asked for.
-        raise InvalidInputError(f"model {name!r} takes no num_classes, so it cannot have {num_classes} classes",
-                                "add a num_classes parameter to its builder")
+        raise InvalidInputError(
+            f"model {name!r} takes no num_classes, so it cannot have {num_classes} classes",
+            "add a num_classes parameter to its builder",
+        )
     if params is not None and "input_size" in params:
         kwargs["input_size"] = input_size
     model = builder(**kwargs)

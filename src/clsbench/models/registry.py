@@ -64,11 +64,13 @@ class ModelSpec:
     def build(
         self, *, seed: int = 0, num_classes: int = DEFAULT_NUM_CLASSES, input_size: int | None = None
     ) -> torch.nn.Module:
-        """Build the network with seeded random weights, in training mode, on the current default device.
+        """Build the network with seeded random weights, in training mode, on the CPU.
 
         The initialisation runs inside ``torch.random.fork_rng`` with only the CPU generator seeded, so the
         same seed gives bit-identical weights and the caller's global RNG state (CPU and CUDA) is left as it
-        was.
+        was. Build on the CPU and move the model afterwards: under ``with torch.device("cuda")`` the weights
+        would be drawn from the (unseeded) CUDA generator. ``with torch.device("meta")`` builds the shapes
+        alone, with no memory and no arithmetic, which is how the tests cover the whole zoo quickly.
 
         Args:
             seed: seed of the random initialisation.
@@ -212,18 +214,18 @@ def register_model(name: str, *, input_size: int = DEFAULT_INPUT_SIZE) -> Callab
 def suggest_names(name: str) -> list[str]:
     """Up to :data:`MAX_SUGGESTIONS` known names closest to ``name``, best first.
 
-    A bare timm name (``vit_tiny_patch16_224``) suggests its ``timm/`` form first; the rest are difflib's
-    closest matches over every listed name, ignoring case.
+    The same name in other case (``ResNet50``) and the ``timm/`` form of a bare timm name
+    (``vit_tiny_patch16_224``) come first; the rest are difflib's closest matches over every listed name,
+    ignoring case.
     """
     by_lower: dict[str, str] = {}
     for source in sources():
         for known in source.names():
             by_lower.setdefault(known.lower(), known)
-    found = []
-    prefixed = (TIMM_PREFIX + name).lower()
-    if prefixed in by_lower:
-        found.append(by_lower[prefixed])
-    for match in difflib.get_close_matches(name.lower(), by_lower, n=MAX_SUGGESTIONS, cutoff=SUGGESTION_CUTOFF):
+    # The same name in other case, then its timm/ form, then whatever difflib finds closest.
+    found = [by_lower[key] for key in (name.lower(), (TIMM_PREFIX + name).lower()) if key in by_lower]
+    matches = difflib.get_close_matches(name.lower(), by_lower, n=MAX_SUGGESTIONS, cutoff=SUGGESTION_CUTOFF)
+    for match in matches:
         if by_lower[match] not in found:
             found.append(by_lower[match])
     return found[:MAX_SUGGESTIONS]

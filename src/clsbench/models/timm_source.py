@@ -82,7 +82,9 @@ class TimmSource:
         )
 
 
-def _build(arch: str, default_size: int, fixed_size: bool, num_classes: int, input_size: int) -> torch.nn.Module:
+def _build(
+    arch: str, default_size: int, fixed_size: bool, num_classes: int, input_size: int
+) -> torch.nn.Module:
     timm = _import_timm()
     kwargs = {"img_size": input_size} if fixed_size and input_size != default_size else {}
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from clsbench.errors import InvalidInputError
 from clsbench.models.registry import DEFAULT_INPUT_SIZE, ModelSpec
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class TorchvisionSource:
         return sorted(_names())
 
     def spec(self, name: str) -> ModelSpec | None:
-        """The spec for a torchvision name, or None if torchvision has no classification model of that name."""
+        """The spec for a torchvision name; None if torchvision has no classification model of that name."""
         # Every torchvision name is an identifier: skip importing torchvision for ``timm/x`` or ``mod:fn``.
         if not name.isidentifier() or name not in _names():
             return None
@@ -91,10 +92,16 @@ class TorchvisionSource:
 def _build(name: str, num_classes: int, input_size: int) -> torch.nn.Module:
     import torchvision.models
 
-    return torchvision.models.get_model(
-        name,
-        weights=None,
-        num_classes=num_classes,
-        **_EXTRA_KWARGS.get(name, {}),
-        **_size_kwargs(name, input_size),
-    )
+    size_kwargs = _size_kwargs(name, input_size)
+    try:
+        return torchvision.models.get_model(
+            name, weights=None, num_classes=num_classes, **_EXTRA_KWARGS.get(name, {}), **size_kwargs
+        )
+    except (ValueError, AssertionError) as exc:  # how ViT and MaxViT refuse a size their patches don't divide
+        if not size_kwargs:
+            raise
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidInputError(
+            f"torchvision model {name!r} cannot be built for input size {input_size}: {detail}",
+            "pick an input size its patch or partition size divides, e.g. its default",
+        ) from exc
