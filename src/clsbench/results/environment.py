@@ -525,13 +525,22 @@ def _torch_cuda_version(torch: Any) -> str:
 
 
 def _cudnn_version(torch: Any) -> int:
-    """cuDNN version as torch reports it, e.g. 91002 for 9.10.2 (see ``_format_cudnn``)."""
+    """cuDNN version as torch reports it, e.g. 91002 for 9.10.2 (see ``_format_cudnn``).
+
+    ``torch.backends.cudnn.version()`` is not called: on its first call it checks every GPU's compute
+    capability, which initialises CUDA in this process and makes forked workers fail ("Cannot re-initialize
+    CUDA in forked subprocess"). The loaded library's own version is the same number.
+    """
     if not torch.backends.cudnn.is_available():
         raise _Unavailable("torch built without cuDNN")
-    version = torch.backends.cudnn.version()
-    if version is None:
-        raise _Unavailable("cuDNN library not loadable")
-    return int(version)
+    cudnn = getattr(torch._C, "_cudnn", None)
+    if cudnn is not None and hasattr(cudnn, "getVersionInt"):
+        return int(cudnn.getVersionInt())
+    if torch.cuda.is_initialized():  # the check has nothing left to break
+        version = torch.backends.cudnn.version()
+        if version is not None:
+            return int(version)
+    raise _Unavailable("not readable in this torch without initialising CUDA")
 
 
 def _distribution_version(distribution: str) -> str:
@@ -859,8 +868,15 @@ def _gpu_from_torch(cuda_index: int, gpu: dict[str, Any], c: _Collector, nvml_re
     c.read(gpu, "gpu.memory_total_bytes", lambda: int(props.total_memory))
     c.read(gpu, "gpu.compute_capability", lambda: f"{props.major}.{props.minor}")
     c.read(gpu, "gpu.multiprocessor_count", lambda: int(props.multi_processor_count))
-    c.read(gpu, "gpu.cuda_driver_version", lambda: _format_cuda_version(torch._C._cuda_getDriverVersion()))
+    c.read(gpu, "gpu.cuda_driver_version", lambda: _format_cuda_version(_torch_driver_version(torch)))
     return nvml_reason
+
+
+def _torch_driver_version(torch: Any) -> int:
+    getter = getattr(torch._C, "_cuda_getDriverVersion", None)
+    if getter is None:
+        raise _Unavailable("not exposed by this torch")
+    return int(getter())
 
 
 def _torch_uuid(props: Any) -> str:

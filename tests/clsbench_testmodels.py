@@ -1,0 +1,72 @@
+"""Tiny models for tests, loaded by clsbench as custom builders (``clsbench_testmodels:tiny``)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def tiny(num_classes: int = 1000) -> nn.Module:
+    return Tiny(num_classes)
+
+
+tiny.input_size = 32
+
+
+class _Broken(Tiny):
+    def __init__(self, behaviour: str, num_classes: int) -> None:
+        super().__init__(num_classes)
+        self.behaviour = behaviour
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        if self.behaviour == "nan" and self.training:
+            return out * float("nan")
+        if self.behaviour == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
+        if self.behaviour == "crash":
+            os._exit(3)
+        if self.behaviour == "hang":
+            time.sleep(3600)
+        if self.behaviour == "error":
+            raise RuntimeError("something broke inside forward")
+        return out
+
+
+def nan_model(num_classes: int = 1000) -> nn.Module:
+    return _Broken("nan", num_classes)
+
+
+def oom_model(num_classes: int = 1000) -> nn.Module:
+    return _Broken("oom", num_classes)
+
+
+def crash_model(num_classes: int = 1000) -> nn.Module:
+    return _Broken("crash", num_classes)
+
+
+def hang_model(num_classes: int = 1000) -> nn.Module:
+    return _Broken("hang", num_classes)
+
+
+def error_model(num_classes: int = 1000) -> nn.Module:
+    return _Broken("error", num_classes)
+
+
+for _f in (nan_model, oom_model, crash_model, hang_model, error_model):
+    _f.input_size = 32

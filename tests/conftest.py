@@ -1,0 +1,28 @@
+"""Shared fixtures. Tests marked ``gpu`` are skipped where CUDA is absent (they run on the GPU machine)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).parent
+if str(TESTS_DIR) not in sys.path:  # so worker processes can import the tiny test models by module name
+    sys.path.insert(0, str(TESTS_DIR))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on the GPU machine)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    return TESTS_DIR / "data"

@@ -1,0 +1,71 @@
+import math
+
+import pytest
+
+from clsbench import stats
+
+
+def test_nearest_rank_percentiles_on_1_to_100():
+    samples = list(range(100, 0, -1))  # unsorted on purpose
+    assert stats.percentile(samples, 50) == 50
+    assert stats.percentile(samples, 90) == 90
+    assert stats.percentile(samples, 99) == 99
+    assert stats.percentile(samples, 99.9) == 100
+    assert stats.percentile(samples, 100) == 100
+    assert stats.percentile(samples, 0) == 1
+
+
+def test_nearest_rank_p999_of_1000_is_the_999th_value():
+    samples = [float(i) for i in range(1, 1001)]
+    assert stats.percentile(samples, 99.9) == 999.0  # ceil(0.999 * 1000) = 999, despite float noise
+    assert stats.percentile(samples, 99) == 990.0
+    assert stats.percentile(samples, 50) == 500.0
+
+
+def test_percentile_is_always_an_observed_value():
+    samples = [1.0, 2.0, 10.0]
+    assert stats.percentile(samples, 50) == 2.0  # interpolation would give 2.0 too; check an uneven one:
+    assert stats.percentile(samples, 70) == 10.0  # ceil(2.1) = 3 -> third value, not 4.8 interpolated
+
+
+def test_percentile_small_sets():
+    assert stats.percentile([7.0], 99.9) == 7.0
+    assert stats.percentile([1.0, 2.0], 50) == 1.0
+    assert stats.percentile([1.0, 2.0], 51) == 2.0
+
+
+@pytest.mark.parametrize("bad", [-1, 100.5])
+def test_percentile_rejects_out_of_range(bad):
+    with pytest.raises(ValueError):
+        stats.percentile([1.0], bad)
+
+
+def test_percentile_rejects_empty():
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+
+
+def test_median_mean_stdev():
+    assert stats.median([3, 1, 2]) == 2
+    assert stats.median([4, 1, 2, 3]) == 2.5
+    assert stats.mean([1, 2, 3, 4]) == 2.5
+    assert math.isclose(stats.stdev([2, 4, 4, 4, 5, 5, 7, 9]), 2.138089935299395)
+    assert stats.stdev([5.0]) == 0.0
+
+
+def test_spread_pct():
+    assert stats.spread_pct([100.0, 105.0, 110.0]) == pytest.approx(10 / 105 * 100)
+    assert stats.spread_pct([100.0]) is None
+    assert stats.spread_pct([0.0, 0.0]) is None
+
+
+def test_describe_and_combine_repeats():
+    a = stats.describe([1.0, 2.0, 3.0, 4.0])
+    b = stats.describe([2.0, 3.0, 4.0, 5.0])
+    c = stats.describe([10.0, 10.0, 10.0, 10.0])
+    assert a.as_dict() == {"n": 4, "mean": 2.5, "std": pytest.approx(1.2909944), "min": 1.0, "p50": 2.0,
+                           "p90": 4.0, "p99": 4.0, "p999": 4.0, "max": 4.0}
+    combined = stats.combine_repeats([a, b, c])
+    assert combined["n"] == 12
+    assert combined["p50"] == 3.0  # median of 2, 3, 10: one disturbed repeat does not drag the figure
+    assert combined["max"] == 5.0
