@@ -4,8 +4,9 @@ Start-up cost is kept small without sharing state between measurements:
 
 * workers are forked from a **forkserver** that has already imported torch, torchvision (and timm) but never
   touched the GPU, so each worker starts in tens of milliseconds with a clean CUDA context and allocator;
-* on a GPU, the next worker **prepares** (builds its model on the CPU) while the current one measures, and only
-  receives "go" once the GPU is free, so two measurements never share the device.
+* on a GPU, the next worker **prepares** (builds its model on the CPU and creates its CUDA context, which runs no
+  kernel) while the current one measures, and only receives "go" once the GPU is free, so no two measurements
+  ever run kernels at the same time.
 
 Each finished measurement is written to the output file at once (atomically), so an interruption loses at most
 the measurement in flight; ``resume`` measures only the cells the file lacks.
@@ -64,7 +65,7 @@ ProgressCallback = Callable[[ProgressEvent], None]
 class _Worker:
     """A worker process and the parent's end of its pipe."""
 
-    def __init__(self, ctx: Any, job: Job) -> None:
+    def __init__(self, ctx: Any, job: Job, create_context: bool) -> None:
         self.job = job
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child,), daemon=True,
@@ -72,7 +73,7 @@ class _Worker:
         self.started = time.monotonic()
         self.process.start()
         child.close()
-        self.conn.send(job)
+        self.conn.send((job, create_context))
         self.ready = False
 
     def wait(self, deadline: float) -> tuple[str, Any] | None:
@@ -123,14 +124,14 @@ class ProcessExecutor:
             worker, self._ahead = self._ahead, None
         else:
             self.cancel_ahead()
-            worker = _Worker(self._ctx, job)
+            worker = _Worker(self._ctx, job, self.overlap)
         deadline = worker.started + self.timeout_s
         try:
             message = worker.wait(deadline)
             if message is None or message[0] != "ready":
                 return worker.death_record(self.timeout_s)
             if self.overlap and next_job is not None:
-                self._ahead = _Worker(self._ctx, next_job)
+                self._ahead = _Worker(self._ctx, next_job, self.overlap)
             worker.conn.send("go")
             message = worker.wait(deadline)
             if message is None or message[0] != "result":

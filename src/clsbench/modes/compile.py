@@ -7,6 +7,7 @@ capturing a graph around a compiled module by hand duplicates what the compiler 
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -31,9 +32,8 @@ class Compile:
         if not hasattr(torch, "compile"):
             return "this torch has no torch.compile"
         try:
-            import torch._dynamo
-
-            if not torch._dynamo.is_dynamo_supported():
+            dynamo = importlib.import_module("torch._dynamo")  # a plain `import torch._dynamo` would shadow torch
+            if not dynamo.is_dynamo_supported():
                 return "torch.compile is not supported on this Python/platform"
         except Exception as exc:  # noqa: BLE001 - any import failure means compile cannot run here
             return f"torch.compile unavailable: {exc}"
