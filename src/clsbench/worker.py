@@ -89,7 +89,8 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
             import torch
 
             device = torch.device(job.cell.device)
-            torch.cuda.set_device(device)
+            if device.index is not None:
+                torch.cuda.set_device(device.index)
             torch.empty(1, device=device)  # an allocation needs the context; no kernel runs
         return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0)
     except ClsbenchError as exc:
