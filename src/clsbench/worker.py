@@ -13,6 +13,7 @@ one-line ``detail``. Exceptions never escape :func:`execute`.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import traceback
@@ -70,6 +71,18 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return _record("failed", "crash", message, traceback=traceback.format_exc(limit=8))
 
 
+def _build_quietly(spec: Any, job: Job) -> Any:
+    """Build on one CPU thread: the build overlaps another worker's measurement, which may be CPU-bound."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def prepare(job: Job, *, create_context: bool = False) -> Prepared:
     """Build the model on the CPU with seeded weights; runs no GPU kernel, so it may overlap another measurement.
 
@@ -84,7 +97,8 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
     try:
         spec = get_model_spec(job.cell.model)
         input_size = job.cell.input_size or spec.input_size
-        model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+        model = _build_quietly(spec, job) if create_context else spec.build(
+            seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
         if create_context and job.cell.device.startswith("cuda"):
             import torch
 
@@ -137,7 +151,14 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
                               input_size=prepared.input_size, num_classes=job.num_classes,
                               data_seed=job.data_seed, train=job.train,
                               compiled="compile" in {n.split(":")[0] for n in mode.modifier_names})
-        out = workload.run(ctx)
+        # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
+        gc.collect()
+        gc.disable()
+        try:
+            out = workload.run(ctx)
+        finally:
+            gc.enable()
+        flags["gc_disabled_while_running"] = True
         timings = {"prepare_s": prepared.prepare_s, "setup_s": setup_s, **out.timings}
         if ctx.compiled:
             # Compilation is lazy: it happens inside the first call, which is timed on its own.
