@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,10 @@ def save(result: BenchmarkResult, path: Path) -> None:
     """Write ``result`` to ``path`` atomically: a temporary file in the same directory, then a rename."""
     text = json.dumps(_jsonable(result.to_dict()), indent=1, allow_nan=False)
     directory = path.parent if str(path.parent) else Path(".")
+    tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        # os.open with 0o666 honours the umask (mkstemp would make the result file private to its owner).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.write("\n")
@@ -53,6 +55,7 @@ def save(result: BenchmarkResult, path: Path) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise ResultFileError(f"cannot write {path}: {exc.strerror or exc}", "check the disk and permissions") from None
 
 
