@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import analysis
-from .errors import ClsbenchError, EXIT_INTERRUPTED, ResultFileError
+from .errors import EXIT_INTERRUPTED, ClsbenchError, ResultFileError
 from .measure.clock import Clock, WallClock
 from .results import io as result_io
 from .results.schema import BenchmarkResult, Measurement

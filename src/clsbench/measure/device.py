@@ -32,7 +32,7 @@ class EventTimeline:
 
     def intervals_ms(self) -> list[float]:
         """Milliseconds between consecutive marks (call after synchronising)."""
-        return [a.elapsed_time(b) for a, b in zip(self._events, self._events[1:])]
+        return [a.elapsed_time(b) for a, b in zip(self._events, self._events[1:], strict=False)]
 
 
 def reset_peak_memory(device: torch.device) -> None:

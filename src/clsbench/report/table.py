@@ -75,7 +75,7 @@ def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     for r in [header, *rows]:
         cells = [
             str(c).rjust(w) if header[i] in RIGHT_ALIGNED else str(c).ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths))
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
     lines.insert(1, "  ".join("-" * w for w in widths))
