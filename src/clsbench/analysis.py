@@ -115,8 +115,9 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
     status = "ok" if bad is None else bad["status"]
     detail = None
     if bad is not None:
-        where = f"repeat {records.index(bad) + 1}/{len(records)}"
-        detail = f"{bad.get('detail') or bad.get('reason')} ({where})"
+        detail = bad.get("detail") or bad.get("reason")
+        if bad["status"] == "failed":  # a skip is a property of the cell; a failure happened in one repeat
+            detail = f"{detail} (repeat {records.index(bad) + 1}/{len(records)})"
     return Measurement(
         model=cell.model,
         workload=cell.workload,

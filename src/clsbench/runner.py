@@ -221,7 +221,11 @@ def run_plan(
         while index < len(jobs):
             cell = jobs[index].cell
             records: list[dict[str, Any]] = []
-            for r in range(plan.repeats):
+            reason = static_skip_reason(cell, result.environment, plan.compile_mode)
+            if reason:  # known before any process starts: no worker needed to say so
+                records.append({"status": "skipped", "reason": "unsupported_mode", "detail": reason})
+                done += plan.repeats
+            for r in range(0 if reason else plan.repeats):
                 job = jobs[index + r]
                 eta = spent_s / done * (total - done) if done else None
                 notify(ProgressEvent("repeat", done, total, cell, r + 1, plan.repeats, eta))
@@ -249,6 +253,31 @@ def run_plan(
         executor.close()
     notify(ProgressEvent("finish", done, total))
     return result
+
+
+def static_skip_reason(cell: Cell, environment: dict[str, Any], compile_mode: str) -> str | None:
+    """Why ``cell``'s mode cannot run on its device, judged from the recorded environment, or None.
+
+    Only what is certain without a worker (bf16 and TF32 from the GPU's compute capability); anything else is
+    left to the worker, which checks again against the live device.
+    """
+    import torch
+
+    from .modes import parse_mode
+    from .workloads import get_workload
+
+    capability = (environment.get("gpu") or {}).get("compute_capability")
+    try:
+        major = float(capability) if capability is not None else None
+    except (TypeError, ValueError):
+        major = None
+    on_cuda = cell.device.startswith("cuda")
+    bf16 = True if not on_cuda or major is None else major >= 8.0
+    tf32 = on_cuda and (major is None or major >= 8.0)
+    mode = parse_mode(cell.mode)
+    ctx = mode.context(torch.device(cell.device), get_workload(cell.workload).kind, bf16_supported=bf16,
+                       tf32_supported=tf32, compile_mode=compile_mode)
+    return mode.unsupported_reason(ctx)
 
 
 def check_resume_compatible(result: BenchmarkResult, environment: dict[str, Any], source: str) -> None:
