@@ -75,6 +75,8 @@ def plan_run(
     timeout_s: float = 900.0,
     compile_mode: str = "default",
     seed: int = 0,
+    cudnn_benchmark: bool = True,
+    overlap_prepare: bool = True,
     environment: dict[str, Any] | None = None,
 ) -> RunPlan:
     """Build the cross product to measure.
@@ -118,7 +120,8 @@ def plan_run(
     if overrides:
         rules = {name: _replace_rule(rule, overrides) for name, rule in rules.items()}
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=repeats, stop_rules=rules, seed=seed,
-                   data_seed=seed, timeout_s=timeout_s, compile_mode=compile_mode, suite=suite)
+                   data_seed=seed, timeout_s=timeout_s, compile_mode=compile_mode, cudnn_benchmark=cudnn_benchmark,
+                   overlap_prepare=overlap_prepare, suite=suite)
     plan.validate()
     return plan
 

@@ -132,6 +132,10 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True,
               help="Seconds before a worker is killed and the repeat recorded as failed (timeout).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic data.")
+@click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=True, show_default=True,
+              help="Let cuDNN autotune convolution algorithms (in the untimed first iteration).")
+@click.option("--overlap/--no-overlap", default=True, show_default=True,
+              help="On a GPU, build the next worker's model and CUDA context while the current one measures.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Result file (never overwritten).")
 @click.option("--resume", "resume_path", type=click.Path(dir_okay=False),
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
@@ -143,7 +147,7 @@ def _ints(values: list[str], option: str) -> list[int]:
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
         min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
-        timeout_s: float, seed: int, output: str | None, resume_path: str | None, isolation: str, quiet: bool,
+        timeout_s: float, seed: int, cudnn_benchmark: bool, overlap: bool, output: str | None, resume_path: str | None, isolation: str, quiet: bool,
         clock: str | None) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from . import api
@@ -167,7 +171,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 modes=api.split_list(modes), batch_sizes=_ints(api.split_list(batch_sizes), "--batch-size"),
                 device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
                 max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                seed=seed, environment=env,
+                seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap, environment=env,
             )
             path = output or str(api.default_output_path(resolved))
             if not quiet:

@@ -203,7 +203,7 @@ def run_plan(
         executor = InlineExecutor()
     elif isolation == "process":
         # Overlap only on a GPU: on a CPU, building the next model would steal cores from the measurement.
-        executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu)
+        executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare)
     else:
         raise ClsbenchError(f"unknown isolation {isolation!r}", "use process or inline")
 

@@ -120,6 +120,7 @@ class RunPlan:
     timeout_s: float = 900.0  # per worker process (one repeat), compile included
     compile_mode: str = "default"  # torch.compile mode when a mode names +compile without its own
     cudnn_benchmark: bool = True
+    overlap_prepare: bool = True  # on a GPU, build the next worker's model while the current one measures
     train: TrainSettings = TrainSettings()
     suite: str | None = None
 
@@ -147,6 +148,7 @@ class RunPlan:
             "timeout_s": self.timeout_s,
             "compile_mode": self.compile_mode,
             "cudnn_benchmark": self.cudnn_benchmark,
+            "overlap_prepare": self.overlap_prepare,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
             "cells": [cell.to_dict() for cell in self.cells],
@@ -163,6 +165,7 @@ class RunPlan:
             timeout_s=float(data["timeout_s"]),
             compile_mode=str(data["compile_mode"]),
             cudnn_benchmark=bool(data["cudnn_benchmark"]),
+            overlap_prepare=bool(data.get("overlap_prepare", True)),
             train=TrainSettings(**data["train"]),
             suite=data.get("suite"),
         )
