@@ -105,10 +105,119 @@ def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, A
     return summary, validity
 
 
-def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule | None = None) -> Measurement:
+def _median_or_none(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return stats.median(present) if present else None
+
+
+def combine_telemetry(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """Summarise each repeat's telemetry, then take the median over repeats of every figure.
+
+    Throttling is reported from the repeat that throttled most: a throttled repeat is not averaged away.
+    """
+    from .telemetry.summary import summarize_telemetry
+
+    per_repeat = [
+        summarize_telemetry(r.get("telemetry"), images=r["samples"].get("images"), wall_s=r["samples"].get("wall_s"))
+        for r in ok
+    ]
+    if not per_repeat:
+        return {}
+    combined: dict[str, Any] = {}
+    for key, value in per_repeat[0].items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            combined[key] = min(p.get(key) or 0 for p in per_repeat)  # counts: the smallest repeat's
+        elif isinstance(value, float):
+            combined[key] = _median_or_none([p.get(key) for p in per_repeat])
+        else:
+            combined[key] = value
+    worst = max(per_repeat, key=lambda p: sum((p.get("throttle_reasons") or {}).values()))
+    for key in ("throttle_reasons", "throttled", "throttle_summary"):
+        combined[key] = worst.get(key)
+    combined["throttled"] = any(p.get("throttled") for p in per_repeat)
+    return combined
+
+
+def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: int, throughput: float | None,
+               environment: dict[str, Any]) -> dict[str, Any]:
+    """FLOPs, achieved TFLOP/s, MFU against datasheet and measured peaks, intensity and the roofline verdict."""
+    from . import efficiency as eff
+    from .measure.peaks import lookup_gpu, precision_key
+
+    costs = next((r.get("costs") for r in ok if r.get("costs") and not r["costs"].get("unavailable")), None)
+    if not costs:
+        reason = next((r["costs"]["unavailable"] for r in ok if r.get("costs")), "FLOPs were not counted")
+        return {"unavailable": reason}
+    train = workload == "train"
+    flops = costs.get("train_step_flops" if train else "forward_flops")
+    unit = precision_key(mode)
+    out: dict[str, Any] = {
+        "flops_per_image": flops,
+        "flops_kind": "train step (forward + backward)" if train else "forward",
+        "forward_flops_per_image": costs.get("forward_flops"),
+        "train_step_flops_per_image": costs.get("train_step_flops"),
+        "params": costs.get("params"),
+        "precision_unit": unit,
+    }
+    achieved = flops * throughput if flops and throughput else None
+    out["achieved_tflop_s"] = achieved / 1e12 if achieved else None
+    gpu = environment.get("gpu") or {}
+    peak = lookup_gpu(gpu.get("name") or "") if gpu.get("name") else None
+    peak_flop_s = peak.flop_s(unit) if peak else None
+    out["peak_tflop_s_datasheet"] = peak_flop_s / 1e12 if peak_flop_s else None
+    out["mfu_datasheet_pct"] = 100 * eff.mfu(achieved, peak_flop_s) if achieved and peak_flop_s else None
+    probe = environment.get("probe") or {}
+    measured = (probe.get("matmul_flop_s") or {}).get(unit)
+    out["peak_tflop_s_measured"] = measured / 1e12 if measured else None
+    out["mfu_measured_pct"] = 100 * eff.mfu(achieved, measured) if achieved and measured else None
+
+    # Minimal bytes per image: the weights once per batch plus every activation once; 16-bit modes move half.
+    scale = 0.5 if unit in ("bf16", "fp16") else 1.0
+    per_image = eff.min_bytes_per_image(param_bytes=costs.get("param_bytes", 0),
+                                        activation_bytes=costs.get("activation_bytes", 0), batch_size=batch_size)
+    bytes_per_image = scale * per_image * (TRAIN_BYTES_FACTOR if train else 1.0)
+    out["bytes_per_image"] = bytes_per_image or None
+    out["arithmetic_intensity"] = flops / bytes_per_image if flops and bytes_per_image else None
+
+    busy = []
+    for r in ok:
+        per_iteration_ms = (r.get("busy") or {}).get("gpu_busy_ms_per_iteration")
+        iterations = (r.get("validity") or {}).get("timed_iterations")
+        wall_s = r["samples"].get("wall_s")
+        if per_iteration_ms is not None and iterations and wall_s:
+            busy.append(min(1.0, per_iteration_ms / (wall_s * 1000.0 / iterations)))
+    out["gpu_busy_fraction"] = _median_or_none(busy)
+    out["gpu_busy_method"] = "torch.profiler CUDA activity after the timed region" if busy else None
+    bandwidth = (probe.get("copy_bytes_s") if probe.get("copy_bytes_s") else None) or (
+        peak.memory_bandwidth_bytes_s if peak else None)
+    verdict = eff.roofline_verdict(
+        flops_per_image=flops, bytes_per_image=out["bytes_per_image"], images_per_s=throughput,
+        peak_flop_s=measured or peak_flop_s, peak_bytes_s=bandwidth, gpu_busy_fraction=out["gpu_busy_fraction"],
+    )
+    out["roofline"] = verdict
+    out["bound_by"] = verdict.get("bound_by")
+    return out
+
+
+#: Training moves roughly three times the forward's bytes: activations are written, then read back for the
+#: backward pass, which writes gradients of the same size; weights are read twice and their gradients written.
+TRAIN_BYTES_FACTOR = 3.0
+
+
+def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule | None = None,
+                      environment: dict[str, Any] | None = None) -> Measurement:
     """Combine the repeat records of ``cell`` into a Measurement; the first non-ok record sets the status."""
     bad = next((r for r in records if r["status"] != "ok"), None)
     summary, validity = summarize(records, cell.workload)
+    ok = [r for r in records if r["status"] == "ok"]
+    if ok:
+        summary["flags"] = ok[0].get("flags")
+        telemetry = combine_telemetry(ok)
+        summary["telemetry"] = telemetry
+        summary["efficiency"] = efficiency(ok, cell.workload, cell.mode, cell.batch_size,
+                                           summary.get("throughput_img_s"), environment or {})
+        validity["throttled"] = bool(telemetry.get("throttled"))
+        validity["throttle_summary"] = telemetry.get("throttle_summary")
     if rule is not None:
         validity["stop_rule"] = stop_rule_text(rule)
     input_size = next((r.get("input_size") for r in records if r.get("input_size")), cell.input_size)

@@ -77,6 +77,7 @@ def plan_run(
     seed: int = 0,
     cudnn_benchmark: bool = True,
     overlap_prepare: bool = True,
+    telemetry: bool = True,
     environment: dict[str, Any] | None = None,
 ) -> RunPlan:
     """Build the cross product to measure.
@@ -121,7 +122,7 @@ def plan_run(
         rules = {name: _replace_rule(rule, overrides) for name, rule in rules.items()}
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=repeats, stop_rules=rules, seed=seed,
                    data_seed=seed, timeout_s=timeout_s, compile_mode=compile_mode, cudnn_benchmark=cudnn_benchmark,
-                   overlap_prepare=overlap_prepare, suite=suite)
+                   overlap_prepare=overlap_prepare, telemetry=telemetry, suite=suite)
     plan.validate()
     return plan
 
@@ -152,10 +153,19 @@ def default_output_path(device: str, directory: Path = DEFAULT_RESULTS_DIR) -> P
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
-    """The environment that would be recorded for a run on ``device``."""
+    """The environment that would be recorded for a run on ``device``, with the pre-flight checks under
+    ``preflight`` (read-only: clsbench reports the GPU's state and never changes it)."""
+    from .preflight import preflight_checks
     from .results.environment import collect_environment
 
-    return collect_environment(device)
+    facts = collect_environment(device)
+    facts["preflight"] = preflight_checks(device)
+    return facts
+
+
+def preflight_warnings(facts: dict[str, Any]) -> list[str]:
+    """The pre-flight checks that deserve the user's attention before measuring, as lines of text."""
+    return [f"{c['check']}: {c['message']}" for c in facts.get("preflight") or [] if c.get("status") == "warn"]
 
 
 def run(
@@ -166,13 +176,23 @@ def run(
     isolation: str = "process",
     clock: Clock | None = None,
     progress: ProgressCallback | None = None,
+    probe: bool = True,
 ) -> BenchmarkResult:
-    """Measure ``plan``, saving to ``output`` after every measurement; refuse to overwrite an existing file."""
+    """Measure ``plan``, saving to ``output`` after every measurement; refuse to overwrite an existing file.
+
+    On a GPU, ``probe`` first measures the matmul and copy ceilings (clsbench.probe) in a separate process and
+    stores them in the environment, so MFU can be stated against measured as well as datasheet peaks.
+    """
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
     device = plan.cells[0].device if plan.cells else "cpu"
-    result = new_result(plan, env if env is not None else environment(device))
+    facts = env if env is not None else environment(device)
+    if probe and device.startswith("cuda") and "probe" not in facts:
+        from .probe import probe_in_subprocess
+
+        facts = {**facts, "probe": probe_in_subprocess(device)}
+    result = new_result(plan, facts)
     if path is not None:
         result_io.save(result, path)  # an empty run file now: the path is claimed, and writable
     return run_plan(plan, result, path, isolation=isolation, clock=clock, progress=progress)

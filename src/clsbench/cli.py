@@ -134,6 +134,8 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic data.")
 @click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=True, show_default=True,
               help="Let cuDNN autotune convolution algorithms (in the untimed first iteration).")
+@click.option("--telemetry/--no-telemetry", default=True, show_default=True,
+              help="On a GPU, sample power, clocks, temperature and throttling over each timed region (NVML).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="On a GPU, build the next worker's model and CUDA context while the current one measures.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), help="Result file (never overwritten).")
@@ -147,8 +149,8 @@ def _ints(values: list[str], option: str) -> list[int]:
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
         min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
-        timeout_s: float, seed: int, cudnn_benchmark: bool, overlap: bool, output: str | None, resume_path: str | None, isolation: str, quiet: bool,
-        clock: str | None) -> None:
+        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, overlap: bool, output: str | None,
+        resume_path: str | None, isolation: str, quiet: bool, clock: str | None) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from . import api
     from .measure.clock import make_clock
@@ -171,13 +173,17 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 modes=api.split_list(modes), batch_sizes=_ints(api.split_list(batch_sizes), "--batch-size"),
                 device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
                 max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap, environment=env,
+                seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap, telemetry=telemetry,
+                environment=env,
             )
             path = output or str(api.default_output_path(resolved))
+            for line in api.preflight_warnings(env):
+                click.echo(f"warning: {line}", err=True)
             if not quiet:
                 click.echo(f"clsbench {__version__}: {len(plan.cells)} measurement(s) x {plan.repeats} repeat(s) "
                            f"on {resolved}; results -> {path}", err=True)
-            result = api.run(plan, path, env=env, isolation=isolation, clock=fake, progress=progress)
+            result = api.run(plan, path, env=env, isolation=isolation, clock=fake, progress=progress,
+                             probe=telemetry)
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
@@ -246,3 +252,37 @@ def env(device: str, as_json: bool) -> None:
     width = max((len(label) for label, _ in rows), default=0)
     for label, value in rows:
         click.echo(f"{label:<{width}}  {value}")
+    click.echo("")
+    click.echo("pre-flight checks (read-only; clsbench never changes clocks, limits or modes):")
+    for check in facts.get("preflight") or []:
+        click.echo(f"  {check['status']:<11} {check['check']:<16} {check['message']}")
+
+
+@main.command()
+@click.option("--device", default="cuda", show_default=True, help="cuda or cuda:N.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Also write the probe as JSON (never overwritten).")
+@handle_errors
+def probe(device: str, output: str | None) -> None:
+    """Measure this GPU's ceilings: dense matmul TFLOP/s per dtype and device-to-device copy bandwidth."""
+    from pathlib import Path
+
+    from . import api
+    from .errors import DeviceUnavailableError
+    from .probe import probe_in_subprocess
+    from .results import io as result_io
+
+    resolved = api.resolve_device(device)
+    if not resolved.startswith("cuda"):
+        raise DeviceUnavailableError("the probe measures a GPU; this machine has none",
+                                     "use --device cuda on a GPU machine")
+    if output:
+        result_io.check_writable(Path(output))
+    facts = probe_in_subprocess(resolved)
+    if facts.get("unavailable"):
+        raise DeviceUnavailableError(f"probe failed: {facts['unavailable']}")
+    for key, value in facts["matmul_flop_s"].items():
+        click.echo(f"matmul {key:<5} {value / 1e12:8.1f} TFLOP/s" if value else f"matmul {key:<5} unavailable")
+    click.echo(f"copy        {facts['copy_bytes_s'] / 1e12:8.2f} TB/s (read + write)")
+    if output:
+        Path(output).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")

@@ -35,7 +35,7 @@ from .worker import Job, execute, worker_main
 PRELOAD_MODULES = ["torch", "torchvision", "timm", "clsbench.worker", "clsbench.workloads", "clsbench.modes",
                    "clsbench.models"]
 
-#: Seconds a worker has to report "ready" after preparing; part of the per-repeat timeout.
+#: Seconds to wait for a killed worker to be reaped.
 KILL_GRACE_S = 5.0
 
 
@@ -74,7 +74,6 @@ class _Worker:
         self.process.start()
         child.close()
         self.conn.send((job, create_context))
-        self.ready = False
 
     def wait(self, deadline: float) -> tuple[str, Any] | None:
         """Next message, or None when the deadline passes or the process dies first."""
@@ -125,15 +124,16 @@ class ProcessExecutor:
         else:
             self.cancel_ahead()
             worker = _Worker(self._ctx, job, self.overlap)
-        deadline = worker.started + self.timeout_s
         try:
-            message = worker.wait(deadline)
+            # Preparing and measuring each get the full timeout: a worker started ahead may have waited a whole
+            # measurement for its turn, which must not count against it.
+            message = worker.wait(worker.started + self.timeout_s)
             if message is None or message[0] != "ready":
                 return worker.death_record(self.timeout_s)
             if self.overlap and next_job is not None:
                 self._ahead = _Worker(self._ctx, next_job, self.overlap)
             worker.conn.send("go")
-            message = worker.wait(deadline)
+            message = worker.wait(time.monotonic() + self.timeout_s)
             if message is None or message[0] != "result":
                 return worker.death_record(self.timeout_s)
             return message[1]
@@ -207,44 +207,50 @@ def run_plan(
     else:
         raise ClsbenchError(f"unknown isolation {isolation!r}", "use process or inline")
 
+    skips = {cell.key: static_skip_reason(cell, result.environment, plan.compile_mode) for cell in todo}
     jobs = [
         Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
-            compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock)
+            compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
+            telemetry=plan.telemetry)
         for cell in todo
+        if not skips[cell.key]
         for r in range(plan.repeats)
     ]
     done = 0
+    measured = 0  # repeats that ran a worker: the ETA is their mean duration times what is left
     spent_s = 0.0
     notify(ProgressEvent("start", 0, total))
     try:
         index = 0
-        while index < len(jobs):
-            cell = jobs[index].cell
+        for cell in todo:
             records: list[dict[str, Any]] = []
-            reason = static_skip_reason(cell, result.environment, plan.compile_mode)
+            reason = skips[cell.key]
             if reason:  # known before any process starts: no worker needed to say so
                 records.append({"status": "skipped", "reason": "unsupported_mode", "detail": reason})
                 done += plan.repeats
             for r in range(0 if reason else plan.repeats):
                 job = jobs[index + r]
-                eta = spent_s / done * (total - done) if done else None
+                eta = spent_s / measured * (total - done) if measured else None
                 notify(ProgressEvent("repeat", done, total, cell, r + 1, plan.repeats, eta))
                 following = jobs[index + r + 1] if index + r + 1 < len(jobs) else None
                 t0 = time.monotonic()
                 record = executor.run(job, following)
                 spent_s += time.monotonic() - t0
+                measured += 1
                 done += 1
                 records.append(record)
                 if record["status"] != "ok":
                     # oom, nan_loss, unsupported... repeat the same way: stop this cell, count the rest as done.
                     done += plan.repeats - 1 - r
                     break
-            measurement = analysis.build_measurement(cell, records, plan.stop_rule(cell.workload))
+            if not reason:
+                index += plan.repeats
+            measurement = analysis.build_measurement(cell, records, plan.stop_rule(cell.workload),
+                                                     environment=result.environment)
             result = result.with_measurement(measurement)
             if output is not None:
                 result_io.save(result, output)
             notify(ProgressEvent("measurement", done, total, cell, measurement=measurement))
-            index += plan.repeats
     except KeyboardInterrupt:
         executor.close()
         where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""

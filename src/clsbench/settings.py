@@ -43,7 +43,7 @@ class StopRule:
         if self.min_seconds < 0 or self.warmup_seconds < 0:
             raise InvalidInputError("durations must be >= 0 seconds", "e.g. --min-time 2")
         if self.max_iterations is not None and self.max_iterations < self.min_iterations:
-            raise InvalidInputError("max iterations is below min iterations", "raise --max-iterations")
+            raise InvalidInputError("max iterations is below min iterations", "lower --iterations")
         if self.max_seconds is not None and self.max_seconds <= 0:
             raise InvalidInputError("max time must be > 0 seconds", "e.g. --max-time 60")
 
@@ -121,6 +121,7 @@ class RunPlan:
     compile_mode: str = "default"  # torch.compile mode when a mode names +compile without its own
     cudnn_benchmark: bool = True
     overlap_prepare: bool = True  # on a GPU, build the next worker's model while the current one measures
+    telemetry: bool = True  # on a GPU, sample NVML (power, clocks, temperature...) over each timed region
     train: TrainSettings = TrainSettings()
     suite: str | None = None
 
@@ -149,6 +150,7 @@ class RunPlan:
             "compile_mode": self.compile_mode,
             "cudnn_benchmark": self.cudnn_benchmark,
             "overlap_prepare": self.overlap_prepare,
+            "telemetry": self.telemetry,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
             "cells": [cell.to_dict() for cell in self.cells],
@@ -166,6 +168,7 @@ class RunPlan:
             compile_mode=str(data["compile_mode"]),
             cudnn_benchmark=bool(data["cudnn_benchmark"]),
             overlap_prepare=bool(data.get("overlap_prepare", True)),
+            telemetry=bool(data.get("telemetry", True)),
             train=TrainSettings(**data["train"]),
             suite=data.get("suite"),
         )

@@ -36,7 +36,7 @@ def percentile(samples: Sequence[float], p: float) -> float:
     ordered = sorted(samples)
     if p == 0.0:
         return ordered[0]
-    # round() guards against float noise such as 99.9 / 100 * 1000 = 998.9999999999999.
+    # round() guards against float noise: 99.9 / 100 * 1000 is 999.0000000000001, whose ceiling would be 1000.
     rank = math.ceil(round(p / 100.0 * len(ordered), 9))
     return ordered[max(rank, 1) - 1]
 

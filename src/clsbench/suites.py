@@ -19,7 +19,6 @@ class Suite:
     models: tuple[str, ...]
     batch_sizes: dict[str, int]  # workload -> batch size
     modes: tuple[str, ...]
-    device_kind: str  # "cuda" or "cpu": which device's stop rules it is meant for
 
 
 SUITES: dict[str, Suite] = {
@@ -31,7 +30,6 @@ SUITES: dict[str, Suite] = {
             models=("resnet50", "resnet101", "mobilenet_v3_large", "efficientnet_b0", "timm/vit_tiny_patch16_224"),
             batch_sizes={"train": 32, "infer-latency": 1, "infer-throughput": 256},
             modes=("fp32", "amp-bf16"),
-            device_kind="cuda",
         ),
         Suite(
             name="quick",
@@ -39,7 +37,6 @@ SUITES: dict[str, Suite] = {
             models=("mobilenet_v3_small", "resnet18"),
             batch_sizes={"infer-latency": 1, "infer-throughput": 8, "train": 8},
             modes=("fp32",),
-            device_kind="cpu",
         ),
     )
 }

@@ -39,6 +39,8 @@ class Job:
     train: TrainSettings = TrainSettings()
     num_classes: int = 1000
     clock: Clock = field(default_factory=WallClock)
+    telemetry: bool = True  # sample NVML over the timed region (GPU only)
+    telemetry_interval_s: float = 0.05
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Prepared:
     model: Any = None
     input_size: int = 224
     prepare_s: float = 0.0
+    costs: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
 
@@ -83,6 +86,16 @@ def _build_quietly(spec: Any, job: Job) -> Any:
         torch.set_num_threads(threads)
 
 
+def _model_costs(model: Any, input_size: int, job: Job) -> dict[str, Any]:
+    """FLOPs, parameters and minimal bytes per image, counted on the CPU model (a meta-device copy)."""
+    try:
+        from .measure.flops import count_model_costs
+
+        return count_model_costs(model, input_size, num_classes=job.num_classes)
+    except Exception as exc:  # noqa: BLE001 - efficiency figures are extras; the measurement goes on without them
+        return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def prepare(job: Job, *, create_context: bool = False) -> Prepared:
     """Build the model on the CPU with seeded weights; runs no GPU kernel, so it may overlap another measurement.
 
@@ -106,7 +119,8 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
             if device.index is not None:
                 torch.cuda.set_device(device.index)
             torch.empty(1, device=device)  # an allocation needs the context; no kernel runs
-        return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0)
+        costs = _model_costs(model, input_size, job)
+        return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0, costs=costs)
     except ClsbenchError as exc:
         return Prepared(error=_record("failed", "model_error", str(exc)))
     except Exception as exc:  # noqa: BLE001 - recorded as the repeat's failure
@@ -147,10 +161,15 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
             torch.cuda.synchronize(device)
         setup_s = time.perf_counter() - t0
         reset_peak_memory(device)
+        from .telemetry import NoneSource, make_source
+
+        telemetry = (make_source(cell.device, interval_s=job.telemetry_interval_s) if job.telemetry
+                     else NoneSource("telemetry was turned off (--no-telemetry)"))
         ctx = WorkloadContext(cell=cell, stop=job.stop, clock=job.clock, device=device, prepared=ready,
                               input_size=prepared.input_size, num_classes=job.num_classes,
                               data_seed=job.data_seed, train=job.train,
-                              compiled="compile" in {n.split(":")[0] for n in mode.modifier_names})
+                              compiled="compile" in {n.split(":")[0] for n in mode.modifier_names},
+                              telemetry=telemetry)
         # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
         gc.collect()
         gc.disable()
@@ -172,6 +191,9 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
             flags=flags,
             mode_notes=ready.notes,
             input_size=prepared.input_size,
+            telemetry=out.telemetry,
+            busy=out.busy,
+            costs=prepared.costs,
             pid=os.getpid(),
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on

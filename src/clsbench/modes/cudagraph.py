@@ -68,7 +68,7 @@ class CudaGraph:
 
     def apply(self, prepared: Prepared, ctx: ModeContext) -> Prepared:
         if "compile" in {m.split(":")[0] for m in ctx.modifiers}:
-            prepared.notes["cudagraph"] = "from torch.compile (reduce-overhead)"
+            prepared.notes["cudagraph"] = "from torch.compile's own CUDA graphs"
             return prepared
         prepared.autocast_cache = False  # cached casts would be freed after capture, leaving the graph dangling
         prepared.forward = GraphedForward(prepared.forward)

@@ -82,6 +82,43 @@ def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     return lines
 
 
+EFFICIENCY_COLUMNS = ("model", "workload", "mode", "batch", "avg W", "J/img", "img/s/W", "TFLOP/s", "MFU %",
+                      "bound by", "throttling")
+RIGHT_ALIGNED |= {"avg W", "J/img", "img/s/W", "TFLOP/s", "MFU %"}
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def efficiency_row(m: Measurement) -> tuple[str, ...]:
+    tele = m.summary.get("telemetry") or {}
+    eff = m.summary.get("efficiency") or {}
+    mfu = eff.get("mfu_datasheet_pct")
+    mfu_text = _fmt(mfu, ".1f")
+    if eff.get("mfu_measured_pct") is not None:
+        mfu_text += f" ({eff['mfu_measured_pct']:.0f})"
+    throttling = tele.get("throttle_summary") or ("none" if tele.get("samples_n") else "-")
+    return (
+        m.model,
+        m.workload,
+        m.mode,
+        str(m.batch_size),
+        _fmt(tele.get("power_avg_w"), ".0f"),
+        _fmt(tele.get("joules_per_image"), ".4f"),
+        _fmt(tele.get("images_per_s_per_w"), ".1f"),
+        _fmt(eff.get("achieved_tflop_s"), ".3g"),
+        mfu_text,
+        eff.get("bound_by") or "-",
+        throttling,
+    )
+
+
+def has_efficiency(measurements: Sequence[Measurement]) -> bool:
+    return any((m.summary.get("telemetry") or {}).get("samples_n") or (m.summary.get("efficiency") or {}).get(
+        "achieved_tflop_s") for m in measurements)
+
+
 def warnings(measurements: Sequence[Measurement]) -> list[str]:
     """Every failure, skip and instability, in words, with what to do about it."""
     out = []
@@ -95,6 +132,9 @@ def warnings(measurements: Sequence[Measurement]) -> list[str]:
             spread = m.summary.get("spread_pct") or 0.0
             out.append(f"UNSTABLE {label}: spread {spread:.1f}% over {m.summary.get('repeats')} repeats; "
                        f"{m.validity.get('advice', '')}")
+        elif m.validity.get("throttled"):
+            out.append(f"THROTTLED {label}: {m.validity.get('throttle_summary')}; the figure is what a throttled card "
+                       "delivers: check cooling and the power limit (`clsbench env`)")
         elif not m.validity.get("stop_rule_met", True):
             out.append(f"note    {label}: stopped by a maximum before the stop rule held "
                        f"({m.validity.get('stop_rule', '')}); raise --max-time")
@@ -133,6 +173,11 @@ def render(result: BenchmarkResult) -> str:
              f"{sum(m.status == 'failed' for m in measurements)} failed, " \
              f"{sum(m.status == 'skipped' for m in measurements)} skipped"
     lines += ["", counts]
+    measured = [m for m in measurements if m.status == "ok"]
+    if has_efficiency(measured):
+        lines += ["", "power and efficiency (MFU against the datasheet peak; in brackets against the measured "
+                  "`clsbench probe` peak)", ""]
+        lines.extend(render_rows(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured]))
     notes = warnings(measurements)
     if notes:
         lines += [""] + notes

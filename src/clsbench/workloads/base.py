@@ -39,9 +39,27 @@ class WorkloadContext:
     data_seed: int
     train: TrainSettings
     compiled: bool = False
+    telemetry: Any = None  # a clsbench.telemetry TelemetrySource sampling only the timed region, or None
+    profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
+
+    def timed_region_started(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.start()
+
+    def timed_region_ended(self) -> dict[str, Any] | None:
+        return self.telemetry.stop() if self.telemetry is not None else None
+
+    def busy_time(self, run_once: Any) -> dict[str, Any] | None:
+        """GPU busy time per iteration, from a short profile after the timed region (CUDA only)."""
+        if self.device.type != "cuda" or not self.profile_busy:
+            return None
+        from ..measure.busy import gpu_busy_per_iteration
+
+        return gpu_busy_per_iteration(run_once)
 
     def make_images(self, *, pinned: bool = False, on_device: bool = True) -> torch.Tensor:
-        """A seeded batch of images in the mode's dtype and memory format (uniform noise, ImageNet-normalised range)."""
+        """A seeded batch of images in the mode's dtype and memory format (standard normal noise, the range of
+        ImageNet-normalised pixels)."""
         generator = torch.Generator().manual_seed(self.data_seed)
         shape = (self.cell.batch_size, 3, self.input_size, self.input_size)
         images = torch.randn(shape, generator=generator).to(dtype=self.prepared.input_dtype)
@@ -58,6 +76,8 @@ class WorkloadOutput:
     samples: dict[str, Any]
     timings: dict[str, float | None] = field(default_factory=dict)
     validity: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] | None = None  # the raw telemetry record of the timed region
+    busy: dict[str, Any] | None = None  # GPU busy time per iteration (measure/busy.py)
 
 
 class Workload(Protocol):

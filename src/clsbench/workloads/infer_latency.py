@@ -1,9 +1,11 @@
 """infer-latency: one request at a time, as a client sees it.
 
-Each request: a fresh input on the host -> copy to the device -> forward -> result copied back to the host, then
+Each request: an input on the host (cycled through a pool of 8 pinned buffers, so no request reuses the previous
+one's memory) -> copy to the device -> forward -> result copied back to the host, then
 synchronised. Two clocks per request: the **wall** time of the whole request (host clock, what a client waits)
 and, on CUDA, the **GPU** time of the forward pass alone, between two CUDA events around it on the same stream.
-Warm-up requests run first and are not kept; the stop rule is checked after every request.
+The first request (cuDNN autotuning, lazy compilation, graph capture) is timed on its own; warm-up requests follow
+and are not kept; the stop rule is checked after every request.
 """
 
 from __future__ import annotations
@@ -51,22 +53,26 @@ class InferLatency:
         with torch.inference_mode(), prepared.autocast(device.type):
             first_ns, _ = request(0)
             warm = StopWatch(ctx.stop, warmup=True)
-            warm.add(1, first_ns)
             while not warm.done:
                 elapsed, _ = request(warm.iterations)
                 warm.add(1, elapsed)
             timed = StopWatch(ctx.stop)
+            ctx.timed_region_started()
             while not timed.done:
                 elapsed, gpu = request(timed.iterations)
                 timed.add(1, elapsed)
                 wall_ms.append(elapsed / NS_PER_MS)
                 if gpu is not None:
                     gpu_ms.append(gpu)
+            telemetry = ctx.timed_region_ended()
+            busy = ctx.busy_time(lambda: request(0))
         samples = {
             "wall_ms": wall_ms,
             "gpu_ms": gpu_ms if on_cuda else None,
             "images": len(wall_ms) * ctx.cell.batch_size,
             "wall_s": timed.elapsed_ns / NS_PER_S,
         }
-        timings = {"first_iteration_s": first_ns / NS_PER_S, "warmup_iterations": warm.iterations}
-        return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity())
+        timings = {"first_iteration_s": first_ns / NS_PER_S, "warmup_iterations": warm.iterations,
+                   "warmup_s": warm.elapsed_ns / NS_PER_S}
+        return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
+                              busy=busy)

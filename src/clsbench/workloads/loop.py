@@ -50,7 +50,7 @@ def run_timed_loop(
 
     warm = StopWatch(ctx.stop, warmup=True)
     warm_ns: list[int] = []
-    while not warm.done or not warm_ns:
+    while not warm.done:
         t0 = clock.now_ns()
         step()
         synchronize(device)
@@ -59,11 +59,14 @@ def run_timed_loop(
         warm_ns.append(elapsed)
     if after_block:
         after_block()
-    estimate_ns = stats.median(warm_ns[-ESTIMATE_WINDOW:])
+    # With no warm-up at all, the first call (autotuning included) is the only, pessimistic, estimate.
+    estimate_ns = stats.median(warm_ns[-ESTIMATE_WINDOW:]) if warm_ns else float(first_call_ns or 1)
 
     timed = StopWatch(ctx.stop)
     iteration_ms: list[float] = []
     blocks = 0
+    synchronize(device)
+    ctx.timed_region_started()
     while not timed.done:
         n = timed.plan_block(estimate_ns)
         timeline = EventTimeline() if on_cuda else None
@@ -91,6 +94,8 @@ def run_timed_loop(
             estimate_ns = timed.elapsed_ns / timed.iterations
         if after_block:
             after_block()
+    telemetry = ctx.timed_region_ended()
+    busy = ctx.busy_time(step)
 
     images = timed.iterations * ctx.cell.batch_size
     samples = {
@@ -105,4 +110,5 @@ def run_timed_loop(
         "warmup_iterations": warm.iterations,
         "warmup_s": warm.elapsed_ns / NS_PER_S,
     }
-    return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity())
+    return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
+                          busy=busy)

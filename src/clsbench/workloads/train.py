@@ -62,9 +62,13 @@ class Train:
             else:
                 last_loss.append(detached)
 
+        last_value: list[float] = []
+
         def check_finite() -> None:
-            if bool(nonfinite):  # reads one byte back; called only between timed blocks
+            # Reads back one flag and the loss; called only between timed blocks, outside the timed region's work.
+            if bool(nonfinite):
                 raise NonFiniteLossError(f"loss became non-finite (last loss {float(last_loss[0])})")
+            last_value[:] = [float(last_loss[0])]
 
         t0 = ctx.clock.now_ns()
         step()
@@ -73,6 +77,6 @@ class Train:
         first_loss = float(last_loss[0])
         out = run_timed_loop(ctx, step, first_call_done=True, after_block=check_finite, first_call_ns=first_ns)
         out.samples["loss_first"] = first_loss
-        out.samples["loss_last"] = float(last_loss[0])
+        out.samples["loss_last"] = last_value[0]  # after the last timed block, before any busy-time profiling
         out.timings.setdefault("first_iteration_s", first_ns / NS_PER_S)
         return out
