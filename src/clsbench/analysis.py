@@ -123,18 +123,29 @@ def combine_telemetry(ok: list[dict[str, Any]]) -> dict[str, Any]:
     ]
     if not per_repeat:
         return {}
+    from .telemetry.base import THROTTLE_REASONS
+
     combined: dict[str, Any] = {}
-    for key, value in per_repeat[0].items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            combined[key] = min(p.get(key) or 0 for p in per_repeat)  # counts: the smallest repeat's
-        elif isinstance(value, float):
-            combined[key] = _median_or_none([p.get(key) for p in per_repeat])
+    for key in per_repeat[0]:
+        values = [p.get(key) for p in per_repeat]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not numbers:
+            combined[key] = next((v for v in values if v is not None), None)
+        elif key == "samples_n":
+            combined[key] = min(numbers)  # the thinnest repeat's count
+        elif key.endswith(("_max_c", "_peak_w")):
+            combined[key] = max(numbers)  # a peak over the measurement is the largest peak of any repeat
         else:
-            combined[key] = value
-    worst = max(per_repeat, key=lambda p: sum((p.get("throttle_reasons") or {}).values()))
-    for key in ("throttle_reasons", "throttled", "throttle_summary"):
-        combined[key] = worst.get(key)
-    combined["throttled"] = any(p.get("throttled") for p in per_repeat)
+            combined[key] = stats.median(numbers)
+
+    def throttling(p: dict[str, Any]) -> float:
+        return sum(f for name, f in (p.get("throttle_reasons") or {}).items() if name in THROTTLE_REASONS)
+
+    worst = max(per_repeat, key=throttling)
+    combined["throttle_reasons"] = worst.get("throttle_reasons")
+    combined["throttle_summary"] = worst.get("throttle_summary")
+    flags = [p.get("throttled") for p in per_repeat]
+    combined["throttled"] = True if any(flags) else (None if all(f is None for f in flags) else False)
     return combined
 
 
@@ -165,6 +176,7 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
     peak = lookup_gpu(gpu.get("name") or "") if gpu.get("name") else None
     peak_flop_s = peak.flop_s(unit) if peak else None
     out["peak_tflop_s_datasheet"] = peak_flop_s / 1e12 if peak_flop_s else None
+    out["peak_source"] = peak.source if peak else f"no datasheet entry for {gpu.get('name') or 'this device'}"
     out["mfu_datasheet_pct"] = 100 * eff.mfu(achieved, peak_flop_s) if achieved and peak_flop_s else None
     probe = environment.get("probe") or {}
     measured = (probe.get("matmul_flop_s") or {}).get(unit)

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import EXIT_INTERNAL, EXIT_MEASUREMENT_FAILED, ClsbenchError
+from .errors import EXIT_INTERNAL, EXIT_MEASUREMENT_FAILED, ClsbenchError, InvalidInputError
 
 
 def _fail(message: str, hint: str | None, code: int) -> None:
@@ -50,7 +50,25 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class _Group(click.Group):
+    """Click's own usage errors get the same one-line ``error:`` + ``hint:`` form as clsbench's."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx is not None else "clsbench"
+            _fail(exc.format_message(), f"see `{command} --help`", 2)
+        except click.exceptions.Abort:
+            _fail("interrupted", None, 130)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), None, exc.exit_code)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="clsbench")
 def main() -> None:
     """clsbench: what a GPU really delivers on image-classification networks."""
@@ -111,7 +129,7 @@ def _ints(values: list[str], option: str) -> list[int]:
         try:
             out.append(int(value))
         except ValueError:
-            raise click.BadParameter(f"{value!r} is not a whole number", param_hint=option) from None
+            raise InvalidInputError(f"{option} {value!r} is not a whole number", f"e.g. {option} 32") from None
     return out
 
 
@@ -136,10 +154,12 @@ def _ints(values: list[str], option: str) -> list[int]:
               help="Let cuDNN autotune convolution algorithms (in the untimed first iteration).")
 @click.option("--telemetry/--no-telemetry", default=True, show_default=True,
               help="On a GPU, sample power, clocks, temperature and throttling over each timed region (NVML).")
+@click.option("--probe/--no-probe", "probe_first", default=True, show_default=True,
+              help="On a GPU, first measure the matmul and copy ceilings (about 10 s), for MFU against them.")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="On a GPU, build the next worker's model and CUDA context while the current one measures.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Result file (never overwritten).")
-@click.option("--resume", "resume_path", type=click.Path(dir_okay=False),
+@click.option("--output", "-o", help="Result file (never overwritten).")
+@click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
 @click.option("--isolation", type=click.Choice(["process", "inline"]), default="process", show_default=True,
               help="process: a fresh worker per repeat; inline: this process (debugging only).")
@@ -149,14 +169,17 @@ def _ints(values: list[str], option: str) -> list[int]:
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
         min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
-        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, overlap: bool, output: str | None,
+        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool, output: str | None,
         resume_path: str | None, isolation: str, quiet: bool, clock: str | None) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from . import api
     from .measure.clock import make_clock
     from .report import table
 
-    fake = make_clock(clock) if clock else None
+    try:
+        fake = make_clock(clock) if clock else None
+    except ValueError as exc:
+        raise InvalidInputError(str(exc), "e.g. --clock fake:1ms") from None
     progress = _Progress(quiet)
     try:
         if resume_path:
@@ -183,7 +206,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 click.echo(f"clsbench {__version__}: {len(plan.cells)} measurement(s) x {plan.repeats} repeat(s) "
                            f"on {resolved}; results -> {path}", err=True)
             result = api.run(plan, path, env=env, isolation=isolation, clock=fake, progress=progress,
-                             probe=telemetry)
+                             probe=probe_first)
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
@@ -193,7 +216,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
 
 
 @main.command()
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @handle_errors
 def show(files: tuple[str, ...], fmt: str) -> None:
@@ -223,8 +246,6 @@ def models(pattern: str, long_: bool) -> None:
 
     names = list_models(pattern)
     if not names:
-        from .errors import InvalidInputError
-
         raise InvalidInputError(f"no model matches {pattern!r}", "try a wider pattern such as 'resnet*' or '*'")
     for name in names:
         if long_:

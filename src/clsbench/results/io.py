@@ -67,7 +67,8 @@ def load(path: str | Path) -> BenchmarkResult:
     except FileNotFoundError:
         raise ResultFileError(f"{path} does not exist", "check the path") from None
     except IsADirectoryError:
-        raise ResultFileError(f"{path} is a directory, not a result file") from None
+        raise ResultFileError(f"{path} is a directory, not a result file",
+                              "pass a JSON file written by `clsbench run`") from None
     except PermissionError:
         raise ResultFileError(f"{path} cannot be read: permission denied") from None
     except UnicodeDecodeError:

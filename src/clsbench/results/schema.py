@@ -10,7 +10,9 @@ is derived from them by :mod:`clsbench.analysis` and can be recomputed at any ti
 
 History of ``schema_version``:
 
-* 1 (clsbench 0.1): first version.
+* 1 (clsbench 0.1): first version. Repeats may carry ``telemetry``, ``busy`` and ``costs``; summaries
+  ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. All are optional, so a
+  file without them (an older 0.1 file, a CPU run) reads the same.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        if not isinstance(data, dict):
+            raise ValueError(f"a measurement must be an object, not {type(data).__name__}")
+        for key, kind in (("summary", dict), ("validity", dict), ("repeats", list)):
+            if key in data and data[key] is not None and not isinstance(data[key], kind):
+                raise ValueError(f"measurement field {key!r} must be a {kind.__name__}")
+        if any(not isinstance(r, dict) for r in data.get("repeats") or ()):
+            raise ValueError("every repeat must be an object")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["repeats"] = tuple(data.get("repeats") or ())
@@ -109,7 +118,7 @@ class BenchmarkResult:
             raise ResultFileError(f"{source} is not a clsbench result file (tool is {tool!r})",
                                   "pass a file written by `clsbench run`")
         version = data["schema_version"]
-        if not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int):
             raise ResultFileError(f"{source} has a malformed schema_version {version!r}")
         if version > SCHEMA_VERSION:
             raise ResultFileError(
@@ -119,6 +128,8 @@ class BenchmarkResult:
         if version not in READABLE_VERSIONS:
             raise ResultFileError(f"{source} uses result schema {version}, which this clsbench cannot read")
         try:
+            if not isinstance(data["measurements"], list):
+                raise ValueError("measurements must be a list")
             measurements = tuple(Measurement.from_dict(m) for m in data["measurements"])
             return cls(
                 environment=dict(data["environment"]),

@@ -1,7 +1,7 @@
 """infer-latency: one request at a time, as a client sees it.
 
-Each request: an input on the host (cycled through a pool of 8 pinned buffers, so no request reuses the previous
-one's memory) -> copy to the device -> forward -> result copied back to the host, then
+Each request: an input on the host (cycled through a pool of 8 pinned buffers, so consecutive requests never
+share one) -> copy to the device -> forward -> result copied back to the host, then
 synchronised. Two clocks per request: the **wall** time of the whole request (host clock, what a client waits)
 and, on CUDA, the **GPU** time of the forward pass alone, between two CUDA events around it on the same stream.
 The first request (cuDNN autotuning, lazy compilation, graph capture) is timed on its own; warm-up requests follow

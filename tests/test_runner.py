@@ -1,0 +1,209 @@
+"""The runner, through the public API: failures in fresh worker processes, timeouts, saving, interruption.
+
+The failure tests use the default process isolation on the CPU (that is what they are about): a worker that
+dies, hangs or runs out of memory is recorded with its reason and the suite goes on. Saving after each
+measurement is checked inline with the fake clock, where isolation is not the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from clsbench import api
+from clsbench.errors import EXIT_INTERRUPTED
+from clsbench.measure.clock import FakeClock
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult
+from clsbench.runner import ProcessExecutor, ProgressEvent, RunInterrupted
+from clsbench.settings import Cell, StopRule
+from clsbench.worker import Job
+
+TESTS = Path(__file__).resolve().parent
+TINY = "clsbench_testmodels:tiny"
+CRASH = "clsbench_testmodels:crash_model"
+HANG = "clsbench_testmodels:hang_model"
+OOM = "clsbench_testmodels:oom_model"
+#: Enough for a tiny model on a busy 2-core machine (the first job also waits for the forkserver to start).
+TIMEOUT_S = 120.0
+HANG_TIMEOUT_S = 3.0
+
+
+def plan(models: list[str], *, workloads: tuple[str, ...] = ("infer-throughput",), repeats: int = 2,
+         timeout_s: float = TIMEOUT_S):
+    return api.plan_run(models=models, workloads=workloads, device="cpu", repeats=repeats, warmup=1,
+                        iterations=2, min_time=0.0, timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def env() -> dict:
+    return api.environment("cpu")
+
+
+def _is_multiprocessing_helper(process: psutil.Process) -> bool:
+    """The forkserver and resource tracker live for the whole session by design; they are not strays."""
+    try:
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return "multiprocessing.forkserver" in command or "multiprocessing.resource_tracker" in command
+
+
+def stray_processes(before: set[int], wait_s: float = 5.0) -> list[psutil.Process]:
+    """Descendants of this process that were not there before, other than the multiprocessing helpers.
+
+    Waits a little: the forkserver reaps a killed worker asynchronously.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        me = psutil.Process()
+        helpers = {p.pid for p in me.children() if _is_multiprocessing_helper(p)}
+        strays = [p for p in me.children(recursive=True) if p.pid not in helpers and p.pid not in before]
+        if not strays or time.monotonic() > deadline:
+            return strays
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def no_strays() -> Callable[[], list[psutil.Process]]:
+    before = {p.pid for p in psutil.Process().children(recursive=True) if not _is_multiprocessing_helper(p)}
+    return lambda: stray_processes(before)
+
+
+def test_crash_is_recorded_and_the_suite_goes_on(env: dict, tmp_path: Path, no_strays):
+    out = tmp_path / "run.json"
+    result = api.run(plan([CRASH, TINY]), out, env=env)
+    crashed, good = result.measurements
+    assert (crashed.model, crashed.status, crashed.reason) == (CRASH, "failed", "crash")
+    assert "exit code 3" in crashed.detail
+    assert len(crashed.repeats) == 1
+    assert (good.model, good.status) == (TINY, "ok")
+    pids = [r["pid"] for r in good.repeats]
+    assert len(set(pids)) == 2 and os.getpid() not in pids  # fresh processes, not this one
+    assert result_io.load(out) == result
+    assert no_strays() == []
+
+
+def test_hang_times_out_and_leaves_no_process_behind(env: dict, no_strays):
+    t0 = time.monotonic()
+    result = api.run(plan([HANG], workloads=("infer-latency",), timeout_s=HANG_TIMEOUT_S), env=env)
+    elapsed = time.monotonic() - t0
+    (measurement,) = result.measurements
+    assert (measurement.status, measurement.reason) == ("failed", "timeout")
+    assert f"{HANG_TIMEOUT_S:g} s" in measurement.detail
+    assert len(measurement.repeats) == 1  # a hang would hang again: one repeat, not two
+    assert elapsed < 10.0
+    assert no_strays() == []
+
+
+def test_oom_runs_one_repeat_only(env: dict, no_strays):
+    events: list[ProgressEvent] = []
+    result = api.run(plan([OOM], repeats=3), env=env, progress=events.append)
+    (measurement,) = result.measurements
+    assert (measurement.status, measurement.reason) == ("failed", "oom")
+    assert "out of memory" in measurement.detail
+    assert len(measurement.repeats) == 1
+    assert [e.kind for e in events] == ["start", "repeat", "measurement", "finish"]
+    assert events[-1].done == events[-1].total == 3  # the repeats not run count as done for the progress bar
+    assert no_strays() == []
+
+
+def test_file_is_saved_after_every_measurement(env: dict, tmp_path: Path):
+    out = tmp_path / "run.json"
+    seen: list[int] = []
+
+    def check(event: ProgressEvent) -> None:
+        if event.kind == "start":
+            assert result_io.load(out).measurements == ()  # the path is claimed before any measurement
+        if event.kind == "measurement":
+            stored = result_io.load(out)
+            seen.append(len(stored.measurements))
+            assert stored.measurements[-1] == event.measurement
+
+    workloads = ("infer-latency", "infer-throughput", "train")
+    result = api.run(plan([TINY], workloads=workloads), out, env=env, isolation="inline", clock=FakeClock(),
+                     progress=check)
+    assert seen == [1, 2, 3]
+    assert result_io.load(out) == result
+
+
+def test_interrupt_keeps_what_finished_and_names_resume(env: dict, tmp_path: Path, no_strays):
+    out = tmp_path / "run.json"
+
+    def interrupt_after_first(event: ProgressEvent) -> None:
+        if event.kind == "measurement":
+            raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted) as info:
+        api.run(plan([TINY], workloads=("infer-latency", "train")), out, env=env,
+                progress=interrupt_after_first)
+    assert "--resume" in info.value.message
+    assert str(out) in info.value.message
+    assert info.value.exit_code == EXIT_INTERRUPTED
+    stored = result_io.load(out)
+    assert isinstance(stored, BenchmarkResult)
+    assert [(m.workload, m.status) for m in stored.measurements] == [("infer-latency", "ok")]
+    assert no_strays() == []
+
+
+def test_a_worker_prepared_ahead_gets_its_own_full_timeout():
+    """With overlap (the GPU default) the next worker starts while the current one measures: that wait is not
+    its own time. Driven on the CPU through the executor, with real durations 2.5 s then 1 s, timeout 3 s."""
+
+    def job(seconds: float) -> Job:
+        rule = StopRule(warmup=0, min_iterations=1, min_seconds=seconds)
+        return Job(cell=Cell(TINY, "infer-latency", "fp32", 1, "cpu"), repeat=0, stop=rule)
+
+    # Start the forkserver first: its one-time start-up is another matter (see the next test).
+    warm_up = ProcessExecutor(timeout_s=TIMEOUT_S, overlap=False)
+    assert warm_up.run(job(0.0), None)["status"] == "ok"
+    first, second = job(2.5), job(1.0)
+    executor = ProcessExecutor(timeout_s=3.0, overlap=True)
+    try:
+        records = [executor.run(first, second), executor.run(second, None)]
+    finally:
+        executor.close()
+    assert [(r["status"], r.get("reason")) for r in records] == [("ok", None), ("ok", None)], records
+    assert records[0]["pid"] != records[1]["pid"]
+
+
+SLOW_FORKSERVER_SCRIPT = """
+    import json
+
+    from clsbench import api, runner
+
+    # A forkserver that needs over 2 s to start, as importing torch, torchvision and timm can when cold.
+    runner.PRELOAD_MODULES = [*runner.PRELOAD_MODULES, "slow_preload"]
+
+    def main():
+        plan = api.plan_run(models=["clsbench_testmodels:tiny"], workloads=["infer-throughput"], device="cpu",
+                            repeats=1, warmup=1, iterations=2, min_time=0.0, timeout_s=1.5)
+        (m,) = api.run(plan, env={"device": "cpu"}).measurements
+        print(json.dumps([m.status, m.reason, m.detail]))
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.mark.slow
+def test_forkserver_start_up_does_not_count_against_the_first_timeout(tmp_path: Path):
+    (tmp_path / "slow_preload.py").write_text("import time\n\ntime.sleep(2)\n", encoding="utf-8")
+    script = tmp_path / "run_tiny.py"
+    script.write_text(textwrap.dedent(SLOW_FORKSERVER_SCRIPT), encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), str(tmp_path)])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    status, reason, detail = json.loads(done.stdout.splitlines()[-1])
+    assert (status, reason) == ("ok", None), detail
