@@ -169,8 +169,8 @@ def _ints(values: list[str], option: str) -> list[int]:
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
         min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
-        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool, output: str | None,
-        resume_path: str | None, isolation: str, quiet: bool, clock: str | None) -> None:
+        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool,
+        output: str | None, resume_path: str | None, isolation: str, quiet: bool, clock: str | None) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from . import api
     from .measure.clock import make_clock
