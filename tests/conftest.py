@@ -26,3 +26,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def data_dir() -> Path:
     return TESTS_DIR / "data"
+
+
+@pytest.fixture(autouse=True)
+def _private_history_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs made by tests are indexed in a throw-away database, never in the user's history."""
+    monkeypatch.setenv("CLSBENCH_DB", str(tmp_path_factory.mktemp("index") / "index.sqlite3"))

@@ -211,8 +211,20 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
         progress.close()
     click.echo(table.render(result), nl=False)
     click.echo(f"\nsaved: {path}", err=True)
+    _index(path, result)
     if any(m.status == "failed" for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+
+
+def _index(path: str, result: Any) -> None:
+    """Add the finished run to the history index; a problem there is a warning, never a failed run."""
+    from . import store
+
+    try:
+        store.index_result(path, result)
+    except ClsbenchError as exc:
+        click.echo(f"warning: not indexed in the history ({exc.message}); `clsbench import {path}` adds it later",
+                   err=True)
 
 
 @main.command()
@@ -307,3 +319,13 @@ def probe(device: str, output: str | None) -> None:
     click.echo(f"copy        {facts['copy_bytes_s'] / 1e12:8.2f} TB/s (read + write)")
     if output:
         Path(output).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+
+
+def _register_commands() -> None:
+    from .commands import store_cmds
+
+    for module in (store_cmds,):
+        module.register(main)
+
+
+_register_commands()
