@@ -2,7 +2,8 @@
 
 Exit codes (also in README.md): 0 success; 1 internal error (a bug); 2 bad input (unknown name, bad value,
 missing device); 3 result-file problem (unreadable, foreign, newer schema, output exists or not writable);
-4 the run finished but some measurement failed; 130 interrupted (what finished is saved).
+4 the run finished but some measurement failed; 5 `compare --fail-if-slower` found a significant slowdown beyond
+the threshold; 130 interrupted (what finished is saved).
 """
 
 from __future__ import annotations
@@ -229,23 +230,37 @@ def _index(path: str, result: Any) -> None:
 
 @main.command()
 @click.argument("files", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
+              show_default=True,
+              help="table: for people; json: the result file(s) as stored; csv, markdown: one flat row per "
+                   "measurement, units in the column names.")
+@click.option("--output", "-o", default="-", show_default=True,
+              help="Write here instead of stdout ('-'); an existing file is never overwritten.")
 @handle_errors
-def show(files: tuple[str, ...], fmt: str) -> None:
-    """Print the results table of FILE(S), from the files alone (no GPU needed)."""
+def show(files: tuple[str, ...], fmt: str, output: str) -> None:
+    """Print the results of FILE(S), from the files alone (no GPU needed)."""
     from . import api
-    from .report import table
+    from .report import export, table
 
-    for index, name in enumerate(files):
-        result = api.load(name)
-        if fmt == "json":
-            click.echo(json.dumps(result.to_dict(), indent=1))
-            continue
-        if index:
-            click.echo("")
-        if len(files) > 1:
-            click.echo(f"== {name}")
-        click.echo(table.render(result), nl=False)
+    if output != "-":
+        export.check_output(output)
+    results = [api.load(name) for name in files]
+    if fmt == "json":
+        documents = [result.to_dict() for result in results]
+        text = json.dumps(documents[0] if len(documents) == 1 else documents, indent=1) + "\n"
+    elif fmt in ("csv", "markdown"):
+        text = export.export_results(results, list(files), fmt)
+    else:
+        parts = []
+        for name, result in zip(files, results, strict=True):
+            heading = f"== {name}\n" if len(files) > 1 else ""
+            parts.append(heading + table.render(result))
+        text = "\n".join(parts)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        export.write_text(output, text)
+        click.echo(f"saved: {output}", err=True)
 
 
 @main.command()
@@ -322,9 +337,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import store_cmds
+    from .commands import compare_cmds, store_cmds
 
-    for module in (store_cmds,):
+    for module in (store_cmds, compare_cmds):
         module.register(main)
 
 

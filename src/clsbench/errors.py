@@ -8,6 +8,7 @@ EXIT_INTERNAL = 1  # a bug in clsbench: please report it
 EXIT_INVALID_INPUT = 2  # bad argument or option, unknown name, device not present
 EXIT_FILE = 3  # a result file is unreadable/foreign/newer, or the output cannot be written / already exists
 EXIT_MEASUREMENT_FAILED = 4  # the run finished and its file was written, but some measurements failed
+EXIT_REGRESSION = 5  # `compare --fail-if-slower`: a significant slowdown beyond the threshold
 EXIT_INTERRUPTED = 130  # Ctrl-C: everything finished so far is in the output file
 
 

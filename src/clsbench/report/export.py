@@ -1,0 +1,491 @@
+"""Exports of stored results and of comparisons: flat rows as CSV, JSON and Markdown, comparisons as text too.
+
+Every function here reads stored results (or a :class:`~clsbench.compare.Comparison` built from them) and
+returns text; nothing is measured, and nothing is written except by :func:`write_text`.
+
+**Flat rows** (:data:`COLUMNS`): one row per measurement, units in the column names (``_ms``, ``_bytes``,
+``_w``, ``_j``, ``_pct``, ``_img_s``), a value that a file does not have is empty in CSV and ``null`` in JSON.
+Figures are written unrounded (CSV writes Python's shortest round-trip form of each float), so pandas'
+``read_csv`` gets exactly what the result file holds. Definitions are those of ``clsbench show``: img/s is the
+median over repeats, each latency statistic the median over repeats of that statistic within a repeat,
+percentiles are nearest-rank (:mod:`clsbench.stats`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import secrets
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..compare import (
+    VERDICT_FASTER,
+    VERDICT_NA,
+    VERDICT_NOT_TESTABLE,
+    VERDICT_SLOWER,
+    CellValue,
+    Comparison,
+    CrossRunFigures,
+    Ratio,
+    RunInfo,
+    format_ratio,
+)
+from ..errors import InvalidInputError, ResultFileError
+from ..results.environment import get_field
+from ..results.io import _jsonable
+from ..results.schema import BenchmarkResult, Measurement
+from ..significance import format_p
+
+#: Formats of ``show`` and ``compare``.
+FORMATS = ("table", "json", "csv", "markdown")
+
+#: The flat row of one measurement, in this order (the CSV header).
+COLUMNS: tuple[str, ...] = (
+    "result_file",
+    "run_created_utc",
+    "gpu_name",
+    "device",
+    "model",
+    "workload",
+    "mode",
+    "batch_size",
+    "status",
+    "reason",
+    "throughput_img_s",
+    "spread_pct",
+    "unstable",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p99_ms",
+    "latency_p999_ms",
+    "latency_mean_ms",
+    "latency_n",
+    "gpu_latency_p50_ms",
+    "peak_memory_allocated_bytes",
+    "peak_memory_reserved_bytes",
+    "power_avg_w",
+    "energy_j",
+    "joules_per_image",
+    "images_per_s_per_w",
+    "achieved_tflop_s",
+    "mfu_datasheet_pct",
+    "bound_by",
+    "throttled",
+    "torch",
+    "clsbench_version",
+)
+
+MIB = 1024 * 1024
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Flat rows of results
+
+
+def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -> dict[str, Any]:
+    """The flat row of one measurement (keys: :data:`COLUMNS`)."""
+    s = m.summary or {}
+    latency = s.get("latency_ms") or {}
+    telemetry = s.get("telemetry") or {}
+    eff = s.get("efficiency") or {}
+    env = result.environment
+    return {
+        "result_file": result_file,
+        "run_created_utc": result.created_utc or None,
+        # The GPU name describes the measurement only when it ran on that GPU.
+        "gpu_name": get_field(env, "gpu.name") if m.device.startswith("cuda") else None,
+        "device": m.device,
+        "model": m.model,
+        "workload": m.workload,
+        "mode": m.mode,
+        "batch_size": m.batch_size,
+        "status": m.status,
+        "reason": m.reason,
+        "throughput_img_s": s.get("throughput_img_s"),
+        "spread_pct": s.get("spread_pct"),
+        "unstable": s.get("unstable") if m.status == "ok" else None,
+        "latency_p50_ms": latency.get("p50"),
+        "latency_p90_ms": latency.get("p90"),
+        "latency_p99_ms": latency.get("p99"),
+        "latency_p999_ms": latency.get("p999"),
+        "latency_mean_ms": latency.get("mean"),
+        "latency_n": latency.get("n"),
+        "gpu_latency_p50_ms": (s.get("gpu_latency_ms") or {}).get("p50"),
+        "peak_memory_allocated_bytes": s.get("peak_memory_allocated_bytes"),
+        "peak_memory_reserved_bytes": s.get("peak_memory_reserved_bytes"),
+        "power_avg_w": telemetry.get("power_avg_w"),
+        "energy_j": telemetry.get("energy_j"),
+        "joules_per_image": telemetry.get("joules_per_image"),
+        "images_per_s_per_w": telemetry.get("images_per_s_per_w"),
+        "achieved_tflop_s": eff.get("achieved_tflop_s"),
+        "mfu_datasheet_pct": eff.get("mfu_datasheet_pct"),
+        "bound_by": eff.get("bound_by"),
+        # None when no telemetry sample could tell (older files store False even without samples).
+        "throttled": telemetry.get("throttled") if telemetry.get("samples_n") else None,
+        "torch": get_field(env, "software.torch"),
+        "clsbench_version": result.tool.get("version") or get_field(env, "clsbench.version"),
+    }
+
+
+def rows(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Flat rows of every measurement of ``results``; ``names`` (one per result) fill ``result_file``."""
+    if len(results) != len(names):
+        raise InvalidInputError(f"{len(names)} names for {len(results)} results")
+    return [measurement_row(r, m, name) for r, name in zip(results, names, strict=True) for m in r.measurements]
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def to_csv(table: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
+    """CSV with a header row; empty cells for missing values; floats unrounded; ``\\n`` line ends."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in table:
+        writer.writerow([_csv_value(row.get(c)) for c in columns])
+    return out.getvalue()
+
+
+def to_json(table: Sequence[dict[str, Any]]) -> str:
+    """A JSON list of row objects (missing values are ``null``), as standard JSON (no NaN)."""
+    return json.dumps(_jsonable(list(table)), indent=1, allow_nan=False) + "\n"
+
+
+def _md_cell(value: Any) -> str:
+    """A value in a Markdown cell: pipes and asterisks escaped, newlines flattened, floats shortened for reading."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = _fmt_number(value)
+    else:
+        text = str(value)
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def _fmt_number(value: float) -> str:
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.3f}"
+    return f"{value:.4g}"
+
+
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[Any]], right: Sequence[bool] | None = None) -> str:
+    """A GitHub pipe table; ``right`` marks right-aligned columns."""
+    right = right or [False] * len(header)
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |",
+             "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    for row in body:
+        lines.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(table: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A Markdown pipe table of flat rows.
+
+    Args:
+        table: rows from :func:`rows`.
+        columns: the columns to show; default: those of :data:`COLUMNS` that have a value in some row (a CPU
+            run has no power or GPU columns). Floats are shortened for reading; use CSV or JSON for exact values.
+    """
+    if columns is None:
+        columns = [c for c in COLUMNS if any(r.get(c) is not None for r in table)] or list(COLUMNS)
+    right = [any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in table)
+             for c in columns]
+    return markdown_table(columns, [[r.get(c) for c in columns] for r in table], right)
+
+
+def export_results(results: Sequence[BenchmarkResult], names: Sequence[str], fmt: str) -> str:
+    """Flat rows of ``results`` in ``fmt`` (``csv``, ``json`` or ``markdown``)."""
+    exporters: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
+        "csv": to_csv, "json": to_json, "markdown": to_markdown,
+    }
+    if fmt not in exporters:
+        raise InvalidInputError(f"unknown export format {fmt!r}", "choose from: " + ", ".join(exporters))
+    return exporters[fmt](rows(results, names))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Comparisons
+
+
+#: The long-format rows of a comparison: one per matched row and run.
+COMPARISON_COLUMNS: tuple[str, ...] = (
+    "workload", "metric", "model", "mode", "batch_size", "run", "run_label", "hardware", "device", "status",
+    "reason", "value", "repeats", "cv_pct", "unstable", "speedup_vs_first", "slowdown_pct", "verdict", "test",
+    "p_value", "t", "df", "alpha",
+)
+
+
+def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
+    """One flat row per (matched row, run); the first run's ratio columns are empty (it is the baseline)."""
+    out = []
+    for table in comparison.tables:
+        for row in table.rows:
+            for i, (run, cell) in enumerate(zip(comparison.runs, row.cells, strict=True)):
+                ratio = row.ratios[i - 1] if i else None
+                test = ratio.test if ratio else None
+                out.append({
+                    "workload": row.workload, "metric": table.metric, "model": row.model, "mode": row.mode,
+                    "batch_size": row.batch_size, "run": run.name, "run_label": run.label,
+                    "hardware": run.hardware, "device": cell.device, "status": cell.status, "reason": cell.reason,
+                    "value": cell.value, "repeats": len(cell.values) if cell.values else None,
+                    "cv_pct": cell.cv_pct, "unstable": cell.unstable if cell.status == "ok" else None,
+                    "speedup_vs_first": ratio.speedup if ratio else None,
+                    "slowdown_pct": ratio.slowdown_pct if ratio else None,
+                    "verdict": ratio.verdict if ratio else None,
+                    "test": comparison.test if test and test.testable else None,
+                    "p_value": test.p if test else None,
+                    "t": test.t if test and test.t is not None and abs(test.t) != float("inf") else None,
+                    "df": test.df if test else None,
+                    "alpha": comparison.alpha if ratio else None,
+                })
+    return out
+
+
+def _fmt_figure(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric.endswith("_ms"):
+        return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _fmt_cell(metric: str, cell: CellValue) -> str:
+    if cell.status == "missing":
+        return "missing"
+    if cell.status != "ok":
+        label = "FAILED" if cell.status == "failed" else cell.status
+        return f"{label}: {cell.reason}" if cell.reason else label
+    text = _fmt_figure(metric, cell.value)
+    cv = cell.cv_pct
+    if cv is not None:
+        text += f" ±{cv:.2f}%" if cv < 1 else f" ±{cv:.1f}%"
+    return text + ("*" if cell.unstable else "")
+
+
+def _fmt_ratio(ratio: Ratio | None) -> str:
+    if ratio is None or ratio.speedup is None:
+        return "-"
+    return format_ratio(ratio.speedup)
+
+
+def _fmt_verdict(ratio: Ratio | None) -> str:
+    if ratio is None or ratio.verdict == VERDICT_NA:
+        return "-"
+    if ratio.verdict == VERDICT_NOT_TESTABLE:
+        test = ratio.test
+        fewest = min(test.n_a, test.n_b) if test else 0
+        return f"not testable ({fewest} repeat{'s' if fewest != 1 else ''})"
+    return f"{ratio.verdict} ({format_p(ratio.test.p)})" if ratio.test and ratio.test.p is not None \
+        else ratio.verdict
+
+
+def _fmt_cross_ratio(ratio: Ratio | None) -> str:
+    if ratio is None or ratio.speedup is None:
+        return "-"
+    mark = "" if ratio.verdict in (VERDICT_FASTER, VERDICT_SLOWER) else " (n.s.)"
+    return f"{format_ratio(ratio.speedup)}{mark}"
+
+
+def _fmt_memory(figures: CrossRunFigures) -> str:
+    if figures.peak_memory_bytes is None:
+        return "-"
+    suffix = " rss" if figures.peak_memory_kind == "host_rss" else ""
+    return f"{figures.peak_memory_bytes / MIB:,.0f} MiB{suffix}"
+
+
+def _fmt_env_value(value: Any) -> str:
+    return "n/a" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+_METRIC_TITLES = {
+    "throughput_img_s": "img/s, median over repeats (higher is better)",
+    "latency_p50_ms": "p50 latency in ms, median over repeats (lower is better)",
+}
+_METRIC_UNITS = {"throughput_img_s": "img/s", "latency_p50_ms": "p50 ms"}
+
+
+def _table_sections(comparison: Comparison) -> list[tuple[str, list[str], list[list[str]], list[bool]]]:
+    """(title, header, body, right-aligned) of every workload table and of the cross-GPU view."""
+    runs = comparison.runs
+    first = runs[0].label
+    sections = []
+    for table in comparison.tables:
+        unit = _METRIC_UNITS.get(table.metric, table.metric)
+        header = ["model", "mode", "batch"] + [f"{r.label} {unit}" for r in runs]
+        right = [False, False, True] + [True] * len(runs)
+        for r in runs[1:]:
+            header += [f"{r.label}/{first}", f"{r.label} vs {first}"]
+            right += [True, False]
+        body = []
+        for row in table.rows:
+            line = [row.model, row.mode, str(row.batch_size)] + [_fmt_cell(table.metric, c) for c in row.cells]
+            for ratio in row.ratios:
+                line += [_fmt_ratio(ratio), _fmt_verdict(ratio)]
+            body.append(line)
+        title = f"{table.workload}: {_METRIC_TITLES.get(table.metric, table.metric)}"
+        sections.append((title, header, body, right))
+    if comparison.cross:
+        header = ["model", "mode", "train bs"]
+        right = [False, False, True]
+        for r in runs:
+            header += [f"{r.label} train img/s", f"{r.label} p50 ms bs1", f"{r.label} peak mem", f"{r.label} avg W"]
+            right += [True, True, True, True]
+        second = runs[1].label
+        header += [f"{second}/{first} train", f"{second}/{first} p50"]
+        right += [True, True]
+        body = []
+        for cross in comparison.cross:
+            batch = next((f.train_batch_size for f in cross.runs if f.train_batch_size), None)
+            line = [cross.model, cross.mode, str(batch) if batch else "-"]
+            for f in cross.runs:
+                line += [_fmt_figure("throughput_img_s", f.train_img_s),
+                         _fmt_figure("latency_p50_ms", f.latency_p50_ms), _fmt_memory(f),
+                         "-" if f.power_avg_w is None else f"{f.power_avg_w:.0f}"]
+            line += [_fmt_cross_ratio(cross.train_ratio), _fmt_cross_ratio(cross.latency_ratio)]
+            body.append(line)
+        sections.append(("cross-GPU view: training img/s, p50 latency at batch 1, peak memory and average power "
+                         "(of the training measurement)", header, body, right))
+    return sections
+
+
+def _legend_lines(comparison: Comparison) -> list[str]:
+    first = comparison.runs[0].label
+    return [
+        f"ratios: speed-up against {first}, > 1 means faster than {first}; for latency the ratio is inverted "
+        f"({first}'s latency / the other's), so > 1 still means faster.",
+        f"verdicts: {comparison.test} on the per-repeat figures at alpha = {comparison.alpha:g}; \"not significant\" "
+        "means the difference is inside the repeat-to-repeat noise; (n.s.) in the cross-GPU view likewise.",
+        "± is the standard deviation over repeats relative to the mean; * marks an UNSTABLE figure (spread over "
+        "repeats above 10%).",
+    ]
+
+
+def _run_line(run: RunInfo) -> str:
+    devices = ", ".join(run.devices) or "-"
+    return f"{run.label} = {run.name}: {run.hardware} ({devices}), torch {run.torch or 'n/a'}, " \
+           f"{run.created_utc or 'no date'}"
+
+
+def _env_section(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    header = ["key fact"] + [r.label for r in comparison.runs]
+    body = [[d.field] + [_fmt_env_value(v) for v in d.values] for d in comparison.env_differences]
+    return header, body
+
+
+def _text_table(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
+    lines = []
+    for r in [header, *body]:
+        cells = [str(c).rjust(w) if right[i] else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths,
+                                                                                                strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def comparison_text(comparison: Comparison) -> str:
+    """The plain-text comparison ``clsbench compare`` prints: runs, environment differences, warnings, one
+    table per workload, the cross-GPU view and a legend saying what the ratios and verdicts mean."""
+    lines = [f"clsbench compare: {len(comparison.runs)} runs, {comparison.test}, alpha = {comparison.alpha:g}"]
+    lines += ["  " + _run_line(r) for r in comparison.runs]
+    lines.append("")
+    if comparison.env_differences:
+        lines.append("environment differences (key facts):")
+        header, body = _env_section(comparison)
+        lines += ["  " + line for line in _text_table(header, body, [False] * len(header))]
+    else:
+        lines.append("environment: the key facts are the same in every run")
+    for warning in comparison.warnings:
+        lines.append(f"warning: {warning}")
+    for title, header, body, right in _table_sections(comparison):
+        lines += ["", title, ""]
+        lines += _text_table(header, body, right)
+    lines.append("")
+    lines += _legend_lines(comparison)
+    return "\n".join(lines) + "\n"
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """The comparison as Markdown: the same sections as :func:`comparison_text`, tables as pipe tables."""
+    parts = [f"## clsbench compare\n\n{comparison.test}, alpha = {comparison.alpha:g}\n"]
+    parts.append("\n".join(f"- {_md_cell(_run_line(r))}" for r in comparison.runs) + "\n")
+    if comparison.env_differences:
+        header, body = _env_section(comparison)
+        parts.append("### Environment differences\n\n" + markdown_table(header, body))
+    else:
+        parts.append("Environment: the key facts are the same in every run.\n")
+    if comparison.warnings:
+        parts.append("\n".join(f"> **warning:** {_md_cell(w)}" for w in comparison.warnings) + "\n")
+    for title, header, body, right in _table_sections(comparison):
+        parts.append(f"### {_md_cell(title)}\n\n" + markdown_table(header, body, right))
+    parts.append("\n".join(_md_cell(line) for line in _legend_lines(comparison)).replace("\n", "\n\n") + "\n")
+    return "\n".join(parts)
+
+
+def comparison_json(comparison: Comparison) -> str:
+    return json.dumps(_jsonable(comparison.to_dict()), indent=1, allow_nan=False) + "\n"
+
+
+def export_comparison(comparison: Comparison, fmt: str) -> str:
+    """The comparison in ``fmt``: ``table`` (text), ``json`` (the whole comparison), ``csv`` (long rows,
+    :data:`COMPARISON_COLUMNS`) or ``markdown``."""
+    if fmt == "table":
+        return comparison_text(comparison)
+    if fmt == "json":
+        return comparison_json(comparison)
+    if fmt == "csv":
+        return to_csv(comparison_rows(comparison), COMPARISON_COLUMNS)
+    if fmt == "markdown":
+        return comparison_markdown(comparison)
+    raise InvalidInputError(f"unknown format {fmt!r}", "choose from: " + ", ".join(FORMATS))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def check_output(path: str | Path) -> Path:
+    """Fail before any work when ``path`` exists (exports are never overwritten) or its directory is missing."""
+    target = Path(path)
+    if target.exists():
+        raise ResultFileError(f"{target} already exists; clsbench never overwrites a file",
+                              "choose another --output, or remove the file first")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ResultFileError(f"cannot write {target}: directory {parent} does not exist", "create it first")
+    return target
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, then rename); never overwrites an existing file."""
+    target = check_output(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    tmp = parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise ResultFileError(f"cannot write {target}: {exc.strerror or exc}", "check the disk and permissions") \
+            from None
+    finally:
+        tmp.unlink(missing_ok=True)
