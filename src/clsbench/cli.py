@@ -337,9 +337,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import compare_cmds, store_cmds
+    from .commands import compare_cmds, report_cmds, store_cmds
 
-    for module in (store_cmds, compare_cmds):
+    for module in (store_cmds, compare_cmds, report_cmds):
         module.register(main)
 
 

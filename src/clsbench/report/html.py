@@ -1,0 +1,788 @@
+"""The self-contained HTML report: one file, readable offline, built from stored results alone.
+
+What it holds: a summary table per run, throughput bars by mode, batch-sweep curves with the knee marked, latency
+CDFs, power over time, the roofline, warnings in words, and the full environment of every run.
+
+How it stays self-contained and safe:
+
+- Plots are inline SVG drawn by matplotlib (``svg.fonttype = "none"``: text stays text, so the page's fonts are
+  used and no glyph outlines bloat the file). No JavaScript, no CDN, no external fonts or stylesheets.
+- Every string taken from a result file reaches the page through Jinja2 with autoescaping on, or through
+  matplotlib's SVG writer, which escapes text content (``<`` becomes ``&lt;``). Math-text parsing is off, so a
+  ``$`` in a model name is printed, not interpreted.
+- Output is deterministic for the same input: a fixed ``svg.hashsalt`` per figure (matplotlib otherwise derives
+  element ids from a random salt), no ``Date`` in the SVG metadata (the metadata block is dropped), no timestamp
+  other than the runs' own ``created_utc``.
+- Long series are thinned to :data:`MAX_POINTS_PER_CURVE` points per curve, which keeps the file small without
+  changing what the eye sees at these chart sizes.
+
+Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
+every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.stats.percentile`), which
+can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..results.schema import BenchmarkResult, Measurement
+from . import table
+
+#: A sweep's knee: the smallest batch size whose throughput reaches this fraction of the sweep's best. 90% is the
+#: usual "diminishing returns" cut: beyond it, a larger batch buys at most another 10% while costing memory and
+#: latency.
+KNEE_FRACTION = 0.9
+
+#: Most points drawn per curve; longer series are thinned evenly (first and last point kept).
+MAX_POINTS_PER_CURVE = 2000
+
+#: Most curves in one chart; more are split over several charts so that every curve stays legible.
+MAX_CURVES_PER_CHART = 6
+
+#: Throughput bars switch to a logarithmic axis when the largest bar is this many times the smallest
+#: (a CPU next to a GPU), so that the small bars do not vanish.
+LOG_AXIS_RATIO = 30.0
+
+TEMPLATE = "report.html.j2"
+
+#: Colours (matplotlib's tab10, written out so the report does not depend on the user's matplotlib style).
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
+#: matplotlib settings for every figure: text as text, fixed ids, no math text, small fonts.
+RC_PARAMS: dict[str, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "clsbench-report",
+    "text.parse_math": False,
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "legend.fontsize": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "path.simplify": True,
+}
+
+MIB = 1024 * 1024
+
+
+# ----------------------------------------------------------------------------------------------- small helpers
+
+
+def _num(value: Any) -> float | None:
+    """A finite number from a result file, or None (missing, a bool, a string such as "nan", infinite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _label(m: Measurement) -> str:
+    return f"{m.model} {m.workload} {m.mode} bs{m.batch_size}"
+
+
+def _fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _fmt_ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def _fmt_g(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _thin(n: int, limit: int = MAX_POINTS_PER_CURVE) -> list[int]:
+    """Indices of at most ``limit`` points spread evenly over ``n``, always keeping the first and the last."""
+    if n <= limit:
+        return list(range(n))
+    step = (n - 1) / (limit - 1)
+    return sorted({round(i * step) for i in range(limit)})
+
+
+def _chunks(items: Sequence[Any], size: int = MAX_CURVES_PER_CHART) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _ok(m: Measurement) -> bool:
+    return m.status == "ok"
+
+
+def _rate(m: Measurement) -> float | None:
+    """The measurement's img/s (median over repeats) if it succeeded with a positive figure, else None."""
+    value = _num(m.summary.get("throughput_img_s")) if _ok(m) else None
+    return value if value is not None and value > 0 else None
+
+
+# ----------------------------------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One result file as the report shows it: a letter, the name it was given, the hardware, a short tag."""
+
+    letter: str
+    name: str
+    result: BenchmarkResult
+    hardware: str
+    tag: str
+
+    @property
+    def measurements(self) -> tuple[Measurement, ...]:
+        return self.result.measurements
+
+
+def _hardware(result: BenchmarkResult) -> tuple[str, str]:
+    """(full name, short name) of what the run measured: the GPU for a CUDA run, else the CPU."""
+    env = result.environment
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
+    cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
+    devices = [m.device for m in result.measurements] or [str(env.get("device", ""))]
+    if any(str(d).startswith("cuda") for d in devices) and gpu.get("name"):
+        name = str(gpu["name"])
+        return name, re.sub(r"^NVIDIA\s+(GeForce\s+)?", "", name) or name
+    return str(cpu.get("model") or "unknown CPU"), "CPU"
+
+
+def _runs(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[_Run]:
+    runs = []
+    for index, (result, name) in enumerate(zip(results, names, strict=True)):
+        letter = chr(ord("A") + index) if index < 26 else f"R{index + 1}"
+        hardware, short = _hardware(result)
+        runs.append(_Run(letter, str(name), result, hardware, f"{letter} {short}"))
+    return runs
+
+
+def _series_name(run: _Run, text: str, many_runs: bool) -> str:
+    return f"{run.tag} · {text}" if many_runs else text
+
+
+# ------------------------------------------------------------------------------------------------- figures
+
+
+class _Figures:
+    """Makes figures and turns them into inline SVG; each figure gets its own fixed hash salt."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def new(self, width_in: float, height_in: float) -> Any:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(width_in, height_in), layout="constrained")
+        FigureCanvasAgg(fig)  # the Agg canvas, set on this figure only: no global backend switch, no pyplot
+        return fig
+
+    def svg(self, fig: Any) -> Any:
+        import matplotlib
+        from markupsafe import Markup
+
+        self.count += 1
+        buf = io.StringIO()
+        # A distinct, fixed salt per figure: ids stay reproducible and never collide between the page's SVGs.
+        with matplotlib.rc_context({"svg.hashsalt": f"{RC_PARAMS['svg.hashsalt']}-{self.count}"}):
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+        text = buf.getvalue()
+        text = text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: not valid inside HTML
+        text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+        # Matplotlib escapes every text it writes (``_escape_cdata``), so the SVG is safe to inline as is.
+        return Markup(text.strip())
+
+
+def _color(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def _tick(value: float, _pos: Any = None) -> str:
+    """Plain tick labels (1,000 rather than 10^3: math text is off so that result strings print verbatim)."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def _log_axis(axis: Any, low: float, high: float) -> None:
+    """A log scale in plain numbers, labelled at 1, 2 and 5 times each power of ten over a short range and at the
+    powers of ten only over more than three decades (where 1-2-5 labels would run into each other)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    subs = (1.0, 2.0, 5.0) if high / max(low, 1e-300) <= 1e3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(FuncFormatter(_tick))
+    axis.set_minor_formatter(NullFormatter())
+
+
+# ---------------------------------------------------------------------------------------- throughput by mode
+
+
+def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
+    """One horizontal grouped-bar chart per workload: a group per model, a bar per (run, mode)."""
+    many = len(runs) > 1
+    workloads: list[str] = []
+    for run in runs:
+        for m in run.measurements:
+            if _rate(m) and m.workload not in workloads:
+                workloads.append(m.workload)
+    # One colour per (run, mode) across every chart, so that a series keeps its colour from chart to chart.
+    colors: dict[str, str] = {}
+    for run in runs:
+        for m in run.measurements:
+            if _rate(m):
+                colors.setdefault(_series_name(run, m.mode, many), _color(len(colors)))
+    charts = []
+    for workload in workloads:
+        # (model, series) -> best measurement; a sweep contributes its best batch size.
+        best: dict[tuple[str, str], Measurement] = {}
+        models: list[str] = []
+        series: list[str] = []
+        for run in runs:
+            for m in run.measurements:
+                value = _rate(m)
+                if m.workload != workload or value is None:
+                    continue
+                name = _series_name(run, m.mode, many)
+                key = (m.model, name)
+                if key not in best or value > (_rate(best[key]) or 0.0):
+                    best[key] = m
+                if m.model not in models:
+                    models.append(m.model)
+                if name not in series:
+                    series.append(name)
+        bars = [(model, name, best[(model, name)]) for model in models for name in series if (model, name) in best]
+        values = [_rate(m) or 0.0 for _, _, m in bars]
+        log = max(values) / max(min(values), 1e-12) > LOG_AXIS_RATIO
+        fig = figs.new(9.0, 1.0 + 0.24 * len(bars) + 0.12 * len(models))
+        ax = fig.add_subplot()
+        y, ticks, labels = 0.0, [], []
+        for model in models:
+            group = [(name, m) for mdl, name, m in bars if mdl == model]
+            start = y
+            for name, m in group:
+                value = _rate(m) or 0.0
+                per_repeat = [v for v in (_num(x) for x in m.summary.get("throughput_img_s_by_repeat") or ()) if v]
+                err = None
+                if len(per_repeat) > 1:
+                    err = [[max(value - min(per_repeat), 0.0)], [max(max(per_repeat) - value, 0.0)]]
+                ax.barh(y, value, height=0.8, color=colors[name], xerr=err,
+                        error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
+                ax.text(max([value, *per_repeat]), y, f"  {_fmt_rate(value)} (bs{m.batch_size})", va="center",
+                        ha="left", fontsize=7)
+                y += 1
+            ticks.append((start + y - 1) / 2)
+            labels.append(model)
+            y += 0.6
+        ax.set_yticks(ticks, labels)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        if log:
+            ax.set_xscale("log")
+            ax.set_xlim(min(values) / 2, max(values) * 8)
+            _log_axis(ax.xaxis, min(values) / 2, max(values) * 8)
+        else:
+            ax.set_xlim(0, max(values) * 1.3)
+        ax.set_xlabel("images per second (median over repeats; whiskers: min-max of repeats)"
+                      + (", log scale" if log else ""))
+        ax.set_title(f"{workload}: throughput by mode")
+        handles = [_patch(colors[name], name) for name in series]
+        fig.legend(handles=handles, loc="outside right upper", frameon=False)
+        charts.append({"title": f"{workload}: throughput by mode", "svg": figs.svg(fig),
+                       "caption": "Each model's best batch size per mode is shown (bs in brackets)."})
+    return charts
+
+
+def _patch(color: str, label: str) -> Any:
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor=color, label=label)
+
+
+# -------------------------------------------------------------------------------------------- batch sweeps
+
+
+def knee(points: Sequence[tuple[int, float]], fraction: float = KNEE_FRACTION) -> tuple[int, float] | None:
+    """The smallest batch size whose throughput reaches ``fraction`` of the best, as (batch size, img/s).
+
+    Args:
+        points: (batch size, img/s) pairs, in any order.
+        fraction: share of the best throughput that counts as "reached" (see :data:`KNEE_FRACTION`).
+    """
+    if not points:
+        return None
+    best = max(v for _, v in points)
+    return min(((b, v) for b, v in points if v >= fraction * best), key=lambda p: p[0])
+
+
+def _sweeps(runs: list[_Run]) -> list[dict[str, Any]]:
+    """Every (run, model, workload, mode) measured at two or more batch sizes."""
+    many = len(runs) > 1
+    out = []
+    for run in runs:
+        groups: dict[tuple[str, str, str], dict[int, float]] = {}
+        for m in run.measurements:
+            value = _rate(m)
+            if value is not None:
+                groups.setdefault((m.model, m.workload, m.mode), {})[m.batch_size] = value
+        for (model, workload, mode), by_batch in groups.items():
+            if len(by_batch) < 2:
+                continue
+            points = sorted(by_batch.items())
+            knee_b, knee_v = knee(points) or (None, None)
+            best_b, best_v = max(points, key=lambda p: p[1])
+            out.append({
+                "run": run.letter, "model": model, "workload": workload, "mode": mode,
+                "name": _series_name(run, f"{model} {mode}", many), "points": points,
+                "batches": ", ".join(str(b) for b, _ in points),
+                "best": f"{_fmt_rate(best_v)} at bs{best_b}", "knee_batch": knee_b,
+                "knee": f"bs{knee_b} ({_fmt_rate(knee_v)} img/s)",
+            })
+    return out
+
+
+def _sweep_charts(sweeps: list[dict[str, Any]], figs: _Figures) -> list[dict[str, Any]]:
+    charts = []
+    workloads = list(dict.fromkeys(s["workload"] for s in sweeps))
+    for workload in workloads:
+        curves = [s for s in sweeps if s["workload"] == workload]
+        parts = _chunks(curves)
+        for part_index, part in enumerate(parts):
+            fig = figs.new(6.4, 3.6)
+            ax = fig.add_subplot()
+            batches: set[int] = set()
+            for i, s in enumerate(part):
+                xs = [b for b, _ in s["points"]]
+                ys = [v for _, v in s["points"]]
+                batches.update(xs)
+                ax.plot(xs, ys, marker="o", markersize=3, color=_color(i), label=s["name"], linewidth=1.4)
+                kb = s["knee_batch"]
+                kv = dict(s["points"])[kb]
+                ax.plot([kb], [kv], marker="*", markersize=12, color=_color(i), markeredgecolor="black",
+                        markeredgewidth=0.6, linestyle="none")
+                ax.annotate(f"knee bs{kb}", (kb, kv), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            ax.set_xscale("log", base=2)
+            ordered = sorted(batches)
+            ax.set_xticks(ordered, [str(b) for b in ordered])
+            ax.minorticks_off()
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("batch size (log scale)")
+            ax.set_ylabel("images per second")
+            suffix = f" ({part_index + 1}/{len(parts)})" if len(parts) > 1 else ""
+            title = f"{workload}: throughput vs batch size{suffix}"
+            ax.set_title(title)
+            ax.legend(loc="lower right")
+            charts.append({"title": title, "svg": figs.svg(fig),
+                           "caption": f"★ knee: the smallest batch reaching {KNEE_FRACTION:.0%} of the best."})
+    return charts
+
+
+# ----------------------------------------------------------------------------------------- latency CDFs
+
+
+def _wall_samples(m: Measurement) -> list[float]:
+    pooled: list[float] = []
+    for r in m.repeats:
+        if r.get("status", "ok") != "ok":
+            continue
+        samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}
+        pooled.extend(v for v in (_num(x) for x in samples.get("wall_ms") or ()) if v is not None and v > 0)
+    return pooled
+
+
+def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
+    """Per model: the CDF of every repeat's raw per-request wall time pooled, one curve per (run, mode, batch)."""
+    from ..stats import percentile
+
+    many = len(runs) > 1
+    curves: dict[str, list[tuple[str, list[float]]]] = {}
+    for run in runs:
+        for m in run.measurements:
+            if m.workload != "infer-latency" or not _ok(m):
+                continue
+            samples = _wall_samples(m)
+            if samples:
+                text = m.mode if m.batch_size == 1 else f"{m.mode} bs{m.batch_size}"
+                curves.setdefault(m.model, []).append((_series_name(run, text, many), samples))
+    charts = []
+    for model, entries in curves.items():
+        parts = _chunks(entries)
+        for part_index, part in enumerate(parts):
+            fig = figs.new(5.6, 3.2)
+            ax = fig.add_subplot()
+            lows, highs = [], []
+            for i, (name, samples) in enumerate(part):
+                ordered = sorted(samples)
+                n = len(ordered)
+                keep = _thin(n)
+                xs = [ordered[k] for k in keep]
+                ys = [(k + 1) / n for k in keep]
+                p50, p99 = percentile(ordered, 50.0), percentile(ordered, 99.0)
+                lows.append(ordered[0])
+                highs.append(ordered[-1])
+                # Straight segments between the kept quantiles: a step drawing would double the vertices for no
+                # visible difference at this size.
+                ax.plot(xs, ys, color=_color(i), linewidth=1.3,
+                        label=f"{name}: p50 {_fmt_ms(p50)}, p99 {_fmt_ms(p99)} ms (n={n})")
+                ax.plot([p50], [0.5], marker="o", markersize=5, color=_color(i), markeredgecolor="black",
+                        markeredgewidth=0.5, linestyle="none")
+                ax.plot([p99], [0.99], marker="^", markersize=6, color=_color(i), markeredgecolor="black",
+                        markeredgewidth=0.5, linestyle="none")
+            if max(highs) / max(min(lows), 1e-9) > 20:
+                ax.set_xscale("log")
+                _log_axis(ax.xaxis, min(lows), max(highs))
+            ax.axhline(0.5, color="#999999", linewidth=0.6, linestyle=":")
+            ax.axhline(0.99, color="#999999", linewidth=0.6, linestyle=":")
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("request latency, wall clock (ms)")
+            ax.set_ylabel("fraction of requests ≤ x")
+            suffix = f" ({part_index + 1}/{len(parts)})" if len(parts) > 1 else ""
+            title = f"{model}: infer-latency CDF{suffix}"
+            ax.set_title(title)
+            ax.legend(loc="lower right", fontsize=7)
+            charts.append({"title": title, "svg": figs.svg(fig), "caption": ""})
+    return charts
+
+
+# ------------------------------------------------------------------------------------------ power over time
+
+
+def _power_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
+    """Per run: power draw over each repeat's timed region, from the telemetry samples (t_s, power_w)."""
+    charts = []
+    for run in runs:
+        curves = []
+        for m in run.measurements:
+            for index, r in enumerate(m.repeats):
+                telemetry = r.get("telemetry") if isinstance(r.get("telemetry"), dict) else {}
+                samples = telemetry.get("samples") if isinstance(telemetry.get("samples"), dict) else {}
+                ts, ps = samples.get("t_s") or [], samples.get("power_w") or []
+                pairs = [(t, p) for t, p in zip((_num(x) for x in ts), (_num(y) for y in ps), strict=False)
+                         if t is not None and p is not None]
+                if len(pairs) >= 2:
+                    curves.append((f"{_label(m)} r{index + 1}", pairs))
+        parts = _chunks(curves)
+        for part_index, part in enumerate(parts):
+            fig = figs.new(5.6, 3.2)
+            ax = fig.add_subplot()
+            for i, (name, pairs) in enumerate(part):
+                keep = _thin(len(pairs))
+                ax.plot([pairs[k][0] for k in keep], [pairs[k][1] for k in keep], color=_color(i), linewidth=1.3,
+                        label=name)
+            ax.set_xlabel("time in the timed region (s)")
+            ax.set_ylabel("board power (W)")
+            limit = _num((run.result.environment.get("gpu") or {}).get("power_limit_enforced_w")) \
+                if isinstance(run.result.environment.get("gpu"), dict) else None
+            top = max(p for _, pairs in part for _, p in pairs)
+            if limit:
+                ax.axhline(limit, color="#d62728", linewidth=0.8, linestyle="--")
+                ax.annotate(f"power limit {limit:.0f} W", (0.99, limit), xycoords=("axes fraction", "data"),
+                            xytext=(0, 3), textcoords="offset points", fontsize=7, color="#d62728", ha="right")
+                top = max(top, limit)
+            ax.set_ylim(0, top * 1.1)
+            suffix = f" ({part_index + 1}/{len(parts)})" if len(parts) > 1 else ""
+            title = f"{run.tag}: power over time{suffix}"
+            ax.set_title(title)
+            ax.legend(loc="lower right", fontsize=7)
+            charts.append({"title": title, "svg": figs.svg(fig), "caption": ""})
+    return charts
+
+
+# ----------------------------------------------------------------------------------------------- roofline
+
+
+def _roofline(runs: list[_Run], figs: _Figures) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per run with FLOPs: log-log roofline, a point per measurement at (intensity, achieved TFLOP/s).
+
+    Ceilings per precision unit: solid from ``clsbench probe`` (measured matmul peak, measured copy bandwidth),
+    dashed from the datasheet table (:mod:`clsbench.measure.peaks`).
+    """
+    from ..measure.peaks import lookup_gpu
+
+    charts, notes = [], []
+    for run in runs:
+        points = []
+        for m in run.measurements:
+            eff = m.summary.get("efficiency") if isinstance(m.summary.get("efficiency"), dict) else {}
+            intensity, achieved = _num(eff.get("arithmetic_intensity")), _num(eff.get("achieved_tflop_s"))
+            if _ok(m) and intensity and achieved and intensity > 0 and achieved > 0:
+                points.append((m, eff, intensity, achieved))
+        if not points:
+            continue
+        env = run.result.environment
+        probe = env.get("probe") if isinstance(env.get("probe"), dict) else {}
+        gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else {}
+        peak = lookup_gpu(str(gpu["name"])) if gpu.get("name") else None
+        bw_measured = _num(probe.get("copy_bytes_s"))
+        bw_datasheet = peak.memory_bandwidth_bytes_s if peak else None
+        units: dict[str, dict[str, float | None]] = {}
+        for _, eff, _, _ in points:
+            unit = str(eff.get("precision_unit") or "?")
+            units.setdefault(unit, {"measured": _num(eff.get("peak_tflop_s_measured")),
+                                    "datasheet": _num(eff.get("peak_tflop_s_datasheet"))})
+        has_roof = any(c["measured"] or c["datasheet"] for c in units.values()) and (bw_measured or bw_datasheet)
+        if not has_roof:
+            notes.append(f"{run.tag} ({run.name}): FLOPs counted but no peak known for {run.hardware}; "
+                         "roofline not drawn")
+            continue
+        fig = figs.new(6.4, 4.2)
+        ax = fig.add_subplot()
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        intensities = [p[2] for p in points]
+        ceilings = [v for c in units.values() for v in c.values() if v]
+        ridges = [v / (bw / 1e12) for v in ceilings for bw in (bw_measured, bw_datasheet) if bw]
+        x_lo = min(intensities + ridges) / 4
+        x_hi = max(intensities + ridges) * 4
+        xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+        for ui, (unit, peaks) in enumerate(units.items()):
+            color = _color(ui)
+            for kind, bw, style in (("measured", bw_measured, "-"), ("datasheet", bw_datasheet, "--")):
+                top = peaks[kind]
+                if not top or not bw:
+                    continue
+                ys = [min(top, x * bw / 1e12) for x in xs]
+                ax.plot(xs, ys, linestyle=style, color=color, linewidth=1.2,
+                        label=f"{unit} roof, {kind}: {top:.4g} TFLOP/s, {bw / 1e12:.3g} TB/s")
+        rows = []
+        for i, (m, eff, intensity, achieved) in enumerate(points, start=1):
+            unit = str(eff.get("precision_unit") or "?")
+            color = _color(list(units).index(unit))
+            ax.plot([intensity], [achieved], marker="o", markersize=6, color=color, markeredgecolor="black",
+                    markeredgewidth=0.6, linestyle="none")
+            # Alternate the label above and below its point, so that neighbouring points stay readable.
+            ax.annotate(str(i), (intensity, achieved), textcoords="offset points",
+                        xytext=(5, 3) if i % 2 else (5, -11), fontsize=8, fontweight="bold")
+            roof = eff.get("roofline") if isinstance(eff.get("roofline"), dict) else {}
+            fraction = _num(roof.get("fraction_of_attainable"))
+            rows.append({
+                "n": str(i), "label": _label(m), "unit": unit, "intensity": _fmt_g(intensity),
+                "achieved": _fmt_g(achieved), "mfu": _fmt_g(_num(eff.get("mfu_measured_pct")) or
+                                                              _num(eff.get("mfu_datasheet_pct"))),
+                "attainable": "-" if fraction is None else f"{100 * fraction:.0f}%",
+                "bound_by": str(eff.get("bound_by") or "-"), "reason": str(roof.get("reason") or ""),
+            })
+        y_lo, y_hi = min(p[3] for p in points) / 4, max(ceilings) * 3
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_ylim(y_lo, y_hi)
+        _log_axis(ax.xaxis, x_lo, x_hi)
+        _log_axis(ax.yaxis, y_lo, y_hi)
+        ax.set_xlabel("arithmetic intensity (FLOP per byte of minimal memory traffic, log)")
+        ax.set_ylabel("achieved TFLOP/s (log)")
+        title = f"{run.tag}: roofline ({run.hardware})"
+        ax.set_title(title)
+        ax.legend(loc="lower right", fontsize=7)
+        charts.append({"title": title, "svg": figs.svg(fig), "rows": rows,
+                       "caption": "Solid: measured ceilings (clsbench probe); dashed: datasheet ceilings."})
+    return charts, notes
+
+
+# ----------------------------------------------------------------------------------------------- warnings
+
+
+#: What to do about each kind of warning, said once per kind rather than after every line.
+ADVICE = {
+    "FAILED": "the reason and the error are recorded per measurement; an oom asks for a smaller batch size",
+    "SKIPPED": "the mode or batch size does not apply to this workload or device; nothing was measured",
+    "UNSTABLE": "results moved by more than 10% between fresh processes: stop other work on this GPU/CPU, check "
+                "clocks and temperature (`clsbench env`), and raise --min-time or --repeats",
+    "THROTTLED": "the figure is what a throttled card delivers: check cooling and the power limit (`clsbench env`)",
+    "NOTE": "a repeat stopped at its maximum before the stop rule held: raise --max-time",
+    "PRE-FLIGHT": "the machine was not in a clean state before measuring: see the pre-flight checks of the run",
+}
+
+
+def _warnings(runs: list[_Run]) -> list[dict[str, Any]]:
+    """Failures, skips, instability, throttling, unmet stop rules and pre-flight problems, grouped by kind.
+
+    Returns one group per kind present, in the order of :data:`ADVICE`, each with its advice said once (the
+    run's own advice where it recorded one) and its items in file order.
+    """
+    items: dict[str, list[dict[str, str]]] = {kind: [] for kind in ADVICE}
+    advice = dict(ADVICE)
+    for run in runs:
+        for m in run.measurements:
+            s, v = m.summary, m.validity
+            if m.status == "failed":
+                items["FAILED"].append({"run": run.tag, "label": _label(m), "text": f"{m.reason}: {m.detail or ''}"})
+            elif m.status == "skipped":
+                items["SKIPPED"].append({"run": run.tag, "label": _label(m),
+                                         "text": f"{m.reason}: {m.detail or ''}"})
+            elif s.get("unstable"):
+                spread = _num(s.get("spread_pct"))
+                spread_text = "-" if spread is None else f"{spread:.1f}%"
+                items["UNSTABLE"].append({"run": run.tag, "label": _label(m), "text": (
+                    f"spread {spread_text} of {s.get('spread_metric') or 'the figure'} over {s.get('repeats')} "
+                    "repeats")})
+                if v.get("advice") and not items["UNSTABLE"][1:]:
+                    advice["UNSTABLE"] = str(v["advice"])
+            elif v.get("throttled"):
+                items["THROTTLED"].append({"run": run.tag, "label": _label(m),
+                                           "text": str(v.get("throttle_summary") or "throttling seen")})
+            elif not v.get("stop_rule_met", True):
+                items["NOTE"].append({"run": run.tag, "label": _label(m),
+                                      "text": f"stop rule not met ({v.get('stop_rule', '')})"})
+        checks = run.result.environment.get("preflight")
+        for check in checks if isinstance(checks, list) else ():
+            # Pre-flight statuses are ok | warn | info | unavailable (clsbench.preflight); only "warn" is a problem.
+            if isinstance(check, dict) and check.get("status") == "warn":
+                items["PRE-FLIGHT"].append({"run": run.tag, "label": str(check.get("check")),
+                                            "text": f"{check.get('status')}: {check.get('message')}"})
+    return [{"kind": kind, "css": kind.lower().replace("pre-flight", "note"), "advice": advice[kind],
+             "items": found} for kind, found in items.items() if found]
+
+
+# -------------------------------------------------------------------------------------------- environment
+
+
+def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, str]]:
+    """Nested dicts as dotted keys; lists of scalars joined by commas; everything else as text."""
+    if isinstance(value, dict):
+        if not value and prefix:
+            yield prefix, "{}"
+        for key, item in value.items():
+            yield from _flatten(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        for index, item in enumerate(value):
+            yield from _flatten(item, f"{prefix}[{index}]")
+    elif isinstance(value, list):
+        yield prefix, ", ".join(_scalar(v) for v in value) if value else "[]"
+    else:
+        yield prefix, _scalar(value)
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _environment(run: _Run) -> dict[str, Any]:
+    result = run.result
+    env = dict(result.environment)
+    checks = env.pop("preflight", None)
+    preflight = []
+    for check in checks if isinstance(checks, list) else ():
+        if isinstance(check, dict):
+            preflight.append({"check": str(check.get("check", "")), "status": str(check.get("status", "")),
+                              "message": str(check.get("message", ""))})
+    settings = dict(result.settings)
+    cells = settings.pop("cells", None)
+    rows = [("file", run.name), ("schema_version", str(result.schema_version)), ("created_utc", result.created_utc)]
+    rows += list(_flatten(result.tool, "tool"))
+    rows += list(_flatten(env))
+    rows += list(_flatten(settings, "settings"))
+    if isinstance(cells, list):
+        rows.append(("settings.cells", "; ".join(
+            " ".join(str(c.get(k)) for k in ("model", "workload", "mode", "batch_size", "device"))
+            if isinstance(c, dict) else str(c) for c in cells)))
+    return {"run": run, "rows": rows, "preflight": preflight}
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+
+
+def _summary(run: _Run) -> dict[str, Any]:
+    measurements = list(run.measurements)
+    rows = []
+    for m in measurements:
+        cells = list(table.row(m))
+        status = cells[-1]
+        css = "failed" if m.status == "failed" else "skipped" if m.status == "skipped" else \
+            "unstable" if m.summary.get("unstable") else "throttled" if m.validity.get("throttled") else "ok"
+        rows.append({"cells": cells, "status": status, "css": css})
+    measured = [m for m in measurements if _ok(m)]
+    efficiency = [list(table.efficiency_row(m)) for m in measured] if table.has_efficiency(measured) else []
+    counts = {
+        "total": len(measurements),
+        "ok": sum(_ok(m) for m in measurements),
+        "unstable": sum(bool(m.summary.get("unstable")) for m in measurements),
+        "failed": sum(m.status == "failed" for m in measurements),
+        "skipped": sum(m.status == "skipped" for m in measurements),
+    }
+    software = run.result.environment.get("software")
+    software = software if isinstance(software, dict) else {}
+    devices = sorted({m.device for m in measurements}) or [str(run.result.environment.get("device") or "-")]
+    return {
+        "run": run, "rows": rows, "columns": table.COLUMNS, "right": table.RIGHT_ALIGNED,
+        "efficiency": efficiency, "efficiency_columns": table.EFFICIENCY_COLUMNS, "counts": counts,
+        "devices": ", ".join(devices), "torch": str(software.get("torch") or "?"),
+        "version": str(run.result.tool.get("version") or "?"), "created": run.result.created_utc or "-",
+        "suite": str(run.result.settings.get("suite") or "-"),
+    }
+
+
+# ------------------------------------------------------------------------------------------------- render
+
+
+def _template() -> Any:
+    from jinja2 import Environment, StrictUndefined
+
+    # importlib.resources finds the template inside an installed wheel as well as in a source checkout.
+    text = resources.files("clsbench.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      keep_trailing_newline=True)
+    return env.from_string(text)
+
+
+def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> str:
+    """Build the whole report as one self-contained HTML document.
+
+    Args:
+        results: the runs to show, in the order given (the first is run A).
+        names: how to call each run in the report, usually the file name it was loaded from.
+
+    Raises:
+        InvalidInputError: no results, or not one name per result.
+    """
+    import matplotlib
+
+    if not results:
+        raise InvalidInputError("no results to report", "pass at least one result file")
+    if len(results) != len(names):
+        raise InvalidInputError(f"{len(results)} results but {len(names)} names", "give one name per result")
+    runs = _runs(results, names)
+    warnings = _warnings(runs)
+    figs = _Figures()
+    with matplotlib.rc_context(RC_PARAMS):
+        throughput = _throughput_charts(runs, figs)
+        sweeps = _sweeps(runs)
+        sweep_charts = _sweep_charts(sweeps, figs)
+        latency = _latency_charts(runs, figs)
+        power = _power_charts(runs, figs)
+        roofline, roofline_notes = _roofline(runs, figs)
+    context = {
+        "title": "clsbench report: " + ", ".join(f"{r.tag}" for r in runs),
+        "runs": runs,
+        "summaries": [_summary(r) for r in runs],
+        "throughput": throughput,
+        "sweeps": sweeps,
+        "sweep_charts": sweep_charts,
+        "knee_pct": f"{KNEE_FRACTION:.0%}",
+        "latency": latency,
+        "power": power,
+        "roofline": roofline,
+        "roofline_notes": roofline_notes,
+        "warnings": warnings,
+        "warning_count": sum(len(group["items"]) for group in warnings),
+        "environments": [_environment(r) for r in runs],
+        "max_curves": MAX_CURVES_PER_CHART,
+        "max_points": MAX_POINTS_PER_CURVE,
+        "mib": MIB,
+    }
+    return _template().render(**context)

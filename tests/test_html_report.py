@@ -1,0 +1,336 @@
+"""The self-contained HTML report: sections, numbers, escaping, no external resources, determinism, the CLI,
+and (where Debian's chromium is installed) a real headless browser opening the file.
+
+Runs on a CPU from the committed result files; each report is rendered once per module.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from clsbench.commands.report_cmds import register
+from clsbench.report import html as report_html
+from clsbench.report.html import MAX_POINTS_PER_CURVE, knee, render_report
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "tests" / "data" / "result_v1.json"
+H200 = REPO / "benchmarks" / "results" / "h200"
+SEED = H200 / "seed-suite.json"
+TELEMETRY = H200 / "telemetry-check-resnet50.json"
+INJECTION = "<script>alert(1)</script>"
+#: Closes an XML comment and opens markup: must come out escaped wherever it lands (HTML or SVG).
+COMMENT_BREAKER = "--><img src=x>"
+SECTIONS = ("summary", "throughput", "sweeps", "latency", "power", "roofline", "warnings", "environment")
+
+
+class _Text(HTMLParser):
+    """The page's visible text (what a reader, or a browser's innerText, sees), for number checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skip += tag in ("style", "script")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("style", "script")
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.parts.append(data)
+
+
+def page_text(html: str) -> str:
+    parser = _Text()
+    parser.feed(html)
+    return " ".join(" ".join(parser.parts).split())
+
+
+def render_files(*paths: Path) -> str:
+    return render_report([result_io.load(p) for p in paths], [str(p.relative_to(REPO)) for p in paths])
+
+
+@pytest.fixture(scope="module")
+def fixture_html() -> str:
+    return render_files(FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def h200_html() -> str:
+    """The seed suite, the telemetry check and the fixture (failed and skipped cases) in one report."""
+    return render_files(SEED, TELEMETRY, FIXTURE)
+
+
+def _injected() -> BenchmarkResult:
+    """The fixture with hostile strings as model, GPU, CPU, mode, reason and environment values."""
+    data = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    data["environment"]["gpu"]["name"] = INJECTION
+    data["environment"]["cpu"]["model"] = COMMENT_BREAKER
+    data["environment"]["env_vars"] = {INJECTION: INJECTION}
+    data["environment"]["preflight"] = [{"check": INJECTION, "status": "warn", "message": INJECTION}]
+    for m in data["measurements"]:
+        m["model"] = INJECTION
+        if m["status"] != "ok":
+            m["detail"] = INJECTION
+    data["measurements"][1]["model"] = f"{COMMENT_BREAKER} $x^2$"
+    data["measurements"][2]["mode"] = INJECTION
+    return BenchmarkResult.from_dict(data)
+
+
+def _sweep_result() -> BenchmarkResult:
+    """One model's infer-throughput at five batch sizes: 100, 180, 270, 290, 300 img/s."""
+    base = result_io.load(FIXTURE)
+    template = next(m for m in base.measurements if m.workload == "infer-throughput")
+    sweep = []
+    for batch, rate in ((1, 100.0), (2, 180.0), (4, 270.0), (8, 290.0), (16, 300.0)):
+        summary = copy.deepcopy(template.summary)
+        summary["throughput_img_s"] = rate
+        summary["throughput_img_s_by_repeat"] = [rate * 0.99, rate * 1.01]
+        summary["unstable"] = False
+        sweep.append(Measurement(model="sweepnet", workload="infer-throughput", mode="fp32", batch_size=batch,
+                                 device="cuda", status="ok", summary=summary, validity={"stop_rule_met": True}))
+    return BenchmarkResult(environment=base.environment, settings=base.settings, measurements=tuple(sweep),
+                           created_utc=base.created_utc, tool=base.tool)
+
+
+# -------------------------------------------------------------------------------------------------- content
+
+
+def test_fixture_report_has_every_section_and_its_figures(fixture_html: str) -> None:
+    text = page_text(fixture_html)
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in fixture_html
+    # Summary rows of the fixture (the same figures as `clsbench show`).
+    for figure in ("3,389", "22.5%", "6.396", "7.057", "1,674", "2,410 MiB"):
+        assert figure in text
+    assert "no sweep in these files" in text
+    assert "resnet50: infer-latency CDF" in fixture_html
+
+
+def test_fixture_warnings_name_failures_skips_and_instability(fixture_html: str) -> None:
+    text = page_text(fixture_html)
+    assert "FAILED (1)" in text and "SKIPPED (1)" in text and "UNSTABLE (1)" in text
+    assert "resnet152 train fp32 bs1024: oom: OutOfMemoryError: CUDA out of memory" in text
+    assert "resnet50 train bf16 bs32: unsupported_mode: bf16 casts the weights" in text
+    assert "resnet50 infer-throughput fp32 bs256: spread 22.5%" in text
+    assert "What to do:" in text
+
+
+def test_h200_report_has_charts_and_key_numbers(h200_html: str) -> None:
+    text = page_text(h200_html)
+    # img/s of the seed suite and of the telemetry check, as the summary tables print them.
+    for figure in ("10,258", "35,523", "20,383", "15,574", "836"):
+        assert figure in text
+    # One throughput chart per workload, a latency CDF per model, power and roofline from the telemetry check.
+    for title in ("train: throughput by mode", "infer-latency: throughput by mode",
+                  "infer-throughput: throughput by mode", "resnet50: infer-latency CDF",
+                  "timm/vit_tiny_patch16_224: infer-latency CDF", "B H200: power over time",
+                  "B H200: roofline (NVIDIA H200)"):
+        assert title in h200_html, title
+    assert "power limit 700 W" in h200_html
+    assert "bf16 roof, measured: 768.6 TFLOP/s, 4.22 TB/s" in h200_html
+    assert "no sweep in these files" in text
+    # Environment of every run, with the pre-flight checks where the run made them.
+    assert h200_html.count("<details>") == 3
+    assert "Pre-flight checks" in text and "power limit 700 W enforced (default 700 W)" in text
+    assert "gpu.driver_version" in text and "580.159.04" in text
+    assert "probe.copy_bytes_s" in text
+
+
+def test_report_is_a_reasonable_size(h200_html: str) -> None:
+    # 30 measurements with ~90,000 raw latency samples: thinned curves keep the page well under a megabyte.
+    assert len(h200_html.encode()) < 1_500_000
+
+
+def test_latency_curves_are_thinned_and_charts_capped() -> None:
+    base = result_io.load(FIXTURE)
+    latency = next(m for m in base.measurements if m.workload == "infer-latency")
+    samples = [1.0 + (i % 997) / 100 for i in range(50_000)]
+    many = []
+    for index in range(report_html.MAX_CURVES_PER_CHART + 1):
+        repeat = {"status": "ok", "samples": {"wall_ms": samples}}
+        many.append(Measurement(model="big", workload="infer-latency", mode=f"mode{index}", batch_size=1,
+                                device="cuda", status="ok", repeats=(repeat,), summary=latency.summary))
+    result = BenchmarkResult(environment=base.environment, settings=base.settings, measurements=tuple(many))
+    html = render_report([result], ["big.json"])
+    assert "big: infer-latency CDF (1/2)" in html and "big: infer-latency CDF (2/2)" in html
+    # 7 curves of 50,000 samples each: unthinned, the SVG paths alone would take 7 x 50,000 x ~15 bytes (5 MB).
+    assert len(html.encode()) < 7 * MAX_POINTS_PER_CURVE * 40 < 7 * 50_000 * 15
+
+
+def test_thin_keeps_first_and_last_and_the_limit() -> None:
+    kept = report_html._thin(100_000)
+    assert len(kept) <= MAX_POINTS_PER_CURVE
+    assert kept[0] == 0 and kept[-1] == 99_999 and kept == sorted(set(kept))
+    assert report_html._thin(10) == list(range(10))
+
+
+def test_knee_is_the_smallest_batch_reaching_ninety_percent_of_the_best() -> None:
+    assert knee([(1, 100.0), (2, 180.0), (4, 270.0), (8, 290.0), (16, 300.0)]) == (4, 270.0)
+    assert knee([(8, 300.0), (1, 299.0)]) == (1, 299.0)  # order does not matter
+    assert knee([(4, 100.0), (8, 89.0)]) == (4, 100.0)
+    assert knee([]) is None
+
+
+def test_sweep_is_drawn_with_its_knee() -> None:
+    html = render_report([_sweep_result()], ["sweep.json"])
+    text = page_text(html)
+    assert "no sweep in these files" not in text
+    assert "infer-throughput: throughput vs batch size" in html
+    assert "knee bs4" in html  # the marker's label in the SVG
+    assert "1, 2, 4, 8, 16" in text and "300 at bs16" in text and "bs4 (270 img/s)" in text
+
+
+def test_names_must_match_results() -> None:
+    from clsbench.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError):
+        render_report([result_io.load(FIXTURE)], [])
+    with pytest.raises(InvalidInputError):
+        render_report([], [])
+
+
+# ---------------------------------------------------------------------------------------- safety and offline
+
+
+def test_every_string_from_a_result_file_is_escaped() -> None:
+    html = render_report([_injected()], [INJECTION])
+    assert "<script" not in html.lower()
+    assert "<img" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # The hostile model name is drawn inside the charts too (bars, CDF title), escaped there by matplotlib.
+    svgs = re.findall(r"<svg.*?</svg>", html, flags=re.S)
+    assert svgs and any("&lt;script&gt;alert(1)&lt;/script&gt;" in svg for svg in svgs)
+    # Math text is off: "$x^2$" is printed verbatim, not typeset.
+    assert "$x^2$" in html
+
+
+def test_no_external_resources(h200_html: str, fixture_html: str) -> None:
+    for html in (h200_html, fixture_html):
+        lowered = html.lower()
+        for tag in ("<script", "<link", "<img", "<iframe", "<object", "<embed", "@import", "@font-face"):
+            assert tag not in lowered, tag
+        # url(...) only ever points inside the page (matplotlib's clip paths: url(#id)).
+        assert all(ref.startswith("#") for ref in re.findall(r"url\(\s*['\"]?([^)'\"]*)", html))
+        # The only URLs are the SVG/XLink namespace names, which no browser fetches.
+        urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
+        assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+        assert not re.search(r"(?:href|src)\s*=\s*[\"']?\s*(?:https?:)?//", lowered)
+
+
+def test_output_is_deterministic(fixture_html: str) -> None:
+    again = render_files(FIXTURE)
+    assert again == fixture_html
+    assert "<metadata>" not in fixture_html and "dc:date" not in fixture_html
+    # Distinct fixed salts per figure: no two charts share an element id.
+    ids = re.findall(r'<clipPath id="([^"]+)"', fixture_html)
+    assert len(ids) == len(set(ids))
+
+
+def test_template_ships_with_the_package() -> None:
+    from importlib import resources
+
+    assert resources.files("clsbench.report").joinpath("templates", report_html.TEMPLATE).is_file()
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'clsbench = ["report/templates/*.j2"]' in pyproject
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+
+
+def _cli() -> click.Group:
+    group = click.Group()
+    register(group)
+    return group
+
+
+def test_cli_writes_the_report_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "report.html"
+    result = CliRunner().invoke(_cli(), ["report", str(FIXTURE), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    size = out.stat().st_size
+    assert f"wrote {out} ({size:,} bytes, " in result.output
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+    again = CliRunner().invoke(_cli(), ["report", str(FIXTURE), "-o", str(out)])
+    assert again.exit_code == 3
+    assert "error: " in again.output and "already exists" in again.output and "--force" in again.output
+    assert out.stat().st_size == size
+
+    forced = CliRunner().invoke(_cli(), ["report", str(FIXTURE), str(TELEMETRY), "-o", str(out), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert out.stat().st_size != size
+    assert not list(out.parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"schema_version": 1, "tool": {"name": "other"}}'])
+def test_cli_bad_input_writes_nothing(tmp_path: Path, content: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content, encoding="utf-8")
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(_cli(), ["report", str(FIXTURE), str(bad), "-o", str(out)])
+    assert result.exit_code == 3
+    assert "error: " in result.output and "Traceback" not in result.output
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_cli_output_directory_is_an_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(_cli(), ["report", str(FIXTURE), "-o", str(tmp_path)])
+    assert result.exit_code == 3
+    assert "is a directory" in result.output
+
+
+# -------------------------------------------------------------------------------------------------- browser
+
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--enable-logging=stderr", "--v=0", "--window-size=1280,2000"]
+
+
+def _chromium(tmp_path: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / f"profile-{name}"
+    return subprocess.run([CHROMIUM or "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (.ci/run installs it; else apt-get install "
+                                             "chromium)")
+def test_report_opens_in_a_headless_browser(tmp_path: Path, h200_html: str) -> None:
+    page = tmp_path / "report.html"
+    page.write_text(h200_html, encoding="utf-8")
+    url = page.as_uri()
+
+    dom = _chromium(tmp_path, "dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = page_text(dom.stdout)
+    for figure in ("10,258", "35,523", "15,574", "3,389", "resnet152 train fp32 bs1024: oom"):
+        assert figure in text, figure
+    assert "clsbench report" in text
+
+    png = tmp_path / "shot.png"
+    shot = _chromium(tmp_path, "shot", f"--screenshot={png}", url)
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    for stderr in (dom.stderr, shot.stderr):
+        # The page has no script, so any console message at all (console.error logs at INFO:CONSOLE) is wrong.
+        bad = [line for line in stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+        assert not bad, bad
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1280, 2000)
+    assert len(data) > 50_000  # a blank page compresses to a few KiB; tables and charts do not
