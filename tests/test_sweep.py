@@ -202,22 +202,35 @@ def test_a_file_with_several_series_is_not_a_sweep() -> None:
 def test_auto_growth_stops_on_a_plateau_then_refines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      env: dict[str, Any]) -> None:
     costed = load_costed(tmp_path, monkeypatch)
-    # 4 ms per call up to batch 4, then 1 ms per image: 250, 500, 1000, then 1000 img/s (no gain) at batch 8.
+    # 4 ms per call up to batch 4, then 1 ms per image: 250, 500, 1000, then 1000 img/s (no gain) at 8 and 16.
     costed.STATE["cost"] = lambda mode, batch: max(4_000_000, 1_000_000 * batch)
     path = tmp_path / "sweep.json"
     outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", path, **SHORT,
                     isolation="inline", clock=costed.CostClock(), env=env)
     stored = result_io.load(path)
     facts = stored.settings["sweep"]
-    assert facts["order"] == [1, 2, 4, 8, 6]  # doubled to 8, no gain over 4: a midpoint between 4 and 8
+    # Two doublings without gain end the growth; then a midpoint between 4 (the last gain) and 8.
+    assert facts["order"] == [1, 2, 4, 8, 16, 6]
     assert facts["growth_stopped_by"] == "plateau" and facts["auto"]["min_gain"] == AUTO_MIN_GAIN
-    assert outcome.knee_batch == 4 and outcome.largest_fitting_batch == 8
+    assert outcome.knee_batch == 4 and outcome.largest_fitting_batch == 16
     throughputs = {p["batch_size"]: p["throughput_img_s"] for p in outcome.points}
     assert throughputs[1] == pytest.approx(250.0) and throughputs[8] == pytest.approx(1000.0)
     # The file alone gives the same analysis, and its settings are an ordinary, resumable plan of every point.
     assert analyze_sweep(stored) == outcome.analysis
     plan = RunPlan.from_dict(stored.settings)
-    assert sorted(c.batch_size for c in plan.cells) == [1, 2, 4, 6, 8]
+    assert sorted(c.batch_size for c in plan.cells) == [1, 2, 4, 6, 8, 16]
+
+
+def test_one_flat_doubling_does_not_end_growth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              env: dict[str, Any]) -> None:
+    costed = load_costed(tmp_path, monkeypatch)
+    # 1000 img/s at batch 1 and 2 (a flat step, as a noisy launch-bound point can be), 2000 at 4, then flat.
+    costs = {1: 1, 2: 2, 4: 2, 8: 4, 16: 8}
+    costed.STATE["cost"] = lambda mode, batch: costs.get(batch, batch / 2) * 1_000_000
+    outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", None, **SHORT,
+                    isolation="inline", clock=costed.CostClock(), env=env)
+    assert outcome.result.settings["sweep"]["order"] == [1, 2, 4, 8, 16, 6]
+    assert outcome.knee_batch == 4
 
 
 def test_auto_growth_stops_at_out_of_memory_and_bisects_to_the_largest_fit(

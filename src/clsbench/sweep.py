@@ -9,12 +9,14 @@ alone, and the raw samples stay the only source of truth.
 
 ``batch_sizes="auto"``:
 
-1. start at :data:`AUTO_START_BATCH` and multiply by :data:`AUTO_GROWTH_FACTOR` while each new size raises the best
-   throughput seen by at least :data:`AUTO_MIN_GAIN` (3%), up to ``max_batch``;
-2. growth ends at the first size that does not (``plateau``), that fails (``oom`` or another failure reason; the
-   failure is that point's recorded outcome and the sweep goes on), or at ``max_batch``;
-3. refinement between the last two sizes: after a failure, up to :data:`AUTO_REFINE_FAILURE_STEPS` bisections
-   towards the largest size that still runs; after a plateau, :data:`AUTO_REFINE_PLATEAU_STEPS` midpoint.
+1. start at :data:`AUTO_START_BATCH` and multiply by :data:`AUTO_GROWTH_FACTOR`, up to ``max_batch``;
+2. growth ends when throughput stops rising (``plateau``: :data:`AUTO_PLATEAU_PATIENCE` sizes in a row that do not
+   raise the best throughput seen by at least :data:`AUTO_MIN_GAIN`, 3%), at the first size that fails (``oom``
+   or another failure reason; the failure is that point's recorded outcome and the sweep goes on), or at
+   ``max_batch``;
+3. refinement: after a failure, up to :data:`AUTO_REFINE_FAILURE_STEPS` bisections between the last size that ran
+   and the one that failed, towards the largest size that still runs; after a plateau,
+   :data:`AUTO_REFINE_PLATEAU_STEPS` midpoint between the last size that raised the best and the next one.
 
 The knee is the smallest batch size whose throughput reaches at least ``knee_fraction`` (default 0.9) of the best
 throughput seen in the sweep.
@@ -44,6 +46,11 @@ DEFAULT_KNEE_FRACTION = 0.9
 #: 3% is about three times the spread of batch >= 64 throughput between fresh processes on the H200 (<= 0.91%,
 #: docs/methodology.md section 8), so a smaller gain cannot be told apart from noise.
 AUTO_MIN_GAIN = 0.03
+
+#: Growth ends on a plateau only after this many doublings in a row without that gain: launch-bound small batches
+#: can move by tens of % between fresh processes (docs/methodology.md section 8), and one unlucky point must not end
+#: a sweep at batch 2.
+AUTO_PLATEAU_PATIENCE = 2
 
 #: Automatic growth starts here and multiplies by this factor.
 AUTO_START_BATCH = 1
@@ -297,7 +304,8 @@ def sweep(
     }
     if sizes == AUTO:
         facts["auto"] = {"start": AUTO_START_BATCH, "factor": AUTO_GROWTH_FACTOR, "min_gain": AUTO_MIN_GAIN,
-                         "max_batch": max_batch, "refine_failure_steps": AUTO_REFINE_FAILURE_STEPS,
+                         "plateau_patience": AUTO_PLATEAU_PATIENCE, "max_batch": max_batch,
+                         "refine_failure_steps": AUTO_REFINE_FAILURE_STEPS,
                          "refine_plateau_steps": AUTO_REFINE_PLATEAU_STEPS}
         facts["growth_stopped_by"] = None
     environment = prepare_environment(resolved, env, probe)
@@ -328,32 +336,38 @@ def _grow(measure: Any, max_batch: int) -> str:
             measured[size] = measure([size])[0]
         return measured[size]
 
-    size, last_ok, best = AUTO_START_BATCH, None, 0.0
+    size, last_ok, best, best_size, strikes = AUTO_START_BATCH, None, 0.0, AUTO_START_BATCH, 0
     while True:
         point = one(size)
         if point.status != "ok":
             stopped_by = point.reason or point.status
             break
         throughput = _throughput(point)
-        if last_ok is not None and throughput < best * (1.0 + AUTO_MIN_GAIN):
-            stopped_by = "plateau"
-            break
-        best, last_ok = max(best, throughput), size
+        last_ok = size
+        if best_size in measured and size != best_size and throughput < best * (1.0 + AUTO_MIN_GAIN):
+            strikes += 1
+            if strikes >= AUTO_PLATEAU_PATIENCE:
+                stopped_by = "plateau"
+                break
+        else:
+            best, best_size, strikes = throughput, size, 0
         if size * AUTO_GROWTH_FACTOR > max_batch:
             return "max_batch"
         size *= AUTO_GROWTH_FACTOR
 
     if last_ok is None or point.status == "skipped":
         return stopped_by  # nothing ran at all (the first size failed, or the mode cannot run here)
-    low, high = last_ok, size
     if stopped_by == "plateau":
+        # The rise ended between the last size that raised the best and the next one: look in between.
+        low, high = best_size, best_size * AUTO_GROWTH_FACTOR
         for _ in range(AUTO_REFINE_PLATEAU_STEPS):
             mid = (low + high) // 2
-            if mid <= low:
+            if mid <= low or mid in measured:
                 break
             one(mid)
             low = mid
         return stopped_by
+    low, high = last_ok, size
     for _ in range(AUTO_REFINE_FAILURE_STEPS):
         mid = (low + high) // 2
         if mid <= low:

@@ -103,7 +103,8 @@ OUTPUT_RTOL: dict[str, float] = {
 #: later loss only catches a mode that does not train (a NaN, a loss that does not fall) and gets a 10% tolerance.
 TRAIN_CHECK_STEPS = 3
 TRAIN_LOSS_RTOL = 0.1
-#: Candidates whose outputs one fresh check process compares (the best unchecked ones, in rank order).
+#: Candidates whose outputs one fresh check process compares after the top candidate was rejected (the best
+#: unchecked ones, in rank order): a process costs a CUDA context and imports, each extra case perhaps a compile.
 CHECK_GROUP = 3
 
 GB = 1e9
@@ -716,8 +717,10 @@ def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str,
         if figure["mode"] == "fp32":
             return  # fp32 eager is the reference itself
         if key not in done:
+            # The top candidate alone first (it usually passes); after a rejection, a few at a time.
+            size = CHECK_GROUP if done else 1
             group = [(f["mode"], f["batch_size"]) for f in ranked[position:] if f["mode"] != "fp32"
-                     and (f["mode"], f["batch_size"]) not in done][:CHECK_GROUP]
+                     and (f["mode"], f["batch_size"]) not in done][:size]
             options = {"seed": plan.seed, "data_seed": plan.data_seed, "input_size": facts.get("input_size"),
                        "compile_mode": plan.compile_mode, "cudnn_benchmark": plan.cudnn_benchmark,
                        "train": plan.train}
