@@ -308,6 +308,9 @@ def test_cli_sweep_inline_prints_the_knee(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "knee: batch 4 (4,000 img/s, 100% of the best 4,000 img/s at batch 4" in result.stdout
     assert "latency-throughput curve" in result.stdout
+    from clsbench import store
+
+    assert len(store.history()) == 1  # indexed in the (private) history, as `run` does
     again = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-sizes", "1", "-o", str(path))
     assert again.exit_code == 3 and "already exists" in again.stderr
 

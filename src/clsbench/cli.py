@@ -254,7 +254,16 @@ def show(files: tuple[str, ...], fmt: str, output: str) -> None:
         parts = []
         for name, result in zip(files, results, strict=True):
             heading = f"== {name}\n" if len(files) > 1 else ""
-            parts.append(heading + table.render(result))
+            text = table.render(result)
+            if "sweep" in result.settings:
+                from .sweep import analyze_sweep, render_sweep
+
+                text += "\n" + render_sweep(analyze_sweep(result))
+            if "tune" in result.settings:
+                from .tune import analyze_tune, render_tune
+
+                text += "\n" + render_tune(analyze_tune(result))
+            parts.append(heading + text)
         text = "\n".join(parts)
     if output == "-":
         click.echo(text, nl=False)
@@ -337,9 +346,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import compare_cmds, report_cmds, store_cmds
+    from .commands import compare_cmds, report_cmds, store_cmds, sweep_cmds
 
-    for module in (store_cmds, compare_cmds, report_cmds):
+    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds):
         module.register(main)
 
 

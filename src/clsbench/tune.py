@@ -925,8 +925,10 @@ def render_tune(analysis: dict[str, Any]) -> str:
         else:
             outputs = f"{correctness['error']:.1e}" + ("" if correctness.get("ok") else " (too far)")
         verdict = f["verdict"].upper() if f["verdict"] == "winner" else f["verdict"]
-        if f["verdict"] in ("failed", "skipped"):
+        if f["verdict"] == "failed":
             verdict += f": {f['reason']}"
+        elif f["verdict"] == "skipped":
+            verdict += f": {f['detail'] or f['reason']}"
         elif f["verdict"] == "over limit":
             verdict += ": " + "; ".join(f["violations"])
         elif f["verdict"] == "rejected":
@@ -959,8 +961,9 @@ def render_tune(analysis: dict[str, Any]) -> str:
     for f in analysis.get("candidates") or []:
         if f["verdict"] == "rejected":
             lines.append(f"rejected: {f['mode']} batch {f['batch_size']}: {f['correctness'].get('reason')}")
+    checks = analysis.get("checks") or 0
     lines.append(f"search took {_duration(analysis.get('search_s'))} ({analysis.get('measurements')} measurements, "
-                 f"{analysis.get('checks')} output checks)")
+                 f"{checks} output check{'' if checks == 1 else 's'})")
     return "\n".join(lines) + "\n"
 
 

@@ -81,6 +81,14 @@ def _progress(quiet: bool) -> Any:
     return _Progress(quiet)
 
 
+def _saved(path: str, result: Any) -> None:
+    """Say where the file is and add it to the history index, as `run` does (a problem there is a warning)."""
+    from clsbench.cli import _index
+
+    click.echo(f"\nsaved: {path}", err=True)
+    _index(path, result)
+
+
 @click.command("sweep")
 @click.option("--model", required=True, help="Model name (see `clsbench models`).")
 @click.option("--workload", default="infer-throughput", show_default=True,
@@ -125,7 +133,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
     click.echo(table.render(outcome.result), nl=False)
     click.echo("")
     click.echo(render_sweep(outcome.analysis), nl=False)
-    click.echo(f"\nsaved: {path}", err=True)
+    _saved(path, outcome.result)
     if any(m.status == "failed" and m.reason != "oom" for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
@@ -183,12 +191,12 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
     except NoConfigurationError as exc:
         progress.close()
         click.echo(render_tune(exc.tune_result.analysis), nl=False)
-        click.echo(f"\nsaved: {path}", err=True)
+        _saved(path, exc.tune_result.result)
         raise
     finally:
         progress.close()
     click.echo(render_tune(outcome.analysis), nl=False)
-    click.echo(f"\nsaved: {path}", err=True)
+    _saved(path, outcome.result)
 
 
 def register(group: click.Group) -> None:

@@ -1,0 +1,280 @@
+"""``clsbench tune``: the fastest allowed candidate wins, limits exclude candidates, conflicting limits name the
+closest candidate, pruning, the correctness guard (in a fresh process, and with a deliberately broken tolerance),
+the command that reproduces the winner, and bad input.
+
+The searches run inline with the cost clock of test_sweep.py: the test model's forward advances the clock by a
+cost chosen per mode and batch, so the ranking, and every decision of the search, is exact.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from clsbench import api
+from clsbench.cli import main
+from clsbench.errors import InvalidInputError
+from clsbench.results import io as result_io
+from clsbench.settings import RunPlan
+from clsbench.tune import (
+    OUTPUT_RTOL,
+    NoConfigurationError,
+    analyze_tune,
+    judge,
+    output_errors,
+    output_errors_in_subprocess,
+    render_tune,
+    tune,
+)
+from test_sweep import load_costed
+
+TINY = "clsbench_testmodels:tiny"
+SHORT: dict[str, Any] = {"repeats": 1, "warmup": 1, "iterations": 2, "min_time": 0.0}
+MS = 1_000_000
+
+#: Per-image cost in ms by mode, plus 0.5 ms per call: fp32+cl is the fastest, amp-bf16 next, fp32 last.
+PER_IMAGE_MS = {"fp32": 4.0, "amp-bf16": 2.0, "fp32+cl": 1.0, "amp-bf16+cl": 1.1}
+
+
+def cost(per_image: dict[str, float]) -> Any:
+    return lambda mode, batch: int(0.5 * MS + per_image[mode] * MS * batch)
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, Any]:
+    return api.environment("cpu")
+
+
+@pytest.fixture
+def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    module = load_costed(tmp_path, monkeypatch)
+    module.STATE["cost"] = cost(PER_IMAGE_MS)
+    return module
+
+
+def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
+    options = {"workload": "infer-throughput", "modes": ["fp32", "amp-bf16", "fp32+cl"], "batch_sizes": [2, 4],
+               "compile_variants": False, **SHORT, **kwargs}
+    workload = options.pop("workload")
+    return tune(f"{costed.__name__}:costed", workload, "cpu", isolation="inline", clock=costed.CostClock(), env=env,
+                **options)
+
+
+def verdicts(outcome: Any) -> dict[tuple[str, int], str]:
+    return {(c["mode"], c["batch_size"]): c["verdict"] for c in outcome.candidates}
+
+
+def test_tune_picks_the_fastest_candidate_and_says_how_to_reproduce_it(costed: Any, env: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    path = tmp_path / "tune.json"
+    outcome = run_tune(costed, env, output=path)
+    winner = outcome.winner
+    assert (winner["mode"], winner["batch_size"]) == ("fp32+cl", 4)
+    # 4 images per 0.5 + 4 x 1 ms = 888.9 img/s; fp32's best is batch 4 at 0.5 + 16 ms: 242.4 img/s.
+    assert winner["throughput_img_s"] == pytest.approx(4000 / 4.5)
+    assert winner["vs_fp32"] == pytest.approx((4000 / 4.5) / (4000 / 16.5))
+    assert winner["correctness"]["ok"] and winner["correctness"]["error"] <= OUTPUT_RTOL["fp32"]
+    ranked = [(c["mode"], c["batch_size"]) for c in outcome.candidates]
+    assert ranked[:3] == [("fp32+cl", 4), ("fp32+cl", 2), ("amp-bf16", 4)]
+    assert outcome.search_s > 0
+    assert outcome.command == (f"clsbench run --model {costed.__name__}:costed --workload infer-throughput --mode "
+                               "fp32+cl --batch-size 4 --device cpu --repeats 1 --warmup 1 --iterations 2 "
+                               "--min-time 0")
+    # Everything comes back from the file alone.
+    stored = result_io.load(path)
+    again = analyze_tune(stored)
+    assert again["winner"]["mode"] == "fp32+cl" and again["command"] == outcome.command
+    assert stored.settings["tune"]["correctness"][0]["mode"] == "fp32+cl"
+    text = render_tune(again)
+    assert "winner: fp32+cl at batch 4" in text and "reproduce: clsbench run" in text and "search took" in text
+
+
+def test_the_printed_command_reproduces_the_winning_cell(costed: Any, env: dict[str, Any], tmp_path: Path) -> None:
+    outcome = run_tune(costed, env, batch_sizes=[4], modes=["fp32", "fp32+cl"], seed=3)
+    words = shlex.split(outcome.command)
+    assert words[:2] == ["clsbench", "run"] and "--seed" in words
+    path = tmp_path / "again.json"
+    result = CliRunner().invoke(main, [*words[1:], "--isolation", "inline", "--clock", "fake:1ms", "-q",
+                                       "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    rerun = result_io.load(path)
+    tuned = RunPlan.from_dict(outcome.result.settings)
+    plan = RunPlan.from_dict(rerun.settings)
+    winner = next(c for c in tuned.cells if c.mode == outcome.winner["mode"])
+    assert plan.cells == (winner,)
+    assert plan.stop_rules["infer-throughput"] == tuned.stop_rules["infer-throughput"]
+    assert (plan.repeats, plan.seed) == (tuned.repeats, 3)
+
+
+def test_a_latency_limit_excludes_candidates_and_stops_their_batch_growth(costed: Any, env: dict[str, Any]) -> None:
+    # p99 per batch: fp32+cl 2.5 ms at batch 2 and 4.5 ms at 4; amp-bf16 4.5 ms and fp32 8.5 ms at batch 2.
+    outcome = run_tune(costed, env, max_latency_ms=3.0)
+    assert (outcome.winner["mode"], outcome.winner["batch_size"]) == ("fp32+cl", 2)
+    table = verdicts(outcome)
+    assert table[("fp32+cl", 4)] == "over limit" and table[("amp-bf16", 2)] == "over limit"
+    assert ("fp32", 4) not in table and ("amp-bf16", 4) not in table  # over the limit at 2: 4 is never tried
+    over = next(c for c in outcome.candidates if c["mode"] == "amp-bf16")
+    assert over["violations"] == ["p99 latency per batch 4.5 ms > 3 ms"]
+
+
+def test_conflicting_limits_name_the_closest_candidate(costed: Any, env: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "none.json"
+    with pytest.raises(NoConfigurationError) as caught:
+        run_tune(costed, env, max_latency_ms=1.0, max_memory_gb=1000.0, output=path)
+    error = caught.value
+    assert error.message.startswith("no configuration meets p99 latency per batch <= 1 ms and peak memory <= 1000 GB")
+    assert "the closest is fp32+cl at batch 2 (p99 latency per batch 2.5 ms" in error.message
+    assert error.hint.startswith("raise --max-latency-ms to at least 2.5")
+    assert error.tune_result.winner is None and result_io.load(path).measurements  # measured and saved first
+    with pytest.raises(NoConfigurationError, match="--max-memory-gb to at least"):
+        run_tune(costed, env, max_memory_gb=1e-6, batch_sizes=[2], modes=["fp32"])
+
+
+def test_the_correctness_guard_rejects_a_mode_beyond_its_tolerance(costed: Any, env: dict[str, Any]) -> None:
+    costed.STATE["cost"] = cost({**PER_IMAGE_MS, "amp-bf16": 0.5})  # now amp-bf16 is the fastest
+    fair = run_tune(costed, env, batch_sizes=[4])
+    assert fair.winner["mode"] == "amp-bf16"
+    assert 0 < fair.winner["correctness"]["error"] <= OUTPUT_RTOL["amp-bf16"]
+    strict = run_tune(costed, env, batch_sizes=[4], tolerances={"amp-bf16": 1e-9})
+    assert strict.winner["mode"] == "fp32+cl"
+    rejected = next(c for c in strict.candidates if c["mode"] == "amp-bf16")
+    assert rejected["verdict"] == "rejected"
+    assert rejected["correctness"]["reason"].startswith("logits differ from fp32 eager by ")
+    assert rejected["correctness"]["reason"].endswith("(relative; tolerance 1e-09)")
+    assert "rejected: amp-bf16 batch 4: logits differ" in render_tune(strict.analysis)
+    with pytest.raises(NoConfigurationError, match="rejected by the correctness guard"):
+        run_tune(costed, env, batch_sizes=[4], modes=["amp-bf16"], tolerances={"amp-bf16": 0.0})
+
+
+def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dict[str, Any],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # +cudagraph stands in for the compile variants: on a CPU the runner records it as skipped, without a worker.
+    monkeypatch.setattr("clsbench.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    outcome = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16", "amp-bf16+cl"], batch_sizes=[2],
+                       compile_variants=True, max_autotune=False)
+    pruned = {p["mode"]: p["reason"] for p in outcome.result.settings["tune"]["pruned"]}
+    # Per image at batch 2: fp32+cl 1.25 ms, amp-bf16+cl 1.35, amp-bf16 2.25 (56% of the best), fp32 4.25 (29%).
+    assert pruned["fp32"].startswith("its best result is 29% of the best so far")
+    assert pruned["amp-bf16"].startswith("its best result is 56% of the best so far")
+    assert set(pruned) == {"fp32", "amp-bf16"}
+    table = verdicts(outcome)
+    assert table[("fp32+cl+cudagraph", 2)] == "skipped" and table[("amp-bf16+cl+cudagraph", 2)] == "skipped"
+    assert ("fp32+cudagraph", 2) not in table
+    # Only the best two families get compiled.
+    costed.STATE["cost"] = cost({"fp32": 1.0, "fp32+cl": 1.0, "amp-bf16": 1.0, "amp-bf16+cl": 1.0})
+    even = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16"], batch_sizes=[2], compile_variants=True,
+                    max_autotune=False)
+    reasons = [p["reason"] for p in even.result.settings["tune"]["pruned"]]
+    assert reasons == ["not among the 2 best modes"]
+
+
+def test_max_autotune_phase_tries_only_the_best_precision(costed: Any, env: dict[str, Any],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("clsbench.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    calls = []
+    original = __import__("clsbench.tune", fromlist=["_variant"])._variant
+
+    def variant(base: str, suffix: str) -> str | None:
+        calls.append(suffix)
+        return original(base, "+cl+cudagraph" if suffix == "+compile:max-autotune" else suffix)
+
+    monkeypatch.setattr("clsbench.tune._variant", variant)
+    outcome = run_tune(costed, env, modes=["fp32", "amp-bf16"], batch_sizes=[2], compile_variants=True)
+    phases = [p["phase"] for p in outcome.result.settings["tune"]["phases"]]
+    assert phases == ["eager", "compile", "max-autotune"]
+    assert "+compile:max-autotune" in calls
+    assert outcome.result.settings["tune"]["phases"][-1]["modes"] == ["amp-bf16+cl+cudagraph"]
+
+
+def test_train_is_checked_by_its_loss(costed: Any, env: dict[str, Any]) -> None:
+    outcome = run_tune(costed, env, workload="train", modes=["fp32", "amp-bf16"], batch_sizes=[4])
+    assert outcome.winner["mode"] == "amp-bf16"
+    check = outcome.winner["correctness"]
+    assert check["metric"] == "loss" and check["error"] <= check["tolerance"]
+    assert check["error_last"] is not None and check["error_last"] <= check["tolerance_last"]
+
+
+def test_infer_latency_tunes_batch_one_on_p50(costed: Any, env: dict[str, Any]) -> None:
+    outcome = run_tune(costed, env, workload="infer-latency", batch_sizes=None, max_latency_ms=2.0)
+    assert {c["batch_size"] for c in outcome.candidates} == {1}
+    assert outcome.winner["mode"] == "fp32+cl" and outcome.winner["latency_p50_ms"] == pytest.approx(1.5)
+    assert verdicts(outcome)[("fp32", 1)] == "over limit"  # p50 4.5 ms
+
+
+def test_output_errors_run_in_a_fresh_process() -> None:
+    answers = output_errors_in_subprocess(TINY, "infer-throughput", "cpu", [("fp32+cl", 2), ("amp-bf16", 2),
+                                                                           ("tf32", 2)], timeout_s=120)
+    assert answers[("fp32+cl", 2)]["error"] < OUTPUT_RTOL["fp32"]
+    assert 0 < answers[("amp-bf16", 2)]["error"] < OUTPUT_RTOL["amp-bf16"]
+    assert answers[("tf32", 2)]["error"] is None and "TF32" in answers[("tf32", 2)]["detail"]
+    assert judge(answers[("tf32", 2)], "tf32")["ok"] is False
+
+
+def test_output_errors_report_non_finite_outputs_as_infinite() -> None:
+    answers = output_errors("clsbench_testmodels:nan_model", "train", "cpu", [("fp32+cl", 2)], train_steps=1)
+    assert math.isinf(answers[("fp32+cl", 2)]["error"]) or answers[("fp32+cl", 2)]["detail"]
+    broken = output_errors("clsbench_testmodels:oom_model", "infer-throughput", "cpu", [("fp32+cl", 2)])
+    assert broken[("fp32+cl", 2)]["error"] is None and "OutOfMemoryError" in broken[("fp32+cl", 2)]["detail"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_latency_ms": 0}, {"max_latency_ms": -1.0}, {"max_memory_gb": 0.0}, {"max_memory_gb": float("nan")},
+    {"batch_sizes": []}, {"batch_sizes": [0]}, {"batch_sizes": "auto"}, {"modes": []}, {"modes": ["fp33"]},
+    {"tolerances": {"fp32": -1.0}},
+])
+def test_bad_input_is_refused_before_measuring(kwargs: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError):
+        tune(TINY, "infer-throughput", "cpu", output=tmp_path / "x.json", env={}, **kwargs)
+    assert not (tmp_path / "x.json").exists()
+
+
+def invoke_group(*args: str) -> Any:
+    from clsbench.commands.sweep_cmds import register
+
+    group = click.Group()
+    register(group)
+    return CliRunner().invoke(group, list(args))
+
+
+def test_cli_tune(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    result = invoke_group("tune", "--model", TINY, "--workload", "infer-latency", "--device", "cpu", "--modes",
+                          "fp32,fp32+cl", "--no-compile", "--warmup", "1", "--iterations", "3", "--min-time", "0",
+                          "--isolation", "inline", "--clock", "fake:1ms", "-q", "-o", str(path))
+    assert result.exit_code == 0, result.output
+    # Every request takes 1 ms on the fake clock: a tie, broken by name; fp32 eager is its own reference.
+    assert "winner: fp32 at batch 1 (p50 request latency 1 ms" in result.stdout
+    assert "outputs: fp32 eager is the reference" in result.stdout
+    assert f"reproduce: clsbench run --model {TINY} --workload infer-latency --mode fp32 --batch-size 1" \
+        in result.stdout
+    assert "search took" in result.stdout and path.exists()
+    conflicting = invoke_group("tune", "--model", TINY, "--workload", "infer-latency", "--device", "cpu",
+                               "--modes", "fp32", "--no-compile", "--warmup", "1", "--iterations", "3",
+                               "--min-time", "0", "--isolation", "inline", "--clock", "fake:1ms", "-q",
+                               "--max-latency-ms", "0.5", "-o", str(tmp_path / "c.json"))
+    assert conflicting.exit_code == 2
+    assert "no winner:" in conflicting.stdout  # the table of what was measured comes first
+    errors = [line for line in conflicting.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: no configuration meets p50 request latency <= 0.5 ms; the closest is fp32 at batch 1 "
+                      "(p50 request latency 1 ms, worker peak RSS " + errors[0].split("worker peak RSS ")[1]]
+    assert "hint: raise --max-latency-ms to at least 1" in conflicting.stderr
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--max-latency-ms", "0"], "max_latency_ms must be a number > 0"),
+    (["--max-memory-gb", "-1"], "max_memory_gb must be a number > 0"),
+    (["--batch-sizes", ""], "empty"),
+    (["--batch-sizes", "4,x"], "not a whole number"),
+    (["--modes", ","], "names no mode"),
+])
+def test_cli_tune_bad_input(args: list[str], words: str) -> None:
+    result = invoke_group("tune", "--model", TINY, "--device", "cpu", *args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and words in errors[0], result.stderr
