@@ -33,6 +33,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .measure.clock import Clock
+from .report.table import fmt_ms, fmt_rate, render_rows
 from .results import io as result_io
 from .results.schema import BenchmarkResult, Measurement
 from .runner import ProgressCallback, new_result, run_plan
@@ -484,16 +485,8 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
 # ----------------------------------------------------------------------------------------------- rendering
 
 
-def _rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
 
 
 def _mem(point: dict[str, Any]) -> str:
@@ -509,15 +502,6 @@ _GROWTH_WORDS = {
     "oom": "out of memory",
     "max_batch": "reached the largest batch allowed (--max-batch)",
 }
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[str]) -> list[str]:
-    """Plain columns, the ``right`` ones right-aligned, with a rule under the header."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).rjust(w) if header[i] in right else str(c).ljust(w)
-                       for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 def render_sweep(analysis: dict[str, Any]) -> str:
@@ -540,8 +524,8 @@ def render_sweep(analysis: dict[str, Any]) -> str:
         status = p["status"] if p["status"] == "ok" else f"{p['status'].upper()}: {p['reason']}"
         if p["status"] == "ok" and p["unstable"]:
             status = "UNSTABLE"
-        rows.append((str(p["batch_size"]), _rate(p["throughput_img_s"]), share, _ms(p["latency_p50_ms"]),
-                     _ms(p["latency_p99_ms"]), _mem(p),
+        rows.append((str(p["batch_size"]), fmt_rate(p["throughput_img_s"]), share, fmt_ms(p["latency_p50_ms"]),
+                     fmt_ms(p["latency_p99_ms"]), _mem(p),
                      "-" if p["power_avg_w"] is None else f"{p['power_avg_w']:.0f}",
                      "-" if p["joules_per_image"] is None else f"{p['joules_per_image']:.4f}", status,
                      ", ".join(notes)))
@@ -550,13 +534,13 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     lines = [title, ""]
     if not rows:
         return "\n".join([*lines, "(no points)"]) + "\n"
-    lines += render_table(header, rows, {"batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W",
+    lines += render_rows(header, rows, {"batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W",
                                          "J/img"})
     lines.append("")
     fraction = analysis.get("knee_fraction", DEFAULT_KNEE_FRACTION)
     if knee and best:
-        lines.append(f"knee: batch {knee['batch_size']} ({_rate(knee['throughput_img_s'])} img/s, "
-                     f"{100 * knee['fraction_of_best']:.0f}% of the best {_rate(best['throughput_img_s'])} img/s at "
+        lines.append(f"knee: batch {knee['batch_size']} ({fmt_rate(knee['throughput_img_s'])} img/s, "
+                     f"{100 * knee['fraction_of_best']:.0f}% of the best {fmt_rate(best['throughput_img_s'])} img/s at "
                      f"batch {best['batch_size']}; rule: the smallest batch reaching {100 * fraction:g}% of the best)")
     else:
         lines.append("knee: none (no batch size ran successfully)")
@@ -572,8 +556,9 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     curve = analysis.get("latency_throughput_curve")
     if curve:
         lines += ["", "latency-throughput curve (p99 latency per batch against img/s; * = Pareto-optimal):", ""]
-        table = render_table(("batch", "p99 ms", "img/s", "pareto"), [
-            (str(c["batch_size"]), _ms(c["latency_p99_ms"]), _rate(c["throughput_img_s"]), "*" if c["pareto"] else "")
+        table = render_rows(("batch", "p99 ms", "img/s", "pareto"), [
+            (str(c["batch_size"]), fmt_ms(c["latency_p99_ms"]), fmt_rate(c["throughput_img_s"]),
+             "*" if c["pareto"] else "")
             for c in curve], {"batch", "p99 ms", "img/s"})
         lines += ["  " + line for line in table]
     return "\n".join(lines) + "\n"

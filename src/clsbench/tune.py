@@ -907,7 +907,7 @@ def _duration(seconds: float | None) -> str:
 
 def render_tune(analysis: dict[str, Any]) -> str:
     """The runner-up table, the winner, the command that reproduces it and how long the search took."""
-    from .sweep import _ms, _rate, render_table
+    from .report.table import fmt_ms, fmt_rate, render_rows
 
     workload = analysis.get("workload")
     lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
@@ -934,10 +934,10 @@ def render_tune(analysis: dict[str, Any]) -> str:
         elif f["verdict"] == "rejected":
             verdict += ": outputs differ from fp32 eager"
         memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
-        rows.append((str(f["rank"]), f["mode"], str(f["batch_size"]), _rate(f.get("throughput_img_s")),
-                     "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", _ms(f.get("latency_p50_ms")),
-                     _ms(f.get("latency_p99_ms")), memory, outputs, verdict))
-    lines += render_table(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
+        rows.append((str(f["rank"]), f["mode"], str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
+                     "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
+                     fmt_ms(f.get("latency_p99_ms")), memory, outputs, verdict))
+    lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
     lines.append("")
     winner = analysis.get("winner")
     if winner is not None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import click
 
 from clsbench.errors import ResultFileError
+from clsbench.results.io import check_writable, write_text_atomic
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,38 +33,7 @@ def _check_output(path: Path, *, force: bool) -> None:
     """Fail before any work if ``path`` is a directory, exists (without ``--force``) or cannot be written."""
     if path.is_dir():
         raise ResultFileError(f"{path} is a directory", "give a file name such as report.html")
-    if path.exists() and not force:
-        raise ResultFileError(f"{path} already exists; clsbench never overwrites a report silently",
-                              "choose another -o, or pass --force to replace it")
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultFileError(f"cannot create directory {parent}: {exc.strerror}", "choose another -o") from None
-    if not os.access(parent, os.W_OK):
-        raise ResultFileError(f"cannot write to directory {parent}: permission denied", "choose another -o")
-
-
-def write_atomically(text: str, path: Path) -> int:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename; return the bytes.
-
-    A crash or a full disk leaves either the old file or none, never half a report.
-    """
-    data = text.encode("utf-8")
-    parent = path.parent if str(path.parent) else Path(".")
-    tmp = parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-    try:
-        # 0o666 honours the umask, so the report is as readable as any file the user writes.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ResultFileError(f"cannot write {path}: {exc.strerror or exc}", "check the disk and permissions") from None
-    return len(data)
+    check_writable(path, overwrite=force, exists_hint="choose another -o, or pass --force to replace it")
 
 
 def _size(n: int) -> str:
@@ -85,7 +53,7 @@ def report(files: tuple[str, ...], output: str, force: bool) -> None:
     path = Path(output)
     _check_output(path, force=force)
     results = [load(name) for name in files]
-    size = write_atomically(render_report(results, list(files)), path)
+    size = write_text_atomic(path, render_report(results, list(files)))
     click.echo(f"wrote {path} ({size:,} bytes, {_size(size)})")
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from ..compare import (
 )
 from ..errors import InvalidInputError, ResultFileError
 from ..results.environment import get_field
-from ..results.io import _jsonable
+from ..results.io import _jsonable, write_text_atomic
 from ..results.schema import BenchmarkResult, Measurement
 from ..significance import format_p
 
@@ -474,18 +472,4 @@ def check_output(path: str | Path) -> Path:
 
 def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file, then rename); never overwrites an existing file."""
-    target = check_output(path)
-    parent = target.parent if str(target.parent) else Path(".")
-    tmp = parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise ResultFileError(f"cannot write {target}: {exc.strerror or exc}", "check the disk and permissions") \
-            from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(check_output(path), text)

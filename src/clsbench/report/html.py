@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..results.schema import BenchmarkResult, Measurement
 from . import table
+from .table import fmt_ms, fmt_rate
 
 #: A sweep's knee: the smallest batch size whose throughput reaches this fraction of the sweep's best. 90% is the
 #: usual "diminishing returns" cut: beyond it, a larger batch buys at most another 10% while costing memory and
@@ -90,16 +91,8 @@ def _label(m: Measurement) -> str:
     return f"{m.model} {m.workload} {m.mode} bs{m.batch_size}"
 
 
-def _fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def _fmt_ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
 
 
 def _fmt_g(value: float | None, digits: int = 3) -> str:
@@ -279,7 +272,7 @@ def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]
                     err = [[max(value - min(per_repeat), 0.0)], [max(max(per_repeat) - value, 0.0)]]
                 ax.barh(y, value, height=0.8, color=colors[name], xerr=err,
                         error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
-                ax.text(max([value, *per_repeat]), y, f"  {_fmt_rate(value)} (bs{m.batch_size})", va="center",
+                ax.text(max([value, *per_repeat]), y, f"  {fmt_rate(value)} (bs{m.batch_size})", va="center",
                         ha="left", fontsize=7)
                 y += 1
             ticks.append((start + y - 1) / 2)
@@ -340,14 +333,16 @@ def _sweeps(runs: list[_Run]) -> list[dict[str, Any]]:
             if len(by_batch) < 2:
                 continue
             points = sorted(by_batch.items())
-            knee_b, knee_v = knee(points) or (None, None)
+            # A sweep file stores the knee rule it was run with (`clsbench sweep --knee`); use that one.
+            fraction = float((run.result.settings.get("sweep") or {}).get("knee_fraction") or KNEE_FRACTION)
+            knee_b, knee_v = knee(points, fraction) or (None, None)
             best_b, best_v = max(points, key=lambda p: p[1])
             out.append({
                 "run": run.letter, "model": model, "workload": workload, "mode": mode,
                 "name": _series_name(run, f"{model} {mode}", many), "points": points,
                 "batches": ", ".join(str(b) for b, _ in points),
-                "best": f"{_fmt_rate(best_v)} at bs{best_b}", "knee_batch": knee_b,
-                "knee": f"bs{knee_b} ({_fmt_rate(knee_v)} img/s)",
+                "best": f"{fmt_rate(best_v)} at bs{best_b}", "knee_batch": knee_b,
+                "knee": f"bs{knee_b} ({fmt_rate(knee_v)} img/s)",
             })
     return out
 
@@ -434,7 +429,7 @@ def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
                 # Straight segments between the kept quantiles: a step drawing would double the vertices for no
                 # visible difference at this size.
                 ax.plot(xs, ys, color=_color(i), linewidth=1.3,
-                        label=f"{name}: p50 {_fmt_ms(p50)}, p99 {_fmt_ms(p99)} ms (n={n})")
+                        label=f"{name}: p50 {fmt_ms(p50)}, p99 {fmt_ms(p99)} ms (n={n})")
                 ax.plot([p50], [0.5], marker="o", markersize=5, color=_color(i), markeredgecolor="black",
                         markeredgewidth=0.5, linestyle="none")
                 ax.plot([p99], [0.99], marker="^", markersize=6, color=_color(i), markeredgecolor="black",

@@ -8,7 +8,7 @@ n is repeats x samples per repeat.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ..results.schema import BenchmarkResult, Measurement
 
@@ -17,13 +17,13 @@ COLUMNS = ("model", "workload", "mode", "batch", "img/s", "spread", "p50 ms", "p
 RIGHT_ALIGNED = {"batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n"}
 
 
-def _fmt_rate(value: float | None) -> str:
+def fmt_rate(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
 
-def _fmt_ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
@@ -59,22 +59,26 @@ def row(m: Measurement) -> tuple[str, ...]:
         m.workload,
         m.mode,
         str(m.batch_size),
-        _fmt_rate(s.get("throughput_img_s")),
+        fmt_rate(s.get("throughput_img_s")),
         "-" if spread is None else f"{spread:.1f}%",
-        _fmt_ms(latency.get("p50")),
-        _fmt_ms(latency.get("p99")),
+        fmt_ms(latency.get("p50")),
+        fmt_ms(latency.get("p99")),
         _fmt_mem(m),
         n,
         _status(m),
     )
 
 
-def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]],
+                right: Collection[str] | None = None) -> list[str]:
+    """Plain columns separated by two spaces, a rule under the header; ``right`` names the right-aligned columns
+    (default: the numeric columns of the results tables)."""
+    right = RIGHT_ALIGNED if right is None else right
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = []
     for r in [header, *rows]:
         cells = [
-            str(c).rjust(w) if header[i] in RIGHT_ALIGNED else str(c).ljust(w)
+            str(c).rjust(w) if header[i] in right else str(c).ljust(w)
             for i, (c, w) in enumerate(zip(r, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())

@@ -24,11 +24,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def check_writable(path: Path, *, overwrite: bool = False) -> None:
-    """Fail early, before any measurement, if ``path`` exists (unless allowed) or cannot be written."""
+def check_writable(path: Path, *, overwrite: bool = False,
+                   exists_hint: str = "choose another --output, or finish it with --resume") -> None:
+    """Fail early, before any work, if ``path`` exists (unless ``overwrite``) or cannot be written."""
     if path.exists() and not overwrite:
-        raise ResultFileError(f"{path} already exists; clsbench never overwrites a result file",
-                              "choose another --output, or finish it with --resume")
+        raise ResultFileError(f"{path} already exists; clsbench never overwrites a file silently", exists_hint)
     if path.exists() and path.is_dir():
         raise ResultFileError(f"{path} is a directory", "give a file name such as results/run.json")
     parent = path.parent if str(path.parent) else Path(".")
@@ -40,23 +40,31 @@ def check_writable(path: Path, *, overwrite: bool = False) -> None:
         raise ResultFileError(f"cannot write to directory {parent}: permission denied", "choose another --output")
 
 
-def save(result: BenchmarkResult, path: Path) -> None:
-    """Write ``result`` to ``path`` atomically: a temporary file in the same directory, then a rename."""
-    text = json.dumps(_jsonable(result.to_dict()), indent=1, allow_nan=False)
+def write_text_atomic(path: Path, text: str) -> int:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and a rename.
+
+    A crash or a full disk leaves the old file or none, never half a file. Returns the bytes written.
+    """
+    data = text.encode("utf-8")
     directory = path.parent if str(path.parent) else Path(".")
     tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
-        # os.open with 0o666 honours the umask (mkstemp would make the result file private to its owner).
+        # os.open with 0o666 honours the umask (mkstemp would make the file private to its owner).
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise ResultFileError(f"cannot write {path}: {exc.strerror or exc}", "check the disk and permissions") from None
+    return len(data)
+
+
+def save(result: BenchmarkResult, path: Path) -> None:
+    """Write ``result`` to ``path`` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(_jsonable(result.to_dict()), indent=1, allow_nan=False) + "\n")
 
 
 def load(path: str | Path) -> BenchmarkResult:
