@@ -13,10 +13,12 @@ one-line ``detail``. Exceptions never escape :func:`execute`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,14 +76,18 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return _record("failed", "crash", message, traceback=traceback.format_exc(limit=8))
 
 
-def _build_quietly(spec: Any, job: Job) -> Any:
-    """Build on one CPU thread: the build overlaps another worker's measurement, which may be CPU-bound."""
+@contextlib.contextmanager
+def _one_thread(enabled: bool) -> Iterator[None]:
+    """Limit torch to one CPU thread while preparing alongside another worker's (possibly CPU-bound) measurement."""
+    if not enabled:
+        yield
+        return
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+        yield
     finally:
         torch.set_num_threads(threads)
 
@@ -110,8 +116,10 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
     try:
         spec = get_model_spec(job.cell.model)
         input_size = job.cell.input_size or spec.input_size
-        model = _build_quietly(spec, job) if create_context else spec.build(
-            seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+        with _one_thread(create_context):
+            model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+            # The costs are the same in every repeat of a cell: count them once, in the first.
+            costs = _model_costs(model, input_size, job) if job.repeat == 0 else None
         if create_context and job.cell.device.startswith("cuda"):
             import torch
 
@@ -119,7 +127,6 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
             if device.index is not None:
                 torch.cuda.set_device(device.index)
             torch.empty(1, device=device)  # an allocation needs the context; no kernel runs
-        costs = _model_costs(model, input_size, job)
         return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0, costs=costs)
     except ClsbenchError as exc:
         return Prepared(error=_record("failed", "model_error", str(exc)))
