@@ -309,13 +309,12 @@ def output_errors(
         mode cannot run here). A non-finite output gives an infinite error.
     """
     import torch
-    import torch.nn.functional as F
 
     from .measure.device import device_capabilities
     from .models import get_model_spec
     from .modes import parse_mode
     from .workloads import get_workload
-    from .workloads.train import make_optimizer
+    from .workloads.train import make_optimizer, train_step
 
     dev = torch.device(device)
     kind = get_workload(workload).kind
@@ -345,23 +344,13 @@ def output_errors(
                     return prepared.forward(x).float().cpu()  # a copy: a graph's static output is overwritten later
             prepared.model.train()
             _quiet_random_layers(prepared.model)
-            optimizer = make_optimizer(prepared.model, _TrainOnly(settings))  # type: ignore[arg-type]
+            optimizer = make_optimizer(prepared.model, settings)
             scaler = torch.amp.GradScaler(dev.type) if prepared.grad_scaler else None
             labels = torch.randint(0, num_classes, (batch,), generator=torch.Generator().manual_seed(data_seed + 1))
             labels = labels.to(dev)
             losses = []
             for _ in range(train_steps):
-                with prepared.autocast(dev.type):
-                    loss = F.cross_entropy(prepared.forward(x), labels)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    loss.backward()
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                losses.append(float(loss.detach()))
+                losses.append(float(train_step(prepared, x, labels, optimizer, scaler, dev.type).detach()))
             return losses
         finally:
             if "compile" in {m.split(":")[0] for m in mode.modifier_names}:
@@ -404,12 +393,6 @@ def output_errors(
             out[key] = {"metric": metric, "error": None, "error_last": None, "detail": f"the check failed: {text}"}
     return out
 
-
-@dataclass(frozen=True)
-class _TrainOnly:
-    """What :func:`clsbench.workloads.train.make_optimizer` reads from a workload context."""
-
-    train: TrainSettings
 
 
 def _check_main(conn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -13,18 +13,38 @@ import torch.nn.functional as F
 
 from ..measure.clock import NS_PER_S
 from ..measure.device import synchronize
+from ..modes.base import Prepared
+from ..settings import TrainSettings
 from .base import NonFiniteLossError, WorkloadContext, WorkloadOutput
 from .loop import run_timed_loop
 
 
-def make_optimizer(model: torch.nn.Module, ctx: WorkloadContext) -> torch.optim.Optimizer:
-    settings = ctx.train
+def make_optimizer(model: torch.nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
     if settings.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
                                weight_decay=settings.weight_decay)
     if settings.optimizer == "adamw":
         return torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     raise ValueError(f"unknown optimizer {settings.optimizer!r}")
+
+
+def train_step(prepared: Prepared, images: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer,
+               scaler: torch.amp.GradScaler | None, device_type: str) -> torch.Tensor:
+    """One training step: forward and loss under the mode's autocast, (scaled) backward, optimizer step.
+
+    Returns the loss tensor, still on the device (reading it is the caller's choice: it synchronises).
+    """
+    with prepared.autocast(device_type):
+        loss = F.cross_entropy(prepared.forward(images), labels)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
 
 
 class Train:
@@ -35,7 +55,7 @@ class Train:
         device, prepared = ctx.device, ctx.prepared
         model = prepared.model
         model.train()
-        optimizer = make_optimizer(model, ctx)
+        optimizer = make_optimizer(model, ctx.train)
         scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
         images = ctx.make_images()
         generator = torch.Generator().manual_seed(ctx.data_seed + 1)
@@ -44,18 +64,7 @@ class Train:
         last_loss: list[torch.Tensor] = []
 
         def step() -> None:
-            with prepared.autocast(device.type):
-                logits = prepared.forward(images)
-                loss = F.cross_entropy(logits, labels)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            detached = loss.detach()
+            detached = train_step(prepared, images, labels, optimizer, scaler, device.type).detach()
             torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
             if last_loss:
                 last_loss[0] = detached
