@@ -157,7 +157,9 @@ def test_interrupt_keeps_what_finished_and_names_resume(env: dict, tmp_path: Pat
 
 def test_a_worker_prepared_ahead_gets_its_own_full_timeout():
     """With overlap (the GPU default) the next worker starts while the current one measures: that wait is not
-    its own time. Driven on the CPU through the executor, with real durations 2.5 s then 1 s, timeout 3 s."""
+    its own time. Driven on the CPU through the executor, with real durations 4 s then 1 s, timeout 5 s: the second
+    worker waits about 4 s for its turn, so counting that wait would time it out, while a loaded 2-core machine still
+    has seconds of margin for its own preparation."""
 
     def job(seconds: float) -> Job:
         rule = StopRule(warmup=0, min_iterations=1, min_seconds=seconds)
@@ -166,8 +168,8 @@ def test_a_worker_prepared_ahead_gets_its_own_full_timeout():
     # Start the forkserver first: its one-time start-up is another matter (see the next test).
     warm_up = ProcessExecutor(timeout_s=TIMEOUT_S, overlap=False)
     assert warm_up.run(job(0.0), None)["status"] == "ok"
-    first, second = job(2.5), job(1.0)
-    executor = ProcessExecutor(timeout_s=3.0, overlap=True)
+    first, second = job(4.0), job(1.0)
+    executor = ProcessExecutor(timeout_s=5.0, overlap=True)
     try:
         records = [executor.run(first, second), executor.run(second, None)]
     finally:
