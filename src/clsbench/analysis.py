@@ -211,6 +211,27 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
     return out
 
 
+def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over repeats of each host CPU figure, plus the worst repeat's concerns (measure/hostcpu.py)."""
+    from .measure import hostcpu
+
+    readings = [r.get("host_cpu") for r in ok if r.get("host_cpu")]
+    if not readings:
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("steal_pct", "machine_busy_pct", "other_busy_cores", "process_cpu_pct",
+                "involuntary_switches_per_s"):
+        out[key] = _median_or_none([r.get(key) for r in readings])
+        present = [r.get(key) for r in readings if r.get(key) is not None]
+        out[f"{key}_max"] = max(present) if present else None
+    concerns: list[str] = []
+    for index, reading in enumerate(readings, 1):
+        for text in hostcpu.concerns(reading):
+            concerns.append(f"repeat {index}: {text}")
+    out["concerns"] = concerns
+    return out
+
+
 #: Training moves roughly three times the forward's bytes: activations are written, then read back for the
 #: backward pass, which writes gradients of the same size; weights are read twice and their gradients written.
 TRAIN_BYTES_FACTOR = 3.0
@@ -230,6 +251,11 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
                                            summary.get("throughput_img_s"), environment or {})
         validity["throttled"] = bool(telemetry.get("throttled"))
         validity["throttle_summary"] = telemetry.get("throttle_summary")
+        host = combine_host_cpu(ok)
+        if host:
+            summary["host_cpu"] = host
+            if host.get("concerns"):
+                validity["host_cpu_contention"] = "; ".join(host["concerns"])
     if rule is not None:
         validity["stop_rule"] = stop_rule_text(rule)
     input_size = next((r.get("input_size") for r in records if r.get("input_size")), cell.input_size)

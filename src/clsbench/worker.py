@@ -176,7 +176,9 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
                               input_size=prepared.input_size, num_classes=job.num_classes,
                               data_seed=job.data_seed, train=job.train,
                               compiled="compile" in {n.split(":")[0] for n in mode.modifier_names},
-                              telemetry=telemetry)
+                              telemetry=telemetry,
+                              # Busy time is a property of the cell, like its FLOPs: profile the first repeat only.
+                              profile_busy=job.repeat == 0)
         # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
         gc.collect()
         gc.disable()
@@ -199,6 +201,7 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
             mode_notes=ready.notes,
             input_size=prepared.input_size,
             telemetry=out.telemetry,
+            host_cpu=ctx.host_cpu,
             busy=out.busy,
             costs=prepared.costs,
             pid=os.getpid(),

@@ -134,8 +134,11 @@ def warnings(measurements: Sequence[Measurement]) -> list[str]:
             out.append(f"skipped {label}: {m.detail}")
         elif m.summary.get("unstable"):
             spread = m.summary.get("spread_pct") or 0.0
-            out.append(f"UNSTABLE {label}: spread {spread:.1f}% over {m.summary.get('repeats')} repeats; "
-                       f"{m.validity.get('advice', '')}")
+            text = (f"UNSTABLE {label}: spread {spread:.1f}% over {m.summary.get('repeats')} repeats; "
+                    f"{m.validity.get('advice', '')}")
+            if m.validity.get("host_cpu_contention"):
+                text += f" Host CPU contention seen: {m.validity['host_cpu_contention']}."
+            out.append(text)
         elif m.validity.get("throttled"):
             out.append(f"THROTTLED {label}: {m.validity.get('throttle_summary')}; the figure is what a throttled card "
                        "delivers: check cooling and the power limit (`clsbench env`)")

@@ -41,13 +41,23 @@ class WorkloadContext:
     compiled: bool = False
     telemetry: Any = None  # a clsbench.telemetry TelemetrySource sampling only the timed region, or None
     profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
+    host_cpu: dict[str, Any] | None = None  # host CPU contention over the timed region (measure/hostcpu.py)
+    _host_start: Any = None
 
     def timed_region_started(self) -> None:
+        from ..measure import hostcpu
+
+        self._host_start = hostcpu.snapshot()
         if self.telemetry is not None:
             self.telemetry.start()
 
     def timed_region_ended(self) -> dict[str, Any] | None:
-        return self.telemetry.stop() if self.telemetry is not None else None
+        telemetry = self.telemetry.stop() if self.telemetry is not None else None
+        if self._host_start is not None:
+            from ..measure import hostcpu
+
+            self.host_cpu = hostcpu.contention(self._host_start, hostcpu.snapshot())
+        return telemetry
 
     def busy_time(self, run_once: Any) -> dict[str, Any] | None:
         """GPU busy time per iteration, from a short profile after the timed region (CUDA only)."""

@@ -1,0 +1,105 @@
+"""Host CPU contention over a timed region: hypervisor steal, other load on the machine, our own context switches.
+
+Launch-bound measurements (batch-1 latency, small-batch training) run at the speed of one CPU thread issuing
+kernels, so anything that takes that thread's core away moves the figure: another process on the machine, the
+hypervisor running someone else's virtual CPU (``steal`` in ``/proc/stat``), or the scheduler pre-empting us
+(involuntary context switches). These readings say, per repeat, whether that happened; they cost two file reads
+and one ``getrusage`` call at each edge of the timed region and nothing inside it.
+
+Linux only for the machine-wide figures (``/proc/stat``); elsewhere those fields are ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: Flag a repeat when the hypervisor took more than this share of the machine's CPU time.
+STEAL_WARN_PCT = 2.0
+#: Flag a repeat when other work kept more than this many cores busy besides this process.
+OTHER_BUSY_WARN_CORES = 1.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    wall_s: float
+    cpu_jiffies: tuple[int, ...] | None  # user nice system idle iowait irq softirq steal (aggregate line)
+    process_cpu_s: float
+    involuntary_switches: int
+    voluntary_switches: int
+
+
+def _read_proc_stat(path: str = "/proc/stat") -> tuple[int, ...] | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu":
+        return None
+    values = [int(v) for v in first[1:9]]
+    return tuple(values + [0] * (8 - len(values)))
+
+
+def _clock_ticks_per_s() -> float:
+    try:
+        return float(os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, ValueError, OSError):
+        return 100.0
+
+
+def snapshot(proc_stat: str = "/proc/stat") -> Snapshot:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return Snapshot(
+        wall_s=time.monotonic(),
+        cpu_jiffies=_read_proc_stat(proc_stat),
+        process_cpu_s=usage.ru_utime + usage.ru_stime,
+        involuntary_switches=usage.ru_nivcsw,
+        voluntary_switches=usage.ru_nvcsw,
+    )
+
+
+def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
+               ticks_per_s: float | None = None) -> dict[str, Any]:
+    """The figures between two snapshots (see the module docstring); ``None`` where unreadable."""
+    wall = max(end.wall_s - start.wall_s, 1e-9)
+    cores = cores or os.cpu_count() or 1
+    out: dict[str, Any] = {
+        "wall_s": wall,
+        "process_cpu_pct": 100.0 * (end.process_cpu_s - start.process_cpu_s) / wall,
+        "involuntary_switches_per_s": (end.involuntary_switches - start.involuntary_switches) / wall,
+        "voluntary_switches_per_s": (end.voluntary_switches - start.voluntary_switches) / wall,
+        "steal_pct": None,
+        "machine_busy_pct": None,
+        "other_busy_cores": None,
+        "cores": cores,
+    }
+    if start.cpu_jiffies is not None and end.cpu_jiffies is not None:
+        delta = [b - a for a, b in zip(start.cpu_jiffies, end.cpu_jiffies, strict=True)]
+        total = sum(delta)
+        if total > 0:
+            user, nice, system, idle, iowait, irq, softirq, steal = delta
+            busy = user + nice + system + irq + softirq
+            out["steal_pct"] = 100.0 * steal / total
+            out["machine_busy_pct"] = 100.0 * busy / total
+            tick = ticks_per_s or _clock_ticks_per_s()
+            busy_core_s = busy / tick
+            out["other_busy_cores"] = max(0.0, (busy_core_s - (end.process_cpu_s - start.process_cpu_s)) / wall)
+    return out
+
+
+def concerns(reading: dict[str, Any] | None) -> list[str]:
+    """What in one reading could have slowed a CPU-bound (launch-bound) measurement, in words."""
+    if not reading:
+        return []
+    out = []
+    steal = reading.get("steal_pct")
+    if steal is not None and steal > STEAL_WARN_PCT:
+        out.append(f"hypervisor steal {steal:.1f}% of CPU time")
+    other = reading.get("other_busy_cores")
+    if other is not None and other > OTHER_BUSY_WARN_CORES:
+        out.append(f"other work kept {other:.1f} cores busy")
+    return out

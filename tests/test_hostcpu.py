@@ -1,0 +1,60 @@
+"""Host CPU contention readings (measure/hostcpu.py) and how a measurement carries them."""
+
+from __future__ import annotations
+
+import pytest
+
+from clsbench.analysis import combine_host_cpu
+from clsbench.measure import hostcpu
+
+
+def _snap(wall: float, jiffies: tuple[int, ...] | None, cpu_s: float = 0.0, invol: int = 0) -> hostcpu.Snapshot:
+    return hostcpu.Snapshot(wall_s=wall, cpu_jiffies=jiffies, process_cpu_s=cpu_s, involuntary_switches=invol,
+                            voluntary_switches=0)
+
+
+def test_contention_figures_from_two_snapshots():
+    # 4 cores x 2 s at 100 ticks/s = 800 ticks: 300 user, 100 system, 360 idle, 40 steal.
+    start = _snap(10.0, (1000, 0, 500, 5000, 0, 0, 0, 100), cpu_s=1.0, invol=10)
+    end = _snap(12.0, (1300, 0, 600, 5360, 0, 0, 0, 140), cpu_s=3.0, invol=30)
+    r = hostcpu.contention(start, end, cores=4, ticks_per_s=100.0)
+    assert r["steal_pct"] == pytest.approx(5.0)
+    assert r["machine_busy_pct"] == pytest.approx(50.0)
+    # 400 busy ticks = 4 core-seconds, of which this process used 2: other work kept 1 core busy over 2 s.
+    assert r["other_busy_cores"] == pytest.approx(1.0)
+    assert r["process_cpu_pct"] == pytest.approx(100.0)
+    assert r["involuntary_switches_per_s"] == pytest.approx(10.0)
+    assert hostcpu.concerns(r) == ["hypervisor steal 5.0% of CPU time"]
+
+
+def test_contention_without_proc_stat_keeps_process_figures():
+    r = hostcpu.contention(_snap(0.0, None), _snap(1.0, None, cpu_s=0.5), cores=2)
+    assert r["steal_pct"] is None and r["other_busy_cores"] is None
+    assert r["process_cpu_pct"] == pytest.approx(50.0)
+    assert hostcpu.concerns(r) == []
+
+
+def test_proc_stat_parsing(tmp_path):
+    path = tmp_path / "stat"
+    path.write_text("cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 1 1 1 1 1 1 1\n")
+    assert hostcpu._read_proc_stat(str(path)) == (1, 2, 3, 4, 5, 6, 7, 8)
+    path.write_text("garbage\n")
+    assert hostcpu._read_proc_stat(str(path)) is None
+    assert hostcpu._read_proc_stat(str(tmp_path / "missing")) is None
+
+
+def test_real_snapshot_is_readable():
+    r = hostcpu.contention(hostcpu.snapshot(), hostcpu.snapshot())
+    assert r["process_cpu_pct"] >= 0.0
+
+
+def test_measurement_combines_repeats_and_names_the_worst():
+    quiet = {"steal_pct": 0.1, "other_busy_cores": 0.2, "process_cpu_pct": 99.0, "machine_busy_pct": 7.0,
+             "involuntary_switches_per_s": 3.0}
+    noisy = dict(quiet, steal_pct=8.0, other_busy_cores=3.5)
+    out = combine_host_cpu([{"host_cpu": quiet}, {"host_cpu": noisy}, {"host_cpu": quiet}])
+    assert out["steal_pct"] == pytest.approx(0.1)
+    assert out["steal_pct_max"] == pytest.approx(8.0)
+    assert out["concerns"] == ["repeat 2: hypervisor steal 8.0% of CPU time",
+                               "repeat 2: other work kept 3.5 cores busy"]
+    assert combine_host_cpu([{"status": "ok"}]) == {}
