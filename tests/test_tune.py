@@ -278,3 +278,25 @@ def test_cli_tune_bad_input(args: list[str], words: str) -> None:
     assert result.exit_code == 2, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and words in errors[0], result.stderr
+
+
+def test_variants_choose_the_compile_phase_candidates(costed: Any, env: dict[str, Any]) -> None:
+    # On a CPU +cudagraph is recorded as skipped by the runner, without a worker: only the chosen variant appears.
+    outcome = run_tune(costed, env, modes=["fp32+cl"], batch_sizes=[2], compile_variants=True, max_autotune=False,
+                       variants=["cudagraph"])
+    modes = {c["mode"] for c in outcome.candidates}
+    assert modes == {"fp32+cl", "fp32+cl+cudagraph"}
+    assert outcome.result.settings["tune"]["rules"]["variants"] == ["cudagraph"]
+
+
+def test_variants_bad_input() -> None:
+    from clsbench.tune import parse_variants
+
+    assert parse_variants("train", None) == ("+compile",)
+    assert parse_variants("infer-latency", ["+compile+cudagraph", "cudagraph"]) == ("+compile+cudagraph",
+                                                                                    "+cudagraph")
+    with pytest.raises(InvalidInputError, match="unknown variant 'cudagraph' for train"):
+        parse_variants("train", ["cudagraph"])
+    result = CliRunner().invoke(main, ["tune", "--model", TINY, "--device", "cpu", "--variants", "jit"])
+    assert result.exit_code == 2
+    assert "unknown variant 'jit'" in result.output and "Traceback" not in result.output

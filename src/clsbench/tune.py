@@ -179,6 +179,27 @@ def _compile_suffixes(workload: str) -> tuple[str, ...]:
     return ("+compile", "+cudagraph", "+compile+cudagraph") if workload != "train" else ("+compile",)
 
 
+def parse_variants(workload: str, variants: Sequence[str] | None) -> tuple[str, ...]:
+    """The phase-2 suffixes to try: all of :func:`_compile_suffixes` by default, else the named subset.
+
+    Names are written without the leading ``+`` (``compile``, ``cudagraph``, ``compile+cudagraph``).
+    """
+    allowed = _compile_suffixes(workload)
+    if variants is None:
+        return allowed
+    chosen = []
+    for name in variants:
+        suffix = "+" + name.strip().lstrip("+")
+        if suffix not in allowed:
+            names = ", ".join(a.lstrip("+") for a in allowed)
+            raise InvalidInputError(f"unknown variant {name!r} for {workload}", f"choose from: {names}")
+        if suffix not in chosen:
+            chosen.append(suffix)
+    if not chosen:
+        raise InvalidInputError("--variants names no variant", "e.g. --variants compile+cudagraph")
+    return tuple(chosen)
+
+
 # --------------------------------------------------------------------------------------- figures and limits
 
 
@@ -487,6 +508,7 @@ def tune(
     overlap_prepare: bool = True,
     telemetry: bool = True,
     compile_variants: bool = True,
+    variants: Sequence[str] | None = None,
     max_autotune: bool = True,
     check_outputs: bool = True,
     tolerances: Mapping[str, float] | None = None,
@@ -508,6 +530,8 @@ def tune(
         repeats, warmup, iterations, min_time, max_time, input_size, timeout_s, seed, cudnn_benchmark,
             overlap_prepare, telemetry: as for :func:`clsbench.api.plan_run` (``repeats`` defaults to 1).
         compile_variants: try phases 2 and 3 (torch.compile, CUDA graphs).
+        variants: the phase-2 variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
+            :func:`parse_variants`); fewer variants, fewer cold compilations.
         max_autotune: try phase 3 (``+compile:max-autotune``).
         check_outputs: run the correctness guard (off: the winner's outputs are not compared).
         tolerances: per-precision output tolerances replacing :data:`OUTPUT_RTOL` entries.
@@ -535,6 +559,7 @@ def tune(
                 raise InvalidInputError(f"tolerance for {key!r} must be a number >= 0, got {value!r}")
     base_modes = [parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))]
     base_modes = list(dict.fromkeys(base_modes))
+    suffixes = parse_variants(workload, variants)
     if not base_modes:
         raise InvalidInputError("no modes to explore", "leave out --modes, or name some, e.g. --modes fp32,amp-bf16")
     resolved = api.resolve_device(device)
@@ -570,7 +595,8 @@ def tune(
         "batch_sizes_explicit": explicit,
         "rules": {"prune_loss_fraction": PRUNE_LOSS_FRACTION, "min_gain": AUTO_MIN_GAIN,
                   "max_compile_families": MAX_COMPILE_FAMILIES, "max_autotune_families": MAX_AUTOTUNE_FAMILIES,
-                  "compile_variants": compile_variants, "max_autotune": max_autotune,
+                  "compile_variants": compile_variants, "variants": [v.lstrip("+") for v in suffixes],
+                  "max_autotune": max_autotune,
                   "output_rtol": {p: tolerance_for(p, tolerances) for p in OUTPUT_RTOL},
                   "train_loss_rtol": TRAIN_LOSS_RTOL, "train_check_steps": TRAIN_CHECK_STEPS},
         "correctness_guard": check_outputs,
@@ -643,13 +669,13 @@ def tune(
     if compile_variants:
         # Phase 2: compile (and CUDA graphs for inference) of the best eager modes, each at its best batch.
         eager_scores = {fam: s for fam in base_modes if (s := score_of(family_point(fam))) is not None}
-        families = rank_families("compile", _compile_suffixes(workload), MAX_COMPILE_FAMILIES, eager_scores,
+        families = rank_families("compile", suffixes, MAX_COMPILE_FAMILIES, eager_scores,
                                  max(eager_scores.values(), default=0.0))
         family_of: dict[str, str] = {}
         cells = []
         for family in families:
             anchor = family_point(family)
-            for variant in (_variant(family, s) for s in _compile_suffixes(workload)):
+            for variant in (_variant(family, s) for s in suffixes):
                 if anchor is not None and variant:
                     family_of[variant] = family
                     cells.append(cell(variant, anchor.batch_size))

@@ -152,6 +152,9 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
               help="Batch sizes to try (comma list); default: 1 for infer-latency, a short doubling otherwise.")
 @click.option("--compile/--no-compile", "compile_variants", default=True, show_default=True,
               help="Also try torch.compile and CUDA graphs for the best eager modes.")
+@click.option("--variants", "variants", multiple=True,
+              help="Which compile-phase variants to try (repeat or comma-separate): compile, cudagraph, "
+                   "compile+cudagraph (train: compile); default: all.")
 @click.option("--max-autotune/--no-max-autotune", default=True, show_default=True,
               help="Also try +compile:max-autotune for the best mode (the slowest compilation).")
 @click.option("--check/--no-check", "check_outputs", default=True, show_default=True,
@@ -159,7 +162,8 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
 @_measurement_options(default_repeats=1)
 @handle_errors
 def tune_command(model: str, workload: str, max_latency_ms: float | None, max_memory_gb: float | None,
-                 modes: tuple[str, ...], batch_sizes: str | None, compile_variants: bool, max_autotune: bool,
+                 modes: tuple[str, ...], batch_sizes: str | None, compile_variants: bool,
+                 variants: tuple[str, ...], max_autotune: bool,
                  check_outputs: bool, device: str, repeats: int, warmup: int | None, iterations: int | None,
                  min_time: float | None, max_time: float | None, input_size: int | None, timeout_s: float,
                  seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool,
@@ -175,6 +179,13 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
     chosen_modes = api.split_list(modes) or None
     if modes and not chosen_modes:
         raise InvalidInputError("--modes names no mode", "e.g. --modes fp32,amp-bf16+cl")
+    chosen_variants = api.split_list(variants) or None
+    if variants and not chosen_variants:
+        raise InvalidInputError("--variants names no variant", "e.g. --variants compile+cudagraph")
+    if chosen_variants:
+        from clsbench.tune import parse_variants
+
+        parse_variants(workload, chosen_variants)
     fake = _clock(clock)
     resolved, env, path = _start(device, output)
     if not quiet:
@@ -185,9 +196,9 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
                        modes=chosen_modes, batch_sizes=sizes, output=path, repeats=repeats, warmup=warmup,
                        iterations=iterations, min_time=min_time, max_time=max_time, input_size=input_size,
                        timeout_s=timeout_s, seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap,
-                       telemetry=telemetry, compile_variants=compile_variants, max_autotune=max_autotune,
-                       check_outputs=check_outputs, isolation=isolation, clock=fake, progress=progress, env=env,
-                       probe=probe_first)
+                       telemetry=telemetry, compile_variants=compile_variants, variants=chosen_variants,
+                       max_autotune=max_autotune, check_outputs=check_outputs, isolation=isolation, clock=fake,
+                       progress=progress, env=env, probe=probe_first)
     except NoConfigurationError as exc:
         progress.close()
         click.echo(render_tune(exc.tune_result.analysis), nl=False)
