@@ -328,3 +328,15 @@ def test_cli_sweep_bad_input(args: list[str], words: str) -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and words in errors[0]
     assert "Traceback" not in result.output
+
+
+def test_a_sweep_still_rising_at_its_largest_batch_says_so() -> None:
+    rising = analyze_sweep(_result([_m(1, 10.0, workload="train"), _m(2, 15.0, workload="train")]))
+    assert rising["still_rising"] == {"from_batch": 1, "to_batch": 2, "gain": 0.5}
+    assert "note: throughput was still rising at the largest batch measured (+50% from batch 1 to 2)" in \
+        render_sweep(rising)
+    # A gain below AUTO_MIN_GAIN at the end, or a best before the end, is not "still rising".
+    flat = analyze_sweep(_result([_m(1, 100.0, workload="train"), _m(2, 100.0 * (1 + AUTO_MIN_GAIN / 2),
+                                                                      workload="train")]))
+    assert flat["still_rising"] is None and "still rising" not in render_sweep(flat)
+    assert analyze_sweep(_result(SYNTHETIC))["still_rising"] is None

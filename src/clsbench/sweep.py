@@ -458,6 +458,7 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
         "largest_fitting_batch": max((p["batch_size"] for p in points if p["status"] == "ok"), default=None),
         "smallest_oom_batch": min((p["batch_size"] for p in points if p["reason"] == "oom"), default=None),
         "latency_throughput_curve": None,
+        "still_rising": None,
     }
     if ok:
         best = max(ok, key=lambda p: (p["throughput_img_s"], -p["batch_size"]))
@@ -467,6 +468,13 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
         out["knee"] = {"batch_size": knee["batch_size"], "throughput_img_s": knee["throughput_img_s"],
                        "fraction_of_best": knee["throughput_img_s"] / best["throughput_img_s"],
                        "rule": f"smallest batch reaching >= {fraction:g} of the best throughput"}
+        ordered = sorted(ok, key=lambda p: p["batch_size"])
+        if len(ordered) >= 2 and ordered[-1] is best and ordered[-2]["throughput_img_s"]:
+            gain = best["throughput_img_s"] / ordered[-2]["throughput_img_s"] - 1.0
+            if gain >= AUTO_MIN_GAIN:
+                # The best is the largest size measured and it still gained: a larger batch may move the knee.
+                out["still_rising"] = {"from_batch": ordered[-2]["batch_size"], "to_batch": best["batch_size"],
+                                       "gain": gain}
     if workload in ("infer-throughput", "infer-latency"):
         curve = []
         for p in ok:
@@ -544,6 +552,11 @@ def render_sweep(analysis: dict[str, Any]) -> str:
                      f"batch {best['batch_size']}; rule: the smallest batch reaching {100 * fraction:g}% of the best)")
     else:
         lines.append("knee: none (no batch size ran successfully)")
+    rising = analysis.get("still_rising")
+    if rising:
+        lines.append(f"note: throughput was still rising at the largest batch measured (+{100 * rising['gain']:.0f}% "
+                     f"from batch {rising['from_batch']} to {rising['to_batch']}): the knee may lie further out; "
+                     "measure larger sizes")
     fit = analysis.get("largest_fitting_batch")
     oom = analysis.get("smallest_oom_batch")
     fit_text = f"largest batch that fits: {fit if fit is not None else 'none'}"

@@ -9,6 +9,7 @@ on the host: the workload is launch- or overhead-bound.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -42,10 +43,13 @@ def gpu_busy_per_iteration(run_once: Callable[[], Any], iterations: int = BUSY_P
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iterations):
-                run_once()
-            torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            # torch 2.11 warns once per process that events are cleared per cycle; one cycle is all we record.
+            warnings.filterwarnings("ignore", message=".*Profiler clears events.*", category=UserWarning)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(iterations):
+                    run_once()
+                torch.cuda.synchronize()
         intervals = [
             (float(e.time_range.start), float(e.time_range.end))
             for e in prof.events()
