@@ -587,6 +587,18 @@ def test_commit_from_environment_variable_when_git_is_missing(clean_env: pytest.
     assert env["clsbench"]["version"]  # from the installed metadata, or "unknown"
 
 
+def test_environment_variable_wins_over_a_stale_checkout(clean_env: pytest.MonkeyPatch) -> None:
+    install_nvml(clean_env, None)
+    clean_env.setattr(environment, "_git_state", lambda path: ("a" * 40, True, ""))
+    clean_env.setenv("CLSBENCH_GIT_COMMIT", "b" * 40)
+    env = collect_environment("cpu")
+    assert env["clsbench"]["git_commit"] == "b" * 40
+    assert env["clsbench"]["git_commit_source"] == "CLSBENCH_GIT_COMMIT"
+    assert env["clsbench"]["git_dirty"] is None
+    assert env["unavailable"]["clsbench.git_dirty"] == ("commit taken from CLSBENCH_GIT_COMMIT; the checkout's .git "
+                                                       "names aaaaaaaaaaaa (dirty)")
+
+
 def test_commit_from_the_source_checkout(clean_env: pytest.MonkeyPatch) -> None:
     package_dir = Path(environment.__file__).resolve().parent
     git = shutil.which("git")

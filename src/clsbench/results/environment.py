@@ -336,14 +336,20 @@ def _collect_clsbench(c: _Collector) -> dict[str, Any]:
 
     commit, dirty, reason = _git_state(Path(__file__).resolve().parent)
     env_commit = os.environ.get(_GIT_COMMIT_ENV, "").strip()
-    if commit is not None:
+    if env_commit:
+        # An explicit statement wins: installed copies (a wheel in a container) have no .git, and a copied tree
+        # may carry a stale one (seen on the device machine: its .git named an older commit, marked dirty).
+        section["git_commit"], section["git_commit_source"] = env_commit, _GIT_COMMIT_ENV
+        if commit is not None and commit != env_commit and not commit.startswith(env_commit):
+            why = f"commit taken from {_GIT_COMMIT_ENV}; the checkout's .git names {commit[:12]}"
+            why += " (dirty)" if dirty else ""
+        else:
+            why = f"commit taken from {_GIT_COMMIT_ENV}; " + (reason or "git status not consulted")
+        c.missing(section, "clsbench.git_dirty", why)
+    elif commit is not None:
         section["git_commit"], section["git_dirty"], section["git_commit_source"] = commit, dirty, "git"
         if dirty is None:
             c.missing(section, "clsbench.git_dirty", "git status failed")
-    elif env_commit:
-        # Installed copies (a wheel in a container) have no .git; the build can pass the commit this way.
-        section["git_commit"], section["git_commit_source"] = env_commit, _GIT_COMMIT_ENV
-        c.missing(section, "clsbench.git_dirty", f"commit taken from {_GIT_COMMIT_ENV}; {reason}")
     else:
         c.missing(section, "clsbench.git_commit", reason)
         c.missing(section, "clsbench.git_dirty", reason)
