@@ -27,6 +27,9 @@ def test_latency_has_both_clocks():
     # the GPU forward time lies inside the request's wall time
     assert sorted(gpu)[len(gpu) // 2] <= sorted(wall)[len(wall) // 2]
     assert record["memory"]["peak_memory_allocated_bytes"] > 0
+    host = record["host_cpu"]
+    assert host["process_cpu_pct"] > 0 and host["calibration_us_per_op"] > 0
+    assert host["calibration_us_per_op_before"] > 0 and host["calibration_us_per_op_after"] > 0
 
 
 @pytest.mark.parametrize("mode", ["fp32", "tf32", "amp-fp16", "amp-bf16+cl", "bf16+cl", "fp16"])

@@ -58,3 +58,24 @@ def test_measurement_combines_repeats_and_names_the_worst():
     assert out["concerns"] == ["repeat 2: hypervisor steal 8.0% of CPU time",
                                "repeat 2: other work kept 3.5 cores busy"]
     assert combine_host_cpu([{"status": "ok"}]) == {}
+
+
+def test_calibration_times_cpu_dispatch():
+    us = hostcpu.calibrate(ops=20)
+    assert 0.0 < us < 10_000.0
+
+
+def test_speed_spread_and_its_concern():
+    assert hostcpu.speed_spread_pct([2.0]) is None
+    assert hostcpu.speed_spread_pct([2.0, 2.0, 3.0]) == pytest.approx(50.0)
+    base = {"steal_pct": 0.0, "other_busy_cores": 0.0}
+    out = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
+                            {"host_cpu": dict(base, calibration_us_per_op=3.0)},
+                            {"host_cpu": dict(base, calibration_us_per_op=2.0)}])
+    assert out["calibration_us_per_op"] == pytest.approx(2.0)
+    assert out["calibration_spread_pct"] == pytest.approx(50.0)
+    assert out["concerns"] == ["the host CPU's own speed varied by 50% between repeats (dispatch calibration "
+                               "2.00, 3.00, 2.00 us per op)"]
+    steady = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
+                               {"host_cpu": dict(base, calibration_us_per_op=2.1)}])
+    assert steady["concerns"] == [] and steady["calibration_spread_pct"] == pytest.approx(100 * 0.1 / 2.05)

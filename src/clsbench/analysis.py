@@ -220,7 +220,7 @@ def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for key in ("steal_pct", "machine_busy_pct", "other_busy_cores", "process_cpu_pct",
-                "involuntary_switches_per_s"):
+                "involuntary_switches_per_s", "calibration_us_per_op"):
         out[key] = _median_or_none([r.get(key) for r in readings])
         present = [r.get(key) for r in readings if r.get(key) is not None]
         out[f"{key}_max"] = max(present) if present else None
@@ -228,6 +228,12 @@ def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
     for index, reading in enumerate(readings, 1):
         for text in hostcpu.concerns(reading):
             concerns.append(f"repeat {index}: {text}")
+    calibrations = [r.get("calibration_us_per_op") for r in readings]
+    out["calibration_spread_pct"] = hostcpu.speed_spread_pct([c for c in calibrations if c is not None])
+    if out["calibration_spread_pct"] is not None and out["calibration_spread_pct"] > hostcpu.HOST_SPEED_WARN_PCT:
+        per_repeat = ", ".join(f"{c:.2f}" if c is not None else "-" for c in calibrations)
+        concerns.append(f"the host CPU's own speed varied by {out['calibration_spread_pct']:.0f}% between repeats "
+                        f"(dispatch calibration {per_repeat} us per op)")
     out["concerns"] = concerns
     return out
 

@@ -178,7 +178,10 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
                               compiled="compile" in {n.split(":")[0] for n in mode.modifier_names},
                               telemetry=telemetry,
                               # Busy time is a property of the cell, like its FLOPs: profile the first repeat only.
-                              profile_busy=job.repeat == 0)
+                              profile_busy=job.repeat == 0,
+                              # The dispatch calibration explains launch-bound GPU figures; on a CPU the
+                              # workload's own threads disturb it.
+                              host_calibration=device.type == "cuda")
         # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
         gc.collect()
         gc.disable()

@@ -21,6 +21,31 @@ from typing import Any
 STEAL_WARN_PCT = 2.0
 #: Flag a repeat when other work kept more than this many cores busy besides this process.
 OTHER_BUSY_WARN_CORES = 1.0
+#: Host-speed calibration: this many tiny CPU tensor additions, timed as one block, at each edge of the timed
+#: region (about 1-3 ms in all on a current server core).
+CALIBRATION_OPS = 200
+#: Report host speed as varying between repeats when their calibrations differ by more than this.
+HOST_SPEED_WARN_PCT = 10.0
+
+
+def calibrate(ops: int = CALIBRATION_OPS) -> float:
+    """Microseconds per tiny CPU tensor operation through torch's dispatcher, the best of three blocks.
+
+    This is the host work a kernel launch costs before the driver (Python call, argument parsing, dispatch,
+    allocation), done on the CPU so it never touches the GPU. Its changes between and within processes show
+    the host core getting faster or slower, which no counter inside a virtual machine reports.
+    """
+    import torch
+
+    a = torch.ones(8)
+    b = torch.ones(8)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        for _ in range(ops):
+            torch.add(a, b)
+        best = min(best, (time.perf_counter_ns() - t0) / 1000.0 / ops)
+    return best
 
 
 @dataclass(frozen=True)
@@ -89,6 +114,16 @@ def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
             busy_core_s = busy / tick
             out["other_busy_cores"] = max(0.0, (busy_core_s - (end.process_cpu_s - start.process_cpu_s)) / wall)
     return out
+
+
+def speed_spread_pct(calibrations: list[float]) -> float | None:
+    """(max - min) / median of the per-repeat calibrations, in %, as for a measurement's spread."""
+    values = sorted(v for v in calibrations if v)
+    if len(values) < 2:
+        return None
+    n = len(values)
+    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return 100.0 * (values[-1] - values[0]) / median
 
 
 def concerns(reading: dict[str, Any] | None) -> list[str]:

@@ -44,9 +44,14 @@ class WorkloadContext:
     host_cpu: dict[str, Any] | None = None  # host CPU contention over the timed region (measure/hostcpu.py)
     _host_start: Any = None
 
+    host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
+    _calibration_before_us: float | None = None
+
     def timed_region_started(self) -> None:
         from ..measure import hostcpu
 
+        if self.host_calibration:
+            self._calibration_before_us = hostcpu.calibrate()
         self._host_start = hostcpu.snapshot()
         if self.telemetry is not None:
             self.telemetry.start()
@@ -57,6 +62,12 @@ class WorkloadContext:
             from ..measure import hostcpu
 
             self.host_cpu = hostcpu.contention(self._host_start, hostcpu.snapshot())
+            if self.host_calibration:
+                after = hostcpu.calibrate()
+                before = self._calibration_before_us
+                self.host_cpu["calibration_us_per_op_before"] = before
+                self.host_cpu["calibration_us_per_op_after"] = after
+                self.host_cpu["calibration_us_per_op"] = (before + after) / 2 if before is not None else after
         return telemetry
 
     def busy_time(self, run_once: Any) -> dict[str, Any] | None:
