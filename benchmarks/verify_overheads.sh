@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# One device call: telemetry overhead (on vs off, ResNet-50 and MobileNetV3 at batch 256) and the launch-bound
-# variance experiments (overlap off; cuDNN autotuning off; CPU pinning with taskset) on batch-1 latency.
+# One device call (issue 2, launch-bound variance): MobileNetV3-Large fp32 batch-1 latency, 5 fresh processes
+# each, under the defaults, without the overlapped preparation, without cuDNN autotuning, and pinned with taskset.
+# Each result carries summary.host_cpu (steal, other load, dispatch calibration per repeat): compare the spread
+# with the calibration's spread. Returns 4 JSON files and one summary (the device returns at most 8 files).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-common=(--workload infer-throughput,train --mode amp-bf16+cl --batch-size 256 --device cuda -q --no-probe)
-python3 -m clsbench run --model resnet50,mobilenet_v3_large "${common[@]}" -o "$OUT/telemetry-on.json" 2>/dev/null | head -8
-python3 -m clsbench run --model resnet50,mobilenet_v3_large "${common[@]}" --no-telemetry -o "$OUT/telemetry-off.json" 2>/dev/null | head -8
-lat=(--model mobilenet_v3_large --workload infer-latency --mode fp32 --batch-size 1 --repeats 5 --device cuda -q --no-probe)
-python3 -m clsbench run "${lat[@]}" -o "$OUT/lat-default.json" 2>/dev/null | sed -n 3,5p
-python3 -m clsbench run "${lat[@]}" --no-overlap -o "$OUT/lat-no-overlap.json" 2>/dev/null | sed -n 3,5p
-python3 -m clsbench run "${lat[@]}" --no-cudnn-benchmark -o "$OUT/lat-no-autotune.json" 2>/dev/null | sed -n 3,5p
-taskset -c 2-5 python3 -m clsbench run "${lat[@]}" -o "$OUT/lat-pinned.json" 2>/dev/null | sed -n 3,5p
+lat=(--model mobilenet_v3_large --workload infer-latency --mode fp32 --batch-size 1 --repeats 5 --device cuda -q
+     --no-probe)
+run() { local name=$1; shift; "$@" -o "$OUT/lat-$name.json" >/dev/null 2>&1; echo "== $name rc=$?"; }
+run default python3 -m clsbench run "${lat[@]}"
+run no-overlap python3 -m clsbench run "${lat[@]}" --no-overlap
+run no-autotune python3 -m clsbench run "${lat[@]}" --no-cudnn-benchmark
+run pinned taskset -c 2-5 python3 -m clsbench run "${lat[@]}"
+python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("lat-*.json")):
+    m = json.loads(f.read_text())["measurements"][0]
+    h = m["summary"].get("host_cpu") or {}
+    p50 = [round(sorted(r["samples"]["wall_ms"])[len(r["samples"]["wall_ms"]) // 2], 2) for r in m["repeats"]]
+    cal = [round((r.get("host_cpu") or {}).get("calibration_us_per_op") or 0, 2) for r in m["repeats"]]
+    print(f"{f.stem:16} spread {m['summary'].get('spread_pct') or 0:5.1f}%  p50 {p50}  calibration {cal} "
+          f"(spread {h.get('calibration_spread_pct') or 0:.0f}%)")
+PY
