@@ -66,8 +66,6 @@ def test_calibration_times_cpu_dispatch():
 
 
 def test_speed_spread_and_its_concern():
-    assert hostcpu.speed_spread_pct([2.0]) is None
-    assert hostcpu.speed_spread_pct([2.0, 2.0, 3.0]) == pytest.approx(50.0)
     base = {"steal_pct": 0.0, "other_busy_cores": 0.0}
     out = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
                             {"host_cpu": dict(base, calibration_us_per_op=3.0)},

@@ -229,7 +229,7 @@ def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
         for text in hostcpu.concerns(reading):
             concerns.append(f"repeat {index}: {text}")
     calibrations = [r.get("calibration_us_per_op") for r in readings]
-    out["calibration_spread_pct"] = hostcpu.speed_spread_pct([c for c in calibrations if c is not None])
+    out["calibration_spread_pct"] = stats.spread_pct([c for c in calibrations if c])
     if out["calibration_spread_pct"] is not None and out["calibration_spread_pct"] > hostcpu.HOST_SPEED_WARN_PCT:
         per_repeat = ", ".join(f"{c:.2f}" if c is not None else "-" for c in calibrations)
         concerns.append(f"the host CPU's own speed varied by {out['calibration_spread_pct']:.0f}% between repeats "

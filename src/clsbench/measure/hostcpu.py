@@ -116,16 +116,6 @@ def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
     return out
 
 
-def speed_spread_pct(calibrations: list[float]) -> float | None:
-    """(max - min) / median of the per-repeat calibrations, in %, as for a measurement's spread."""
-    values = sorted(v for v in calibrations if v)
-    if len(values) < 2:
-        return None
-    n = len(values)
-    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-    return 100.0 * (values[-1] - values[0]) / median
-
-
 def concerns(reading: dict[str, Any] | None) -> list[str]:
     """What in one reading could have slowed a CPU-bound (launch-bound) measurement, in words."""
     if not reading:
