@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .augment import EpochSampler, choices, normalise_
-from .base import BatchSpec, EncodedDataset, drain_ready
+from .base import BatchSpec, EncodedDataset, drain_ready, loader_context, worker_processes_allowed
 from .config import DataSettings
 from .errors import DataError, translate_loader_error
 
@@ -110,7 +110,8 @@ class LoaderStream:
         with warnings.catch_warnings():
             # torch warns when num_workers exceeds its suggestion (the CPU count); sweeping past it is deliberate.
             warnings.filterwarnings("ignore", message=".*DataLoader will create")
-            self._iterator = iter(self.loader)
+            with worker_processes_allowed():
+                self._iterator = iter(self.loader)
         self.epochs += 1
 
     def _raw(self) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -171,6 +172,7 @@ def loader_options(settings: DataSettings, device: torch.device) -> dict[str, An
     options: dict[str, Any] = {"num_workers": settings.num_workers,
                                "pin_memory": settings.pin_memory and device.type == "cuda"}
     if settings.num_workers > 0:
+        options["multiprocessing_context"] = loader_context()
         options["timeout"] = settings.timeout_s
         options["persistent_workers"] = settings.persistent_workers
         options["prefetch_factor"] = settings.prefetch_factor  # None: torch's default (2)

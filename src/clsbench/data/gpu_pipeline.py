@@ -1,28 +1,34 @@
 """The ``gpu`` pipeline: read encoded bytes on the CPU, decode them on the GPU in batches, augment there.
 
-A producer thread in the training process, on its own CUDA stream, loops over batches:
+Three threads in the training process, each a stage feeding the next through a small queue, so that reading,
+decoding and augmenting different batches overlap each other and the training step (the pipeline's pace is that
+of its slowest stage, not the sum of the three):
 
-1. encoded bytes of the batch: from a DataLoader whose ``num_workers`` workers only read files (0: the thread reads
-   them itself; with the memory source reading is a slice of RAM). Workers hand a batch back as one concatenated
-   uint8 tensor, so a batch costs one shared-memory transfer, not one per file;
-2. ``torchvision.io.decode_jpeg(list_of_tensors, device=cuda)``: nvJPEG, batched (on the hardware JPEG decoder
-   where the GPU has one, for baseline JPEGs). PNGs are decoded on the CPU and copied. If the batch call fails,
-   the images are decoded one at a time to find the damaged ones, which are named and replaced by another
-   image of the batch;
-3. RandomResizedCrop (one antialiased bilinear resize per image, the sizes differ), flips and normalisation for
-   the whole batch, into the mode's memory format (:func:`clsbench.data.augment.crop_flip_resize`);
-4. an event recorded on the producer's stream, and the batch put in a queue ``prefetch_factor`` (default 2) deep.
+1. **read**: the encoded bytes of a batch, from a DataLoader whose ``num_workers`` workers only read files (0: the
+   thread reads them itself; with the memory source reading is a slice of RAM). Workers hand a batch back as one
+   concatenated uint8 tensor, so a batch costs one shared-memory transfer, not one per file;
+2. **decode**, on its own CUDA stream: ``torchvision.io.decode_jpeg(list_of_tensors, device=cuda)``, nvJPEG
+   batched (on the hardware JPEG decoder where the GPU has one, for baseline JPEGs; the call returns when its
+   batch is decoded). PNGs are decoded on the CPU and copied. If the batch call fails, the images are decoded one
+   at a time to find the damaged ones, which are named and replaced by another image of the batch. An event marks
+   the end of the batch on the stream;
+3. **augment**, on another stream that first waits for that event: RandomResizedCrop (one antialiased bilinear
+   resize per image, the sizes differ), flips and normalisation for the whole batch into the mode's memory format
+   (:func:`clsbench.data.augment.crop_flip_resize`); the decoded images are marked as used on this stream
+   (``record_stream``) so their memory is not reused too early; an event marks the batch ready, and it waits in a
+   queue ``prefetch_factor`` (default 2) deep.
 
-The training thread takes a batch, makes its current stream wait for the event (``wait_event``: no host
+The training thread takes a batch, makes its current stream wait for the ready event (``wait_event``: no host
 synchronisation) and marks the tensors as used on that stream (``record_stream``) so the caching allocator does not
-reuse their memory before the training step has read them. Decoding and augmenting the next batches thus overlap
-the current step. A batch not ready within the data timeout fails the measurement (``data_loader_timeout``).
+reuse their memory before the training step has read them. A batch not ready within the data timeout fails the
+measurement (``data_loader_timeout``); an exception in any stage fails it with that exception.
 
 Needs CUDA and torchvision built with nvJPEG; elsewhere the measurement is skipped with the reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -33,15 +39,17 @@ from typing import Any
 import torch
 
 from .augment import EpochSampler, choices, crop_flip_resize
-from .base import BatchSpec, EncodedDataset, drain_ready
+from .base import BatchSpec, EncodedDataset, drain_ready, loader_context, worker_processes_allowed
 from .config import DataSettings
 from .errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
 
-#: Batches decoded ahead when ``prefetch_factor`` is not given.
+#: Batches ready ahead (after augmentation) when ``prefetch_factor`` is not given.
 DEFAULT_DEPTH = 2
+#: Batches waiting between the read and decode stages, and between the decode and augment stages.
+STAGE_DEPTH = 2
 #: How often blocked queue operations look at the stop flag and at the other side's health, in seconds.
 POLL_S = 0.2
-#: Seconds ``close`` waits for the producer thread to finish its current batch.
+#: Seconds ``close`` waits for the stage threads to finish their current batch.
 JOIN_S = 30.0
 
 
@@ -98,6 +106,17 @@ def unpack(batch: Any) -> RawBatch:
 
 
 @dataclass
+class DecodedBatch:
+    """Decoded images of one batch on the device (ready when ``done`` has completed on the decode stream)."""
+
+    keys: list[tuple[int, int]]
+    images: list[torch.Tensor]
+    indices: list[int]  # the dataset index each image is (a replaced image takes its substitute's)
+    failures: list[str]
+    done: torch.cuda.Event
+
+
+@dataclass
 class DeviceBatch:
     images: torch.Tensor
     labels: torch.Tensor
@@ -106,14 +125,14 @@ class DeviceBatch:
 
 
 class _Failure:
-    """An exception raised in the producer, handed to the training thread."""
+    """An exception raised in a stage, handed down the queues to the training thread."""
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
 
 class GpuStream:
-    """The producer thread and its queue (module docstring)."""
+    """The three stage threads and their queues (module docstring)."""
 
     def __init__(self, dataset: EncodedDataset, spec: BatchSpec, facts: dict[str, Any]) -> None:
         self.dataset = dataset
@@ -121,8 +140,12 @@ class GpuStream:
         self.settings = spec.settings
         self.device = spec.device if spec.device.index is not None else torch.device(
             "cuda", torch.cuda.current_device())
-        self.stream = torch.cuda.Stream(device=self.device)
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=self.settings.prefetch_factor or DEFAULT_DEPTH)
+        self.decode_stream = torch.cuda.Stream(device=self.device)
+        self.augment_stream = torch.cuda.Stream(device=self.device)
+        depth = self.settings.prefetch_factor or DEFAULT_DEPTH
+        self.raw: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
+        self.decoded: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.epochs = 0
         self._facts = facts
@@ -130,19 +153,30 @@ class GpuStream:
         self.loader = torch.utils.data.DataLoader(
             EncodedBatches(dataset), batch_size=spec.batch_size, sampler=EpochSampler(len(dataset), spec.seed),
             drop_last=True, collate_fn=collate_encoded, num_workers=self.settings.num_workers,
-            **({"timeout": self.settings.timeout_s, "persistent_workers": self.settings.persistent_workers}
-               if self.settings.num_workers else {}))
-        # Start the reading workers from this thread, before the producer exists (forking with one thread only).
+            **({"timeout": self.settings.timeout_s, "persistent_workers": self.settings.persistent_workers,
+                "multiprocessing_context": loader_context()} if self.settings.num_workers else {}))
+        # Start the reading workers from this thread, before any stage thread exists (forking with one thread).
         self._iterator: Any = self._new_epoch()
-        self.thread = threading.Thread(target=self._produce, name="clsbench-gpu-pipeline", daemon=True)
-        self.thread.start()
+        self.threads = [
+            # The read stage's work is the identity: decoding happens in the next stage.
+            threading.Thread(target=self._stage, args=(self._next_raw, _identity, self.raw, None),
+                             name="clsbench-gpu-read", daemon=True),
+            threading.Thread(target=self._stage, args=(self._getter(self.raw), self._decode_batch, self.decoded,
+                                                       self.decode_stream), name="clsbench-gpu-decode", daemon=True),
+            threading.Thread(target=self._stage, args=(self._getter(self.decoded), self._augment, self.ready,
+                                                       self.augment_stream), name="clsbench-gpu-augment",
+                             daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
 
-    # ------------------------------------------------------------------------------------------ producer thread
+    # ------------------------------------------------------------------------------------------- stage threads
 
     def _new_epoch(self) -> Any:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*DataLoader will create")
-            iterator = iter(self.loader)
+            with worker_processes_allowed():
+                iterator = iter(self.loader)
         self.epochs += 1
         return iterator
 
@@ -161,8 +195,44 @@ class GpuStream:
                 raise
             raise translated from exc
 
-    def _decode(self, raw: RawBatch) -> tuple[list[torch.Tensor], list[int], list[str]]:
-        """Decoded images on the device, the dataset index each one is, and the names that failed."""
+    def _getter(self, source: queue.Queue[Any]) -> Any:
+        def get() -> Any:
+            while not self.stop.is_set():
+                try:
+                    return source.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+            return None
+
+        return get
+
+    def _put(self, target: queue.Queue[Any], item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                target.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _stage(self, get: Any, work: Any, target: queue.Queue[Any], stream: torch.cuda.Stream | None) -> None:
+        try:
+            torch.cuda.set_device(self.device)
+            with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+                while not self.stop.is_set():
+                    item = get()
+                    if item is None:
+                        return
+                    if isinstance(item, _Failure):
+                        self._put(target, item)
+                        return
+                    if not self._put(target, work(item)):
+                        return
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
+            self._put(target, _Failure(exc))
+
+    def _decode_batch(self, raw: RawBatch) -> DecodedBatch:
+        """Decode on the decode stream (the current stream of this thread)."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
         from .cpu_pipeline import decode_rgb
@@ -193,49 +263,36 @@ class GpuStream:
         if not good:
             raise DataError(f"no image of a batch of {len(raw.keys)} could be decoded in {index.root} "
                             f"(first: {index.files[raw.keys[0][1]]})", "check it with `clsbench data check DIR`")
-        keys = [raw.keys[i][1] for i in range(len(raw.keys))]
+        indices = [key[1] for key in raw.keys]
         images: list[torch.Tensor] = []
         for n, image in enumerate(decoded):
             if image is None:  # replace a damaged image by a good one of the same batch
                 substitute = good[n % len(good)]
-                image, keys[n] = decoded[substitute], keys[substitute]
+                image, indices[n] = decoded[substitute], indices[substitute]
             images.append(image)
-        return images, keys, failures
+        done = torch.cuda.Event()
+        done.record(self.decode_stream)
+        return DecodedBatch(raw.keys, images, indices, failures, done)
 
-    def _make(self, raw: RawBatch) -> DeviceBatch:
-        images, indices, failures = self._decode(raw)
+    def _augment(self, batch: DecodedBatch) -> DeviceBatch:
+        """Crop, flip, resize and normalise on the augment stream (the current stream of this thread)."""
+        stream = self.augment_stream
+        stream.wait_event(batch.done)
         boxes, flips = [], []
-        for (epoch, _), index, image in zip(raw.keys, indices, images, strict=True):
+        for (epoch, _), index, image in zip(batch.keys, batch.indices, batch.images, strict=True):
             box, flip = choices(self.spec.seed, epoch, index, int(image.shape[-2]), int(image.shape[-1]))
             boxes.append(box)
             flips.append(flip)
-        batch = crop_flip_resize(images, boxes, flips, self.spec.input_size, self.spec.memory_format)
-        if batch.dtype != self.spec.dtype:
-            batch = batch.to(self.spec.dtype)
-        labels = torch.tensor([self.dataset.index.labels[i] for i in indices], dtype=torch.int64)
+        images = crop_flip_resize(batch.images, boxes, flips, self.spec.input_size, self.spec.memory_format)
+        if images.dtype != self.spec.dtype:
+            images = images.to(self.spec.dtype)
+        for image in batch.images:  # allocated on the decode stream, read on this one
+            image.record_stream(stream)
+        labels = torch.tensor([self.dataset.index.labels[i] for i in batch.indices], dtype=torch.int64)
         labels = labels.to(self.device, non_blocking=False)
         ready = torch.cuda.Event()
-        ready.record(self.stream)
-        return DeviceBatch(batch, labels, ready, failures)
-
-    def _put(self, item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.queue.put(item, timeout=POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _produce(self) -> None:
-        try:
-            torch.cuda.set_device(self.device)
-            with torch.no_grad(), torch.cuda.stream(self.stream):
-                while not self.stop.is_set():
-                    if not self._put(self._make(self._next_raw())):
-                        return
-        except BaseException as exc:  # noqa: BLE001 - handed over to the training thread, which raises it
-            self._put(_Failure(exc))
+        ready.record(stream)
+        return DeviceBatch(images, labels, ready, batch.failures)
 
     # ------------------------------------------------------------------------------------------ training thread
 
@@ -243,10 +300,10 @@ class GpuStream:
         deadline = time.monotonic() + self.settings.timeout_s
         while True:
             try:
-                item = self.queue.get(timeout=POLL_S)
+                item = self.ready.get(timeout=POLL_S)
             except queue.Empty:
-                if not self.thread.is_alive():
-                    raise DataWorkerError("the gpu pipeline's producer thread ended without a batch") from None
+                if not all(thread.is_alive() for thread in self.threads):
+                    raise DataWorkerError("a gpu pipeline stage thread ended without a batch") from None
                 if time.monotonic() >= deadline:
                     raise DataLoaderTimeoutError(
                         f"the gpu pipeline delivered no batch within {self.settings.timeout_s:g} s") from None
@@ -280,12 +337,14 @@ class GpuStream:
     def close(self) -> None:
         self.stop.set()
         deadline = time.monotonic() + JOIN_S
-        while self.thread.is_alive() and time.monotonic() < deadline:
-            try:  # unblock a producer waiting for room in the queue
-                self.queue.get_nowait()
-            except queue.Empty:
-                pass
-            self.thread.join(POLL_S)
+        for thread in self.threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                for q in (self.raw, self.decoded, self.ready):  # unblock a stage waiting for room
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        pass
+                thread.join(POLL_S)
         for it in (self._iterator, getattr(self.loader, "_iterator", None)):
             shutdown = getattr(it, "_shutdown_workers", None)
             if shutdown is not None:
@@ -293,6 +352,10 @@ class GpuStream:
                     shutdown()
                 except Exception:  # noqa: BLE001 - closing must never mask the measurement's own outcome
                     pass
+
+
+def _identity(item: Any) -> Any:
+    return item
 
 
 def nvjpeg_reason() -> str | None:

@@ -309,12 +309,11 @@ def make_dataset(directory: str | os.PathLike[str], spec: MakeSpec, *, jobs: int
     chunks = [(start, min(start + CHUNK, spec.images)) for start in range(0, spec.images, CHUNK)]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(chunks)))
     done = written = 0
-    if progress:
-        progress(0, spec.images)
     if workers == 1:
         _init(spec, str(root))
-        results = map(_work, chunks)
-        for count, size in results:
+        if progress:
+            progress(0, spec.images)
+        for count, size in map(_work, chunks):
             done, written = done + count, written + size
             if progress:
                 progress(done, spec.images)
@@ -322,6 +321,8 @@ def make_dataset(directory: str | os.PathLike[str], spec: MakeSpec, *, jobs: int
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         context = multiprocessing.get_context(method)
         with context.Pool(workers, initializer=_init, initargs=(spec, str(root))) as pool:
+            if progress:  # only now: a live progress bar runs a thread, and the pool must fork without one
+                progress(0, spec.images)
             for count, size in pool.imap_unordered(_work, chunks):
                 done, written = done + count, written + size
                 if progress:

@@ -49,3 +49,18 @@ def check_data_unchanged(data: Iterable[DataSettings | None], source: str) -> No
             raise ResultFileError(f"{source} measured {settings.directory}, whose files changed since "
                                   f"({settings.fingerprint} -> {index.fingerprint}: file names or sizes)",
                                   "restore the dataset, or begin a new run")
+
+
+def dataset_warnings(data: Iterable[DataSettings | None]) -> list[str]:
+    """What the scan left out of each dataset of a plan, in words (for the CLI's ``warning:`` lines)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for settings in data:
+        if settings is None or settings.directory in seen:
+            continue
+        seen.add(settings.directory)
+        try:
+            out += scan_folder(settings.directory).warnings()
+        except DataError:
+            continue  # planning already refused an unusable dataset; nothing to add here
+    return out
