@@ -138,8 +138,9 @@ class GpuStream:
         self.dataset = dataset
         self.spec = spec
         self.settings = spec.settings
-        self.device = spec.device if spec.device.index is not None else torch.device(
-            "cuda", torch.cuda.current_device())
+        self.device = spec.device
+        if spec.device.type == "cuda" and spec.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.decode_stream = torch.cuda.Stream(device=self.device)
         self.augment_stream = torch.cuda.Stream(device=self.device)
         depth = self.settings.prefetch_factor or DEFAULT_DEPTH
@@ -217,7 +218,8 @@ class GpuStream:
 
     def _stage(self, get: Any, work: Any, target: queue.Queue[Any], stream: torch.cuda.Stream | None) -> None:
         try:
-            torch.cuda.set_device(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
             with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
                 while not self.stop.is_set():
                     item = get()
