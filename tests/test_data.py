@@ -315,11 +315,13 @@ def test_data_wait_and_compute_split_with_the_fake_clock(dataset: Path):
     record = execute(job)
     assert record["status"] == "ok", record
     samples = record["samples"]
-    # Each timed iteration reads the clock twice: after taking the batch and after the step, 1 ms apart each.
+    # Each timed iteration reads the clock three times: after taking the batch, after placing it on the device and
+    # after the step; the fake clock moves 1 ms per reading.
     assert samples["data_wait_ms"] == [1.0] * 5
+    assert samples["copy_ms"] == [1.0] * 5
     assert samples["step_ms"] == [1.0] * 5
-    assert samples["iteration_ms"] == [2.0] * 5
-    assert samples["wall_s"] == pytest.approx(0.010)
+    assert samples["iteration_ms"] == [3.0] * 5
+    assert samples["wall_s"] == pytest.approx(0.015)
     assert samples["images"] == 40 and samples["idle_ms"] is None
     assert record["timings"]["warmup_iterations"] == 2
     assert record["timings"]["data_startup_s"] == pytest.approx(0.001)
@@ -327,9 +329,10 @@ def test_data_wait_and_compute_split_with_the_fake_clock(dataset: Path):
     assert record["data"]["dataset"]["images"] == 48
     assert record["data"]["drained_batches"] >= 1
     m = build_measurement(job.cell, [record])
-    assert m.summary["throughput_img_s"] == pytest.approx(4000.0)
-    assert m.summary["data"]["data_wait_fraction"] == pytest.approx(0.5)
-    assert m.summary["data"]["idle_fraction"] == pytest.approx(0.5)
+    assert m.summary["throughput_img_s"] == pytest.approx(40 / 0.015)
+    assert m.summary["data"]["data_wait_fraction"] == pytest.approx(1 / 3)
+    assert m.summary["data"]["copy_fraction"] == pytest.approx(1 / 3)
+    assert m.summary["data"]["idle_fraction"] == pytest.approx(2 / 3)  # on a CPU: waiting and placing
     assert m.summary["data"]["idle_method"] == "host"
     assert m.data == settings.to_dict() and m.key[-1] == "folder cpu w0"
 

@@ -275,6 +275,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "throughput_img_s": rate,
         "ratio_to_synthetic": rate / ceiling if rate is not None and ceiling else None,
         "data_wait_fraction": _number(d.get("data_wait_fraction")),
+        "copy_fraction": _number(d.get("copy_fraction")),
         "idle_fraction": _number(d.get("idle_fraction")),
         "idle_method": d.get("idle_method"),
         "data_startup_s": _number(d.get("data_startup_s")),
@@ -301,9 +302,10 @@ def reproduce(plan: RunPlan, cell: Cell) -> str:
     """The ``clsbench run`` command that measures ``cell`` again with the plan's settings."""
     from .tune import reproduce_command
 
-    command = reproduce_command(plan, cell)
     if cell.data is None:
-        return command
+        return reproduce_command(plan, cell)
+    # `run --data` turns overlapped preparation off by itself: no need to say --no-overlap.
+    command = reproduce_command(dataclasses.replace(plan, overlap_prepare=True), cell)
     d = cell.data
     args = ["--data", d.directory, "--data-source", d.source, "--pipeline", d.pipeline, "--num-workers",
             str(d.num_workers)]
@@ -415,13 +417,14 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
     lines.append("")
     idle_by = {r.get("idle_method") for r in analysis.get("rows", []) if r.get("idle_method")}
     idle_header = "GPU idle" if idle_by == {"cuda_events"} else "idle"
-    header = ("setting", "img/s", "vs synthetic", "data wait", idle_header, "status")
+    header = ("setting", "img/s", "vs synthetic", "data wait", "copy", idle_header, "status")
     rows = [(_row_label(r), fmt_rate(r["throughput_img_s"]),
              "100.0%" if r["data"] is None and r["throughput_img_s"] is not None else _pct(r["ratio_to_synthetic"]),
              "-" if r["data"] is None else _pct(r["data_wait_fraction"]),
+             "-" if r["data"] is None else _pct(r.get("copy_fraction")),
              "-" if r["data"] is None else _pct(r["idle_fraction"]), _status(r))
             for r in analysis.get("rows", [])]
-    lines += render_rows(header, rows, {"img/s", "vs synthetic", "data wait", idle_header})
+    lines += render_rows(header, rows, {"img/s", "vs synthetic", "data wait", "copy", idle_header})
     lines.append("")
     ceiling = analysis.get("ceiling_img_s")
     rules = analysis.get("rules") or {}
@@ -450,8 +453,10 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
                      f"{_pct(best['ratio_to_synthetic'])} of synthetic ({fmt_rate(ceiling)} img/s){gain_text}")
         if analysis.get("command"):
             lines.append(f"reproduce: {analysis['command']}")
+    lines.append("data wait: waiting for a prepared batch; copy: placing it on the device (from unpinned memory this "
+                 "also waits for the previous step); shares of the timed wall time")
     if any(r["data"] is not None and r.get("idle_method") == "host" for r in analysis.get("rows", [])):
-        lines.append("note: on a CPU the step runs synchronously: idle is the share of time spent waiting for data")
+        lines.append("note: on a CPU the step runs synchronously: idle is the share of time spent waiting and copying")
     if analysis.get("quick"):
         lines.append("note: --quick: short measurement windows; rerun without it before trusting small differences")
     return "\n".join(lines) + "\n"

@@ -3,10 +3,12 @@
 Per repeat (from ``samples``):
 
 * ``data_wait_fraction`` = sum(``data_wait_ms``) / (``wall_s`` x 1000): the share of the timed wall time the
-  training loop spent waiting in the pipeline's ``next``;
+  training loop spent waiting for the pipeline to deliver a prepared batch;
+* ``copy_fraction`` = sum(``copy_ms``) / (``wall_s`` x 1000): the share spent placing batches on the device (the cpu
+  pipeline's copy call, which from unpinned memory also waits for the previous step);
 * ``idle_fraction`` = sum(``idle_ms``) / sum(``iteration_ms``) on a GPU (CUDA events: the share of the event span in
-  which the training stream had no step running); on the CPU, where the step runs synchronously, the
-  data-wait fraction;
+  which the training stream had no step running); on the CPU, where the step runs synchronously, the data-wait
+  plus copy fraction;
 * ``step_ms_mean``: mean of ``step_ms`` (GPU time of a step between events on a GPU; host time on the CPU).
 
 The measurement's figures are the median over its ok repeats; counts (decode failures, epochs) the maximum.
@@ -25,17 +27,20 @@ def repeat_figures(record: dict[str, Any]) -> dict[str, float | None]:
     samples = record.get("samples") or {}
     wall_s = samples.get("wall_s") or 0.0
     wait = samples.get("data_wait_ms") or []
+    copy = samples.get("copy_ms") or []
     wait_fraction = sum(wait) / (wall_s * 1000.0) if wall_s > 0 else None
+    copy_fraction = sum(copy) / (wall_s * 1000.0) if wall_s > 0 else None
     idle = samples.get("idle_ms")
     iterations = samples.get("iteration_ms") or []
     if idle is not None:
         span = sum(iterations)
         idle_fraction = sum(idle) / span if span > 0 else None
     else:
-        idle_fraction = wait_fraction
+        idle_fraction = None if wait_fraction is None else wait_fraction + (copy_fraction or 0.0)
     steps = samples.get("step_ms") or []
     return {
         "data_wait_fraction": wait_fraction,
+        "copy_fraction": copy_fraction,
         "idle_fraction": idle_fraction,
         "step_ms_mean": sum(steps) / len(steps) if steps else None,
     }
@@ -70,6 +75,7 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "bytes": dataset.get("bytes"),
         "skipped_n": dataset.get("skipped_n"),
         "data_wait_fraction": _median([p["data_wait_fraction"] for p in per_repeat]),
+        "copy_fraction": _median([p["copy_fraction"] for p in per_repeat]),
         "idle_fraction": _median([p["idle_fraction"] for p in per_repeat]),
         "idle_method": first.get("idle_method"),
         "step_ms_mean": _median([p["step_ms_mean"] for p in per_repeat]),
@@ -84,9 +90,9 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "idle", "idle by", "start-up s",
+DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "copy", "idle", "idle by", "start-up s",
                 "set-up s", "skipped", "undecodable")
-DATA_RIGHT = {"batch", "img/s", "data wait", "idle", "start-up s", "set-up s", "skipped", "undecodable"}
+DATA_RIGHT = {"batch", "img/s", "data wait", "copy", "idle", "start-up s", "set-up s", "skipped", "undecodable"}
 
 
 def _pct(value: float | None) -> str:
@@ -106,10 +112,10 @@ def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
         d = (m.summary or {}).get("data")
         if m.status != "ok" or not d:
             continue
+        idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
         rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",
                      fmt_rate(m.summary.get("throughput_img_s")), _pct(d.get("data_wait_fraction")),
-                     _pct(d.get("idle_fraction")), {"cuda_events": "GPU events", "host": "host"}.get(
-                         d.get("idle_method") or "", "-"),
+                     _pct(d.get("copy_fraction")), _pct(d.get("idle_fraction")), idle_by,
                      _seconds(d.get("data_startup_s")), _seconds(d.get("data_setup_s")),
                      str(d.get("skipped_n") if d.get("skipped_n") is not None else "-"),
                      str(d.get("decode_failures_n") or 0)))
@@ -123,9 +129,9 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
     rows = data_rows(measurements)
     if not rows:
         return []
-    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a batch; idle: GPU idle "
-             "between steps from CUDA events, or the data-wait share on a CPU; start-up: workers' start to the first "
-             "batch, outside the timed region)", ""]
+    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch; copy: "
+             "placing it on the device; idle: GPU idle between steps from CUDA events, on a CPU wait + copy; "
+             "start-up: workers' start to the first batch, outside the timed region)", ""]
     lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
     for m in measurements:
         d = (m.summary or {}).get("data") or {}

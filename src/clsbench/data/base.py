@@ -63,7 +63,15 @@ class DataSource(Protocol):
 
 
 class BatchStream(Protocol):
-    """An endless stream of device batches; ``close()`` stops every worker and thread it started."""
+    """An endless stream of device batches; ``close()`` stops every worker and thread it started.
+
+    ``next()`` is ``place(take())``: ``take`` waits for the next prepared batch, ``place`` hands it to the device
+    (the cpu pipeline's host-to-device copy; the gpu pipeline's stream hand-over), so the two can be timed apart.
+    """
+
+    def take(self) -> Any: ...
+
+    def place(self, item: Any) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]: ...
 

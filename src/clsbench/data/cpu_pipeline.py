@@ -129,9 +129,18 @@ class LoaderStream:
                 raise
             raise translated from exc
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def take(self) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels, failures = self._raw()
         self._failures.extend(failures)
+        return images, labels
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.place(self.take())
+
+    def place(self, item: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copy to the device on the current stream: asynchronous from pinned memory; from pageable memory the copy
+        waits for the work already queued on the stream (the previous step), as a plain ``.to(device)`` does."""
+        images, labels = item
         spec = self.spec
         if spec.device.type != "cpu":
             pinned = spec.settings.pin_memory

@@ -80,8 +80,13 @@ class DaliStream:
             raise DataError(f"DALI stopped: {str(exc).strip().splitlines()[0][:300]}",
                             "check the dataset with `clsbench data check DIR`") from exc
 
+    def take(self) -> dict[str, torch.Tensor]:
+        return self._raw()
+
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self._raw()
+        return self.place(self.take())
+
+    def place(self, out: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         images = out["images"]
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)  # NHWC storage seen as NCHW: channels_last strides

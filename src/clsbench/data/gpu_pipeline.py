@@ -50,7 +50,7 @@ STAGE_DEPTH = 2
 #: How often blocked queue operations look at the stop flag and at the other side's health, in seconds.
 POLL_S = 0.2
 #: Seconds ``close`` waits for the stage threads to finish their current batch.
-JOIN_S = 30.0
+JOIN_S = 10.0
 
 
 class EncodedBatches(torch.utils.data.Dataset):
@@ -304,8 +304,10 @@ class GpuStream:
             try:
                 item = self.ready.get(timeout=POLL_S)
             except queue.Empty:
-                if not all(thread.is_alive() for thread in self.threads):
-                    raise DataWorkerError("a gpu pipeline stage thread ended without a batch") from None
+                # A failing stage hands its exception down before it ends, so only the last stage's end without
+                # anything in its queue means that something ended without saying why.
+                if not self.threads[-1].is_alive() and self.ready.empty():
+                    raise DataWorkerError("the gpu pipeline's last stage ended without a batch") from None
                 if time.monotonic() >= deadline:
                     raise DataLoaderTimeoutError(
                         f"the gpu pipeline delivered no batch within {self.settings.timeout_s:g} s") from None
@@ -314,9 +316,16 @@ class GpuStream:
                 raise item.exc
             return item
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def take(self) -> DeviceBatch:
         batch = self._take()
         self._failures.extend(batch.failures)
+        return batch
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.place(self.take())
+
+    def place(self, batch: DeviceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Make the current stream wait for the batch (no host synchronisation) and keep its memory until used."""
         current = torch.cuda.current_stream(self.device)
         current.wait_event(batch.ready)
         batch.images.record_stream(current)

@@ -14,9 +14,11 @@ block planning are the same :class:`~clsbench.workloads.base.StopWatch`. In orde
 5. **drain**: batches the pipeline prepared ahead while the GPU waited on those synchronisations are thrown away
    (``drained_batches``) until taking one has to wait for it, so the timed region starts at the pipeline's own
    pace instead of living off a buffer for its first seconds;
-6. **timed blocks**: synchronise, read the clock; per iteration read the clock, take the next batch
-   (``data_wait_ms``: host time spent in the pipeline's ``next``, the H2D copy of the cpu pipeline included),
-   record a CUDA event, step, record an event, read the clock; synchronise, read the clock. Throughput is images /
+6. **timed blocks**: synchronise, read the clock; per iteration: take the next prepared batch and read the clock
+   (``data_wait_ms``: host time waiting for the pipeline), place it on the device and read the clock
+   (``copy_ms``: the cpu pipeline's host-to-device copy call, which from unpinned memory first waits for the
+   previous step to finish, as a plain ``.to(device)`` does; the gpu pipeline's stream hand-over), record a CUDA
+   event, step, record an event, read the clock; at the end synchronise and read the clock. Throughput is images /
    summed block wall time, as for synthetic data.
 
 Per iteration on a GPU: ``step_ms`` is the event interval around the step (the GPU time of its work), ``idle_ms``
@@ -140,6 +142,7 @@ class TrainWithData:
             timed = StopWatch(ctx.stop)
             iteration_ms: list[float] = []
             wait_ms: list[float] = []
+            copy_ms: list[float] = []
             step_ms: list[float] = []
             idle_ms: list[float] = []
             blocks = 0
@@ -157,9 +160,12 @@ class TrainWithData:
                     block_start.record()
                 last = start
                 for _ in range(n):
-                    images, labels = stream.next()
+                    item = stream.take()
                     got = clock.now_ns()
+                    images, labels = stream.place(item)
+                    placed = clock.now_ns()
                     wait_ms.append((got - last) / NS_PER_MS)
+                    copy_ms.append((placed - got) / NS_PER_MS)
                     if on_cuda:
                         begin, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         begin.record()
@@ -170,7 +176,7 @@ class TrainWithData:
                     else:
                         step(images, labels)
                         previous, last = last, clock.now_ns()
-                        step_ms.append((last - got) / NS_PER_MS)
+                        step_ms.append((last - placed) / NS_PER_MS)
                         iteration_ms.append((last - previous) / NS_PER_MS)
                 if on_cuda:
                     synchronize(device)
@@ -204,6 +210,7 @@ class TrainWithData:
             "blocks": blocks,
             "iteration_clock": "cuda_events" if on_cuda else "host",
             "data_wait_ms": wait_ms,
+            "copy_ms": copy_ms,
             "step_ms": step_ms,
             "idle_ms": idle_ms if on_cuda else None,
             "loss_first": first_loss,
