@@ -237,14 +237,18 @@ def render(i: int, spec: MakeSpec, bases: list[Any], tints: list[tuple[int, tupl
         picture = picture.transpose(Image.FLIP_LEFT_RIGHT)
     picture = picture.resize((out_w, out_h), Image.BILINEAR)
 
-    pixels = np.asarray(picture, np.float32) * (np.asarray(tint, np.float32) * rng.uniform(0.9, 1.1, 3).astype(
-        np.float32))
-    mean = float(pixels.mean())
-    pixels = (pixels - mean) * rng.uniform(0.75, 1.25) + mean * rng.uniform(0.8, 1.2)
-    grey = pixels.mean(axis=2, keepdims=True)
-    pixels = grey + (pixels - grey) * rng.uniform(0.6, 1.4)
-    pixels += rng.standard_normal(pixels.shape, dtype=np.float32) * rng.uniform(*NOISE_SIGMA)
-    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+    # Colour jitter as one 3x3 colour matrix and an offset, applied in a single pass: per-channel gains (tint x a
+    # random factor), saturation (towards the pixel's grey), then contrast around the mean, and brightness.
+    pixels = np.asarray(picture, np.float32).reshape(-1, 3)
+    gains = np.asarray(tint, np.float32) * rng.uniform(0.9, 1.1, 3).astype(np.float32)
+    contrast, brightness, saturation = rng.uniform(0.75, 1.25), rng.uniform(0.8, 1.2), rng.uniform(0.6, 1.4)
+    towards_grey = saturation * np.eye(3, dtype=np.float32) + np.float32((1.0 - saturation) / 3.0)
+    matrix = (np.diag(gains) @ towards_grey * contrast).astype(np.float32)
+    mean = float(pixels[::17].mean()) * float(gains.mean())
+    pixels = pixels @ matrix + np.float32(mean * (brightness - contrast))
+    pixels += rng.standard_normal(pixels.shape, dtype=np.float32) * np.float32(rng.uniform(*NOISE_SIGMA))
+    np.clip(pixels, 0, 255, out=pixels)
+    image = Image.fromarray(pixels.astype(np.uint8).reshape(out_h, out_w, 3))
     quality = int(np.clip(spec.quality + rng.integers(-QUALITY_SPREAD, QUALITY_SPREAD + 1), 1, 100))
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=quality)
