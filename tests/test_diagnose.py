@@ -165,3 +165,16 @@ def test_diagnose_end_to_end_on_the_cpu(tmp_path: Path):
     rerun = subprocess.run([sys.executable, "-m", "clsbench", *args], capture_output=True, text=True, env=env,
                            cwd=tmp_path, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
+
+
+def test_compare_takes_the_synthetic_measurement_of_a_diagnose_file():
+    from clsbench.compare import compare
+
+    a = result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 950.0, 0.02)])
+    b = result_of(1100.0, [(DEFAULT, 210.0, 0.8)])
+    comparison = compare([a, b], ["a.json", "b.json"])
+    (table,) = comparison.tables
+    (row,) = table.rows
+    assert [c.value for c in row.cells] == [1000.0, 1100.0]
+    assert any("several data settings; comparing the synthetic-data one" in w for w in comparison.warnings)
+    assert not any("several devices" in w for w in comparison.warnings)
