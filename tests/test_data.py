@@ -327,13 +327,17 @@ def test_data_wait_and_compute_split_with_the_fake_clock(dataset: Path):
     assert record["timings"]["data_startup_s"] == pytest.approx(0.001)
     assert record["data"]["settings"]["num_workers"] == 0
     assert record["data"]["dataset"]["images"] == 48
-    assert record["data"]["drained_batches"] >= 1
+    assert record["data"]["drained_batches"] == 0  # no workers: nothing is prepared ahead
+    # first batch, 2 warm-up batches, 5 timed: the 7th batch (3 + 4) begins the second epoch of 6 batches
+    assert samples["epoch_start_wait_ms"] == [1.0]
     m = build_measurement(job.cell, [record])
     assert m.summary["throughput_img_s"] == pytest.approx(40 / 0.015)
     assert m.summary["data"]["data_wait_fraction"] == pytest.approx(1 / 3)
     assert m.summary["data"]["copy_fraction"] == pytest.approx(1 / 3)
     assert m.summary["data"]["idle_fraction"] == pytest.approx(2 / 3)  # on a CPU: waiting and placing
     assert m.summary["data"]["idle_method"] == "host"
+    assert m.summary["data"]["epoch_start_wait_fraction"] == pytest.approx(1 / 15)
+    assert m.summary["data"]["timed_epoch_starts"] == 1
     assert m.data == settings.to_dict() and m.key[-1] == "folder cpu w0"
 
 

@@ -52,6 +52,8 @@ INPUT_BOUND_RATIO = 0.9
 #: GPU idle share between steps (events; data-wait share on a CPU) above which a setting is input-bound anyway.
 IDLE_LIMIT = 0.10
 DIAGNOSE_FORMAT = 1
+#: A setting that spent more than this share of its time on the first batch of epochs gets a note.
+EPOCH_START_NOTE = 0.02
 
 #: Stop rules of a diagnose measurement (one setting, one repeat by default): long enough for a pipeline to show its
 #: steady pace (its prepared-ahead batches are drained before timing), short enough to sweep a dozen settings in a
@@ -276,6 +278,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "ratio_to_synthetic": rate / ceiling if rate is not None and ceiling else None,
         "data_wait_fraction": _number(d.get("data_wait_fraction")),
         "copy_fraction": _number(d.get("copy_fraction")),
+        "epoch_start_wait_fraction": _number(d.get("epoch_start_wait_fraction")),
         "idle_fraction": _number(d.get("idle_fraction")),
         "idle_method": d.get("idle_method"),
         "data_startup_s": _number(d.get("data_startup_s")),
@@ -455,6 +458,14 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
             lines.append(f"reproduce: {analysis['command']}")
     lines.append("data wait: waiting for a prepared batch; copy: placing it on the device (from unpinned memory this "
                  "also waits for the previous step); shares of the timed wall time")
+    images = (analysis.get("dataset") or {}).get("images")
+    for r in analysis.get("rows", []):
+        share = r.get("epoch_start_wait_fraction")
+        if share is not None and share > EPOCH_START_NOTE and r["throughput_img_s"] and images:
+            lines.append(f"note: {r['label']} spent {_pct(share)} of its time on the first batch of an epoch (the "
+                         f"DataLoader starts over and refills in order); {images:,} images last "
+                         f"{images / r['throughput_img_s']:.1f} s at its speed, and a larger dataset pays this less "
+                         "often")
     if any(r["data"] is not None and r.get("idle_method") == "host" for r in analysis.get("rows", [])):
         lines.append("note: on a CPU the step runs synchronously: idle is the share of time spent waiting and copying")
     if analysis.get("quick"):

@@ -6,6 +6,8 @@ Per repeat (from ``samples``):
   training loop spent waiting for the pipeline to deliver a prepared batch;
 * ``copy_fraction`` = sum(``copy_ms``) / (``wall_s`` x 1000): the share spent placing batches on the device (the cpu
   pipeline's copy call, which from unpinned memory also waits for the previous step);
+* ``epoch_start_wait_fraction`` = sum(``epoch_start_wait_ms``) / (``wall_s`` x 1000): the part of the data wait
+  spent on the first batch of an epoch begun inside the timed region (cpu pipeline: the DataLoader starts over);
 * ``idle_fraction`` = sum(``idle_ms``) / sum(``iteration_ms``) on a GPU (CUDA events: the share of the event span in
   which the training stream had no step running); on the CPU, where the step runs synchronously, the data-wait
   plus copy fraction;
@@ -30,6 +32,8 @@ def repeat_figures(record: dict[str, Any]) -> dict[str, float | None]:
     copy = samples.get("copy_ms") or []
     wait_fraction = sum(wait) / (wall_s * 1000.0) if wall_s > 0 else None
     copy_fraction = sum(copy) / (wall_s * 1000.0) if wall_s > 0 else None
+    starts = samples.get("epoch_start_wait_ms") or []
+    start_fraction = sum(starts) / (wall_s * 1000.0) if wall_s > 0 else None
     idle = samples.get("idle_ms")
     iterations = samples.get("iteration_ms") or []
     if idle is not None:
@@ -41,6 +45,8 @@ def repeat_figures(record: dict[str, Any]) -> dict[str, float | None]:
     return {
         "data_wait_fraction": wait_fraction,
         "copy_fraction": copy_fraction,
+        "epoch_start_wait_fraction": start_fraction,
+        "epoch_starts": len(starts),
         "idle_fraction": idle_fraction,
         "step_ms_mean": sum(steps) / len(steps) if steps else None,
     }
@@ -76,6 +82,8 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "skipped_n": dataset.get("skipped_n"),
         "data_wait_fraction": _median([p["data_wait_fraction"] for p in per_repeat]),
         "copy_fraction": _median([p["copy_fraction"] for p in per_repeat]),
+        "epoch_start_wait_fraction": _median([p["epoch_start_wait_fraction"] for p in per_repeat]),
+        "timed_epoch_starts": max(int(p["epoch_starts"] or 0) for p in per_repeat),
         "idle_fraction": _median([p["idle_fraction"] for p in per_repeat]),
         "idle_method": first.get("idle_method"),
         "step_ms_mean": _median([p["step_ms_mean"] for p in per_repeat]),
@@ -90,9 +98,10 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "copy", "idle", "idle by", "start-up s",
-                "set-up s", "skipped", "undecodable")
-DATA_RIGHT = {"batch", "img/s", "data wait", "copy", "idle", "start-up s", "set-up s", "skipped", "undecodable"}
+DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "epoch start", "copy", "idle", "idle by",
+                "start-up s", "set-up s", "skipped", "undecodable")
+DATA_RIGHT = {"batch", "img/s", "data wait", "epoch start", "copy", "idle", "start-up s", "set-up s", "skipped",
+              "undecodable"}
 
 
 def _pct(value: float | None) -> str:
@@ -115,7 +124,8 @@ def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
         idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
         rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",
                      fmt_rate(m.summary.get("throughput_img_s")), _pct(d.get("data_wait_fraction")),
-                     _pct(d.get("copy_fraction")), _pct(d.get("idle_fraction")), idle_by,
+                     _pct(d.get("epoch_start_wait_fraction")), _pct(d.get("copy_fraction")),
+                     _pct(d.get("idle_fraction")), idle_by,
                      _seconds(d.get("data_startup_s")), _seconds(d.get("data_setup_s")),
                      str(d.get("skipped_n") if d.get("skipped_n") is not None else "-"),
                      str(d.get("decode_failures_n") or 0)))
@@ -129,9 +139,10 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
     rows = data_rows(measurements)
     if not rows:
         return []
-    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch; copy: "
-             "placing it on the device; idle: GPU idle between steps from CUDA events, on a CPU wait + copy; "
-             "start-up: workers' start to the first batch, outside the timed region)", ""]
+    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch, of "
+             "which epoch start: the first batch of an epoch begun while timing; copy: placing it on the device; "
+             "idle: GPU idle between steps from CUDA events, on a CPU wait + copy; start-up: workers' start to the "
+             "first batch, outside the timed region)", ""]
     lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
     for m in measurements:
         d = (m.summary or {}).get("data") or {}

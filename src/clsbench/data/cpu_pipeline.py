@@ -104,6 +104,7 @@ class LoaderStream:
         self._facts = facts
         self._failures: list[str] = []
         self._iterator: Any = None
+        self.began_epoch = False  # whether the last take() started a new epoch (its wait includes the restart)
         self._new_epoch()
 
     def _new_epoch(self) -> None:
@@ -115,11 +116,13 @@ class LoaderStream:
         self.epochs += 1
 
     def _raw(self) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+        self.began_epoch = False
         try:
             try:
                 return next(self._iterator)
             except StopIteration:
                 self._new_epoch()
+                self.began_epoch = True
                 return next(self._iterator)
         except (DataError, StopIteration):
             raise
@@ -151,6 +154,8 @@ class LoaderStream:
         return images.contiguous(memory_format=spec.memory_format), labels
 
     def drain(self, max_batches: int, wait_s: float) -> int:
+        if self.spec.settings.num_workers == 0:
+            return 0  # nothing is prepared ahead: each batch is made when asked for
         def pop() -> None:
             self._failures.extend(self._raw()[2])
 

@@ -21,6 +21,10 @@ block planning are the same :class:`~clsbench.workloads.base.StopWatch`. In orde
    event, step, record an event, read the clock; at the end synchronise and read the clock. Throughput is images /
    summed block wall time, as for synthetic data.
 
+An epoch that begins in the timed region (the cpu pipeline's DataLoader starts over, restarting its workers unless
+persistent, then refills in order) is part of it, as in real training; the data wait of each such first batch is
+also kept apart (``epoch_start_wait_ms``) so its share can be told from the steady pace.
+
 Per iteration on a GPU: ``step_ms`` is the event interval around the step (the GPU time of its work), ``idle_ms``
 the interval from the previous step's end event to this step's start event: time in which the training stream had
 no work, because the host was still waiting for data, or the stream waited for the batch (its copy, or the gpu
@@ -143,6 +147,7 @@ class TrainWithData:
             iteration_ms: list[float] = []
             wait_ms: list[float] = []
             copy_ms: list[float] = []
+            epoch_start_ms: list[float] = []  # the data wait of each timed batch that began an epoch
             step_ms: list[float] = []
             idle_ms: list[float] = []
             blocks = 0
@@ -166,6 +171,8 @@ class TrainWithData:
                     placed = clock.now_ns()
                     wait_ms.append((got - last) / NS_PER_MS)
                     copy_ms.append((placed - got) / NS_PER_MS)
+                    if getattr(stream, "began_epoch", False):
+                        epoch_start_ms.append(wait_ms[-1])
                     if on_cuda:
                         begin, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         begin.record()
@@ -211,6 +218,7 @@ class TrainWithData:
             "iteration_clock": "cuda_events" if on_cuda else "host",
             "data_wait_ms": wait_ms,
             "copy_ms": copy_ms,
+            "epoch_start_wait_ms": epoch_start_ms,
             "step_ms": step_ms,
             "idle_ms": idle_ms if on_cuda else None,
             "loss_first": first_loss,
