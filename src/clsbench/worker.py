@@ -156,6 +156,10 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
         if cell.data is not None:  # real data through a pipeline (train only; checked when planning)
             from .workloads.train_data import TrainWithData
 
+            if cell.workload != "train":
+                from .data.errors import DataError
+
+                raise DataError(f"real data feeds the train workload only, not {cell.workload}")
             workload = TrainWithData()
         mode = parse_mode(cell.mode)
         bf16, tf32 = device_capabilities(device)
