@@ -37,7 +37,7 @@ stamp "dataset generated: $(du -sh "$DATA" | cut -f1)"
 
 # shellcheck disable=SC2086  # EXTRA is a list of options
 timeout -s INT 420 python3 -m clsbench diagnose "$MODEL" --data "$DATA" --mode "$MODE" --batch-size "$BATCH" \
-  --device "$DEVICE" --workers "$WORKERS" $EXTRA -o "$OUT/diagnose-resnet50.json" \
+  --device "$DEVICE" --workers "$WORKERS" --data-timeout 60 --timeout 300 $EXTRA -o "$OUT/diagnose-resnet50.json" \
   > "$OUT/diagnose-resnet50.txt" 2> "$OUT/diagnose-resnet50.log"
 rc=$?
 stamp "diagnose: exit $rc (0 ok, 4 a setting failed, 130 interrupted by the time limit: the file holds what finished)"
