@@ -6,6 +6,8 @@ The public API (the CLI is a thin shell over it)::
     plan = clsbench.plan_run(models=["resnet50"], workloads=["train"], modes=["amp-bf16+cl"], device="cuda")
     result = clsbench.run(plan, "results/run.json")
     result = clsbench.load("results/run.json")
+    data = clsbench.DataSettings("images/", num_workers=8, pin_memory=True)   # train on real JPEGs
+    outcome = clsbench.diagnose("resnet50", "images/", mode="amp-bf16+cl", batch_size=256, device="cuda")
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .api import default_output_path, environment, list_models, load, plan_run, resolve_device, resume, run
+from .data.config import DataSettings
+from .diagnose import diagnose
 from .errors import ClsbenchError, InvalidInputError, ResultFileError, UnknownModelError
 from .results.schema import SCHEMA_VERSION, BenchmarkResult, Measurement
 from .settings import Cell, RunPlan, StopRule
@@ -22,6 +26,7 @@ __all__ = [
     "BenchmarkResult",
     "Cell",
     "ClsbenchError",
+    "DataSettings",
     "InvalidInputError",
     "Measurement",
     "ResultFileError",
@@ -30,6 +35,7 @@ __all__ = [
     "UnknownModelError",
     "__version__",
     "default_output_path",
+    "diagnose",
     "environment",
     "list_models",
     "load",

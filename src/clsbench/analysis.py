@@ -262,6 +262,10 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
             summary["host_cpu"] = host
             if host.get("concerns"):
                 validity["host_cpu_contention"] = "; ".join(host["concerns"])
+        if cell.data is not None:
+            from .data.analysis import summarize_data
+
+            summary["data"] = summarize_data(ok)
     if rule is not None:
         validity["stop_rule"] = stop_rule_text(rule)
     input_size = next((r.get("input_size") for r in records if r.get("input_size")), cell.input_size)
@@ -284,4 +288,5 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
         repeats=tuple(records),
         summary=summary,
         validity=validity,
+        data=cell.data.to_dict() if cell.data is not None else None,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import itertools
 import socket
@@ -14,7 +15,16 @@ from .measure.clock import Clock
 from .results import io as result_io
 from .results.schema import BenchmarkResult
 from .runner import ProgressCallback, check_resume_compatible, new_result, run_plan
-from .settings import WORKLOADS, Cell, RunPlan, StopRule, default_stop_rules, validate_batch_size, validate_workload
+from .settings import (
+    WORKLOADS,
+    Cell,
+    DataSettings,
+    RunPlan,
+    StopRule,
+    default_stop_rules,
+    validate_batch_size,
+    validate_workload,
+)
 from .suites import default_suite_name, get_suite, resolve_modes
 
 DEFAULT_RESULTS_DIR = Path("clsbench-results")
@@ -79,11 +89,17 @@ def plan_run(
     overlap_prepare: bool = True,
     telemetry: bool = True,
     environment: dict[str, Any] | None = None,
+    data: DataSettings | None = None,
 ) -> RunPlan:
     """Build the cross product to measure.
 
     A suite supplies defaults for every axis; any axis given explicitly replaces the suite's. With neither a
     suite nor models, the default suite for the device is used (``seed`` on a GPU, ``quick`` on a CPU).
+
+    ``data`` trains on real images through a pipeline instead of the resident synthetic batch: the workloads
+    default to ``train`` (the only one it feeds), the dataset is scanned now (bad input fails here), every cell
+    carries the settings, and overlapped preparation is turned off (building the next model would take CPU time
+    from the pipeline being measured).
     """
     from .models import get_model_spec
     from .modes import parse_mode
@@ -96,8 +112,11 @@ def plan_run(
         get_model_spec(name)  # fail fast, with suggestions, on an unknown name
     chosen_models = tuple(models) or (base.models if suite else ())
     chosen_workloads = tuple(validate_workload(w) for w in workloads) or (
-        tuple(base.batch_sizes) if suite else WORKLOADS
+        tuple(base.batch_sizes) if suite and data is None else ("train",) if data is not None else WORKLOADS
     )
+    if data is not None and set(chosen_workloads) != {"train"}:
+        raise InvalidInputError("real data (--data) feeds the train workload only",
+                                "add --workload train, or drop --data")
     if modes:
         chosen_modes = tuple(parse_mode(m).name for m in modes)
     elif suite:
@@ -115,6 +134,12 @@ def plan_run(
         for size in sizes:
             cells.append(Cell(model, workload, mode, size, resolved_device, input_size))
 
+    if data is not None:
+        from .data.plan import prepare_data_settings
+
+        data, _ = prepare_data_settings(data, [cell.batch_size for cell in cells])
+        cells = [dataclasses.replace(cell, data=data) for cell in cells]
+        overlap_prepare = False
     rules = default_stop_rules(resolved_device)
     overrides = {k: v for k, v in {"warmup": warmup, "min_iterations": iterations, "min_seconds": min_time,
                                    "max_seconds": max_time}.items() if v is not None}
@@ -128,8 +153,6 @@ def plan_run(
 
 
 def _replace_rule(rule: StopRule, overrides: dict[str, Any]) -> StopRule:
-    import dataclasses
-
     updated = dataclasses.replace(rule, **overrides)
     if updated.max_seconds is not None and updated.max_seconds < updated.min_seconds:
         updated = dataclasses.replace(updated, max_seconds=None if "max_seconds" not in overrides else
@@ -218,6 +241,9 @@ def resume(
     current = env if env is not None else environment(device)
     if not force:
         check_resume_compatible(result, current, str(path))
+        from .data.plan import check_data_unchanged
+
+        check_data_unchanged((cell.data for cell in plan.cells), str(path))
     return run_plan(plan, result, path, isolation=isolation, clock=clock, progress=progress)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .commands.data_options import data_options
 from .errors import EXIT_INTERNAL, EXIT_MEASUREMENT_FAILED, ClsbenchError, InvalidInputError
 
 
@@ -166,16 +167,24 @@ def _ints(values: list[str], option: str) -> list[int]:
               help="process: a fresh worker per repeat; inline: this process (debugging only).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 @click.option("--clock", hidden=True, help="Testing hook: fake:1ms[,2ms...] replaces the wall clock.")
+@data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
         min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
         timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool,
-        output: str | None, resume_path: str | None, isolation: str, quiet: bool, clock: str | None) -> None:
+        output: str | None, resume_path: str | None, isolation: str, quiet: bool, clock: str | None,
+        **data_opts: Any) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from . import api
+    from .commands.data_options import data_settings, given
+    from .data.plan import dataset_warnings
     from .measure.clock import make_clock
     from .report import table
+
+    if resume_path and given(data_opts):
+        raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
+    data = None if resume_path else data_settings(**data_opts)
 
     try:
         fake = make_clock(clock) if clock else None
@@ -198,10 +207,10 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
                 max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
                 seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap, telemetry=telemetry,
-                environment=env,
+                environment=env, data=data,
             )
             path = output or str(api.default_output_path(resolved))
-            for line in api.preflight_warnings(env):
+            for line in api.preflight_warnings(env) + dataset_warnings(cell.data for cell in plan.cells):
                 click.echo(f"warning: {line}", err=True)
             if not quiet:
                 click.echo(f"clsbench {__version__}: {len(plan.cells)} measurement(s) x {plan.repeats} repeat(s) "
@@ -263,6 +272,10 @@ def show(files: tuple[str, ...], fmt: str, output: str) -> None:
                 from .tune import analyze_tune, render_tune
 
                 text += "\n" + render_tune(analyze_tune(result))
+            if "diagnose" in result.settings:
+                from .diagnose import analyze_diagnose, render_diagnose
+
+                text += "\n" + render_diagnose(analyze_diagnose(result))
             parts.append(heading + text)
         text = "\n".join(parts)
     if output == "-":
@@ -346,9 +359,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import compare_cmds, report_cmds, store_cmds, sweep_cmds
+    from .commands import compare_cmds, data_cmds, diagnose_cmds, report_cmds, store_cmds, sweep_cmds
 
-    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds):
+    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds):
         module.register(main)
 
 

@@ -386,13 +386,25 @@ def same_hardware_warnings(results: Sequence[BenchmarkResult], labels: Sequence[
 def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key, Measurement]:
     """Measurements by matching key; a key measured on several devices in one run keeps the first, with a warning."""
     index: dict[Key, Measurement] = {}
+    with_data: list[Key] = []  # keys held several times because of real-data settings (e.g. a diagnose file)
     for m in result.measurements:
         key = (m.model, m.workload, m.mode, m.batch_size)
+        if key in index and (m.data is not None or index[key].data is not None):
+            if index[key].data is not None and m.data is None:
+                index[key] = m  # compare the synthetic-data measurement when there is one
+            if key not in with_data:
+                with_data.append(key)
+            continue
         if key in index:
             warnings.append(f"{label} has {m.model} {m.workload} {m.mode} bs{m.batch_size} on several devices "
                             f"({index[key].device}, {m.device}); comparing the one on {index[key].device}")
             continue
         index[key] = m
+    for key in with_data:
+        kept = index[key]
+        which = "the synthetic-data one" if kept.data is None else "the first"
+        warnings.append(f"{label} has {key[0]} {key[1]} {key[2]} bs{key[3]} with several data settings; comparing "
+                        f"{which} (compare does not match data settings)")
     return index
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from .data.config import DataSettings
 from .errors import InvalidInputError
 
 WORKLOADS = ("infer-latency", "infer-throughput", "train")
@@ -86,16 +87,30 @@ class Cell:
     batch_size: int
     device: str
     input_size: int | None = None  # None: the model's own default
+    data: DataSettings | None = None  # None: the synthetic batch resident on the device (train only otherwise)
 
     @property
-    def key(self) -> tuple[str, str, str, int, str]:
-        return (self.model, self.workload, self.mode, self.batch_size, self.device)
+    def key(self) -> tuple[Any, ...]:
+        """(model, workload, mode, batch size, device), plus the data label for a real-data cell."""
+        base = (self.model, self.workload, self.mode, self.batch_size, self.device)
+        return base if self.data is None else (*base, self.data.label())
 
     def label(self) -> str:
-        return f"{self.model} {self.workload} {self.mode} bs{self.batch_size}"
+        text = f"{self.model} {self.workload} {self.mode} bs{self.batch_size}"
+        return text if self.data is None else f"{text} [{self.data.label()}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.data is None:
+            del data["data"]  # files without real data read exactly as before
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        fields = dict(data)
+        if fields.get("data") is not None:
+            fields["data"] = DataSettings.from_dict(fields["data"])
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,7 @@ class RunPlan:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunPlan:
         return cls(
-            cells=tuple(Cell(**c) for c in data["cells"]),
+            cells=tuple(Cell.from_dict(c) for c in data["cells"]),
             repeats=int(data["repeats"]),
             stop_rules={k: StopRule(**v) for k, v in data["stop_rules"].items()},
             seed=int(data["seed"]),

@@ -7,7 +7,8 @@ A job goes through two phases so the parent can overlap them across workers on a
   workload, read memory.
 
 Every outcome becomes a plain dict (a *repeat record*) with ``status`` ``ok``, ``failed`` or ``skipped`` and, when
-not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``) and a
+not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``; for real data
+also ``data_error``, ``data_loader_timeout``, ``data_loader_crash``, ``unsupported_pipeline``) and a
 one-line ``detail``. Exceptions never escape :func:`execute`.
 """
 
@@ -62,9 +63,13 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     """Classify an exception into a failed (or skipped) repeat record."""
     import torch
 
+    from .data.errors import data_failure_record
     from .workloads import NonFiniteLossError
 
     message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    data_record = data_failure_record(exc)  # data_error, data_loader_timeout, data_loader_crash, unsupported_pipeline
+    if data_record is not None:
+        return data_record
     if isinstance(exc, ClsbenchError):
         return _record("skipped", "unsupported_mode", str(exc))
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
@@ -148,6 +153,14 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
     try:
         device = torch.device(cell.device)
         workload = get_workload(cell.workload)
+        if cell.data is not None:  # real data through a pipeline (train only; checked when planning)
+            from .workloads.train_data import TrainWithData
+
+            if cell.workload != "train":
+                from .data.errors import DataError
+
+                raise DataError(f"real data feeds the train workload only, not {cell.workload}")
+            workload = TrainWithData()
         mode = parse_mode(cell.mode)
         bf16, tf32 = device_capabilities(device)
         mode_ctx = mode.context(device, workload.kind, bf16_supported=bf16, tf32_supported=tf32,
@@ -208,6 +221,7 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
             busy=out.busy,
             costs=prepared.costs,
             pid=os.getpid(),
+            **({"data": out.data} if out.data is not None else {}),
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
         return _failure(exc)

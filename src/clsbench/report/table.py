@@ -48,6 +48,15 @@ def _status(m: Measurement) -> str:
     return "ok"
 
 
+def workload_text(m: Measurement) -> str:
+    """The workload, with the data settings of a real-data measurement: ``train [folder cpu w8 pin]``."""
+    if m.data is None:
+        return m.workload
+    from ..data.config import data_label
+
+    return f"{m.workload} [{data_label(m.data)}]"
+
+
 def row(m: Measurement) -> tuple[str, ...]:
     s = m.summary
     latency = s.get("latency_ms") or {}
@@ -56,7 +65,7 @@ def row(m: Measurement) -> tuple[str, ...]:
     n = f"{repeats}x{latency['n'] // repeats}" if repeats and latency.get("n") else "-"
     return (
         m.model,
-        m.workload,
+        workload_text(m),
         m.mode,
         str(m.batch_size),
         fmt_rate(s.get("throughput_img_s")),
@@ -105,7 +114,7 @@ def efficiency_row(m: Measurement) -> tuple[str, ...]:
     throttling = tele.get("throttle_summary") or ("none" if tele.get("samples_n") else "-")
     return (
         m.model,
-        m.workload,
+        workload_text(m),
         m.mode,
         str(m.batch_size),
         _fmt(tele.get("power_avg_w"), ".0f"),
@@ -127,7 +136,7 @@ def warnings(measurements: Sequence[Measurement]) -> list[str]:
     """Every failure, skip and instability, in words, with what to do about it."""
     out = []
     for m in measurements:
-        label = f"{m.model} {m.workload} {m.mode} bs{m.batch_size}"
+        label = f"{m.model} {workload_text(m)} {m.mode} bs{m.batch_size}"
         if m.status == "failed":
             out.append(f"FAILED  {label}: {m.reason}: {m.detail}")
         elif m.status == "skipped":
@@ -185,6 +194,10 @@ def render(result: BenchmarkResult) -> str:
         lines += ["", "power and efficiency (MFU against the datasheet peak; in brackets against the measured "
                   "`clsbench probe` peak)", ""]
         lines.extend(render_rows(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured]))
+    if any(m.data is not None for m in measured):
+        from ..data.analysis import data_section
+
+        lines += data_section(measured)
     notes = warnings(measurements)
     if notes:
         lines += [""] + notes

@@ -11,8 +11,10 @@ is derived from them by :mod:`clsbench.analysis` and can be recomputed at any ti
 History of ``schema_version``:
 
 * 1 (clsbench 0.1): first version. Repeats may carry ``telemetry``, ``busy`` and ``costs``; summaries
-  ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. All are optional, so a
-  file without them (an older 0.1 file, a CPU run) reads the same.
+  ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. Real-data
+  measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
+  ``data`` to its repeats and summary. All are optional, so a file without them (an older 0.1 file, a CPU run, a
+  synthetic-data run) reads the same.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..data.config import DataSettings, data_label
 from ..errors import ResultFileError
 from ..settings import Cell
 
@@ -48,18 +51,23 @@ class Measurement:
     repeats: tuple[dict[str, Any], ...] = ()
     summary: dict[str, Any] = field(default_factory=dict)
     validity: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] | None = None  # the cell's real-data settings (DataSettings.to_dict()); None: synthetic
 
     @property
-    def key(self) -> tuple[str, str, str, int, str]:
-        return (self.model, self.workload, self.mode, self.batch_size, self.device)
+    def key(self) -> tuple[Any, ...]:
+        base = (self.model, self.workload, self.mode, self.batch_size, self.device)
+        return base if self.data is None else (*base, data_label(self.data))
 
     @property
     def cell(self) -> Cell:
-        return Cell(self.model, self.workload, self.mode, self.batch_size, self.device, self.input_size)
+        data = DataSettings.from_dict(self.data) if self.data is not None else None
+        return Cell(self.model, self.workload, self.mode, self.batch_size, self.device, self.input_size, data)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["repeats"] = list(self.repeats)
+        if self.data is None:
+            del data["data"]
         return data
 
     @classmethod
@@ -71,6 +79,8 @@ class Measurement:
                 raise ValueError(f"measurement field {key!r} must be a {kind.__name__}")
         if any(not isinstance(r, dict) for r in data.get("repeats") or ()):
             raise ValueError("every repeat must be an object")
+        if data.get("data") is not None:
+            DataSettings.from_dict(data["data"])  # a damaged block is a damaged file, not a crash later
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["repeats"] = tuple(data.get("repeats") or ())
@@ -94,7 +104,7 @@ class BenchmarkResult:
         kept = tuple(m for m in self.measurements if m.key != measurement.key)
         return dataclasses.replace(self, measurements=kept + (measurement,))
 
-    def find(self, key: tuple[str, str, str, int, str]) -> Measurement | None:
+    def find(self, key: tuple[Any, ...]) -> Measurement | None:
         return next((m for m in self.measurements if m.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:

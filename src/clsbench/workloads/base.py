@@ -99,6 +99,7 @@ class WorkloadOutput:
     validity: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None  # the raw telemetry record of the timed region
     busy: dict[str, Any] | None = None  # GPU busy time per iteration (measure/busy.py)
+    data: dict[str, Any] | None = None  # real-data facts (workloads/train_data.py): settings, dataset, pipeline
 
 
 class Workload(Protocol):

@@ -1,0 +1,137 @@
+"""The two data interfaces: a *source* gives encoded images, a *pipeline* turns them into batches on the device.
+
+* :class:`DataSource` (``synthetic.py``, ``folder.py``, ``memory.py``): ``open(settings)`` returns an
+  :class:`EncodedDataset` (``read(i)`` gives file ``i``'s encoded bytes as a 1-D uint8 CPU tensor), or None for the
+  synthetic source, which has no files (the workload then keeps its resident random batch).
+* :class:`Pipeline` (``cpu_pipeline.py``, ``gpu_pipeline.py``, ``dali_pipeline.py``): ``open(dataset, spec)``
+  returns a :class:`BatchStream` whose ``next()`` gives ``(images, labels)`` on the device, images normalised in
+  float32 in the mode's memory format, labels int64; epochs follow one another forever (each a fresh seeded
+  permutation, ``drop_last``).
+
+Augmentation is the same everywhere (:mod:`clsbench.data.augment`): RandomResizedCrop to the model's input size
+(scale 0.08-1, aspect ratio 3/4-4/3, bilinear with antialiasing), a horizontal flip with probability 1/2, then
+normalisation with the ImageNet mean and standard deviation. The crop and flip of image ``i`` in epoch ``e`` come
+from a generator seeded with (data seed, e, i), so they do not depend on which worker or thread prepares it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .config import DataSettings
+from .scan import DatasetIndex
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What a pipeline must produce."""
+
+    batch_size: int
+    input_size: int
+    device: torch.device
+    memory_format: torch.memory_format
+    dtype: torch.dtype
+    seed: int
+    settings: DataSettings
+
+
+class EncodedDataset(Protocol):
+    """Encoded images and their labels (``index`` holds names, labels, formats and sizes)."""
+
+    index: DatasetIndex
+
+    def __len__(self) -> int: ...
+
+    def read(self, i: int) -> torch.Tensor:
+        """File ``i``'s bytes as a 1-D uint8 CPU tensor (raises OSError when it cannot be read)."""
+
+    def facts(self) -> dict[str, Any]:
+        """What the result records about the source (setup times, bytes held in RAM...)."""
+
+
+class DataSource(Protocol):
+    name: str
+
+    def open(self, settings: DataSettings) -> EncodedDataset | None: ...
+
+
+class BatchStream(Protocol):
+    """An endless stream of device batches; ``close()`` stops every worker and thread it started.
+
+    ``next()`` is ``place(take())``: ``take`` waits for the next prepared batch, ``place`` hands it to the device
+    (the cpu pipeline's host-to-device copy; the gpu pipeline's stream hand-over), so the two can be timed apart.
+    """
+
+    def take(self) -> Any: ...
+
+    def place(self, item: Any) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def drain(self, max_batches: int, wait_s: float) -> int:
+        """Throw away the batches already prepared ahead, so timing starts from the pipeline's steady pace."""
+
+    def take_failures(self) -> list[str]:
+        """Names of the files that failed to decode since the last call (each was replaced by another image)."""
+
+    def facts(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class Pipeline(Protocol):
+    name: str
+
+    def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
+        """Why this pipeline cannot run here (the measurement is skipped with it), or None."""
+
+    def open(self, dataset: EncodedDataset, spec: BatchSpec) -> BatchStream: ...
+
+
+def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:
+    """Pop and discard batches while they come without waiting; stop at the first that took ``wait_s`` or more.
+
+    Returns how many were discarded. Used by every stream's ``drain``: whatever was prepared during the first call
+    and warm-up (when the GPU waited on each step's synchronisation) would otherwise be consumed at the start of
+    the timed region at no cost, making a slow pipeline look fast for as long as that buffer lasts.
+    """
+    dropped = 0
+    while dropped < max_batches:
+        t0 = time.perf_counter()
+        pop()
+        dropped += 1
+        if time.perf_counter() - t0 >= wait_s:
+            break
+    return dropped
+
+
+@contextlib.contextmanager
+def worker_processes_allowed() -> Iterator[None]:
+    """Let this process start DataLoader workers even when it is a daemonic clsbench worker.
+
+    clsbench's runner starts each measurement in a daemonic process (it dies with the parent), and multiprocessing
+    refuses children to a daemonic process. DataLoader workers are daemonic themselves and exit when their parent
+    disappears (torch's watchdog), so they cannot outlive the measurement: the refusal is lifted while they start.
+    """
+    config = getattr(multiprocessing.current_process(), "_config", None)
+    daemonic = bool(config and config.get("daemon"))
+    if daemonic:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemonic:
+            config["daemon"] = True
+
+
+def loader_context() -> object | None:
+    """The multiprocessing context for DataLoader workers: ``fork`` where it exists (Linux), so workers start fast and
+    share the memory source's buffer without pickling it; else the platform default."""
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None

@@ -1,0 +1,66 @@
+"""Checks made in the parent before real-data cells are measured, and before such a run is resumed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..errors import ResultFileError
+from .config import DataSettings
+from .errors import DataError
+from .scan import DatasetIndex, scan_folder
+
+
+def prepare_data_settings(settings: DataSettings, batch_sizes: Sequence[int],
+                          num_classes: int = 1000) -> tuple[DataSettings, DatasetIndex]:
+    """Validate ``settings``, scan the dataset and return the settings to store (absolute directory, fingerprint).
+
+    Raises:
+        InvalidInputError: a setting that cannot work.
+        DataError: the dataset is missing or unusable, holds fewer images than a batch, or more classes than the
+            model has outputs.
+    """
+    settings.validate()
+    index = scan_folder(Path(settings.directory))
+    largest = max(batch_sizes, default=1)
+    if len(index) < largest:
+        raise DataError(f"{index.root} has {len(index)} usable images, fewer than one batch of {largest}",
+                        "use a smaller --batch-size or more images")
+    if len(index.classes) > num_classes:
+        raise DataError(f"{index.root} has {len(index.classes)} classes; the models have {num_classes} outputs",
+                        "use at most that many class folders")
+    return dataclasses.replace(settings, directory=index.root, fingerprint=index.fingerprint), index
+
+
+def check_data_unchanged(data: Iterable[DataSettings | None], source: str) -> None:
+    """Refuse to resume when a dataset of the run is gone or its files changed since the run was planned."""
+    seen: set[str] = set()
+    for settings in data:
+        if settings is None or settings.directory in seen:
+            continue
+        seen.add(settings.directory)
+        try:
+            index = scan_folder(settings.directory)
+        except DataError as exc:
+            raise ResultFileError(f"{source} measured {settings.directory}, which cannot be used now ({exc.message})",
+                                  "restore the dataset, or begin a new run") from None
+        if settings.fingerprint is not None and index.fingerprint != settings.fingerprint:
+            raise ResultFileError(f"{source} measured {settings.directory}, whose files changed since "
+                                  f"({settings.fingerprint} -> {index.fingerprint}: file names or sizes)",
+                                  "restore the dataset, or begin a new run")
+
+
+def dataset_warnings(data: Iterable[DataSettings | None]) -> list[str]:
+    """What the scan left out of each dataset of a plan, in words (for the CLI's ``warning:`` lines)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for settings in data:
+        if settings is None or settings.directory in seen:
+            continue
+        seen.add(settings.directory)
+        try:
+            out += scan_folder(settings.directory).warnings()
+        except DataError:
+            continue  # planning already refused an unusable dataset; nothing to add here
+    return out

@@ -1,0 +1,245 @@
+"""train on real data: the train workload's step, fed by a data pipeline; every step split into data wait and
+compute.
+
+Used instead of :class:`~clsbench.workloads.train.Train` when the cell has data settings (``Cell.data``). The step is
+the same :func:`~clsbench.workloads.train.train_step` with the same optimizer, scaler and NaN flag; the stop rule and
+block planning are the same :class:`~clsbench.workloads.base.StopWatch`. In order:
+
+1. **data set-up** (``data_setup_s``, host clock): open the source (scan the directory; for ``folder``, read every
+   file once to warm the OS cache; for ``memory``, read every file into RAM);
+2. **data start-up** (``data_startup_s``): start the pipeline (DataLoader workers, producer thread) and wait for its
+   first batch, synchronised;
+3. **first call** (``first_iteration_s``): one training step on that batch, synchronised (cuDNN autotuning);
+4. **warm-up**: (next batch, step, synchronise) until the warm-up rule holds;
+5. **drain**: batches the pipeline prepared ahead while the GPU waited on those synchronisations are thrown away
+   (``drained_batches``) until taking one has to wait for it, so the timed region starts at the pipeline's own
+   pace instead of living off a buffer for its first seconds;
+6. **timed blocks**: synchronise, read the clock; per iteration: take the next prepared batch and read the clock
+   (``data_wait_ms``: host time waiting for the pipeline), place it on the device and read the clock
+   (``copy_ms``: the cpu pipeline's host-to-device copy call, which from unpinned memory first waits for the
+   previous step to finish, as a plain ``.to(device)`` does; the gpu pipeline's stream hand-over), record a CUDA
+   event, step, record an event, read the clock; at the end synchronise and read the clock. Throughput is images /
+   summed block wall time, as for synthetic data.
+
+An epoch that begins in the timed region (the cpu pipeline's DataLoader starts over, restarting its workers unless
+persistent, then refills in order) is part of it, as in real training; the data wait of each such first batch is
+also kept apart (``epoch_start_wait_ms``) so its share can be told from the steady pace.
+
+Per iteration on a GPU: ``step_ms`` is the event interval around the step (the GPU time of its work), ``idle_ms``
+the interval from the previous step's end event to this step's start event: time in which the training stream had
+no work, because the host was still waiting for data, or the stream waited for the batch (its copy, or the gpu
+pipeline's ready event). GPU idle fraction = sum(idle_ms) / sum(iteration_ms). On the CPU the step runs
+synchronously, ``step_ms`` is host time and the idle fraction is the data-wait share of the wall time.
+
+GPU busy-time profiling (section 5 of the methodology) is not run: the idle fraction measured between events
+replaces it, and profiling a pipeline's side stream would mix decode work into the model's busy time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .. import stats
+from ..data import get_pipeline, get_source
+from ..data.base import BatchSpec
+from ..data.errors import DataError, PipelineUnsupportedError
+from ..measure.clock import NS_PER_MS, NS_PER_S
+from ..measure.device import synchronize
+from .base import NonFiniteLossError, StopWatch, WorkloadContext, WorkloadOutput
+from .loop import ESTIMATE_WINDOW
+from .train import make_optimizer, train_step
+
+#: Taking a batch that takes at least this long means nothing was prepared ahead any more (the drain stops).
+DRAIN_WAIT_S = 0.002
+#: Names of files that failed to decode kept in a result (their count is always complete).
+MAX_NAMED_FAILURES = 50
+
+
+def drain_limit(settings: Any) -> int:
+    """At most this many batches are thrown away: everything the pipeline can hold ahead, with a margin."""
+    return max(1, settings.num_workers) * (settings.prefetch_factor or 2) + 4
+
+
+class TrainWithData:
+    name = "train"
+    kind = "train"
+
+    def run(self, ctx: WorkloadContext) -> WorkloadOutput:
+        settings = ctx.cell.data
+        if settings is None:
+            raise ValueError("TrainWithData needs a cell with data settings")
+        device, prepared, clock = ctx.device, ctx.prepared, ctx.clock
+        pipeline = get_pipeline(settings.pipeline)
+        reason = pipeline.unsupported_reason(device, settings)
+        if reason:
+            raise PipelineUnsupportedError(reason)
+        on_cuda = device.type == "cuda"
+        batch = ctx.cell.batch_size
+
+        t0 = clock.now_ns()
+        dataset = get_source(settings.source).open(settings)
+        if dataset is None:
+            raise DataError("the synthetic source has no files; train without data settings instead")
+        if len(dataset) < batch:
+            raise DataError(f"{dataset.index.root} has {len(dataset)} usable images, fewer than one batch of "
+                            f"{batch}", "use a smaller --batch-size or more images")
+        if len(dataset.index.classes) > ctx.num_classes:
+            raise DataError(f"{dataset.index.root} has {len(dataset.index.classes)} classes; the model has "
+                            f"{ctx.num_classes} outputs")
+        setup_ns = clock.now_ns() - t0
+
+        model = prepared.model
+        model.train()
+        optimizer = make_optimizer(model, ctx.train)
+        scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
+        nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+        last_loss: list[torch.Tensor] = []
+
+        def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+            detached = train_step(prepared, images, labels, optimizer, scaler, device.type).detach()
+            torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
+            last_loss[:] = [detached]
+
+        last_value: list[float] = []
+
+        def check_finite() -> None:
+            if bool(nonfinite):
+                raise NonFiniteLossError(f"loss became non-finite (last loss {float(last_loss[0])})")
+            last_value[:] = [float(last_loss[0])]
+
+        spec = BatchSpec(batch_size=batch, input_size=ctx.input_size, device=device,
+                         memory_format=prepared.memory_format, dtype=prepared.input_dtype, seed=ctx.data_seed,
+                         settings=settings)
+        failures: list[str] = []
+        timing = False
+        t0 = clock.now_ns()
+        stream = pipeline.open(dataset, spec)
+        try:
+            images, labels = stream.next()
+            synchronize(device)
+            startup_ns = clock.now_ns() - t0
+
+            t0 = clock.now_ns()
+            step(images, labels)
+            synchronize(device)
+            first_ns = clock.now_ns() - t0
+            first_loss = float(last_loss[0])
+
+            warm = StopWatch(ctx.stop, warmup=True)
+            warm_ns: list[int] = []
+            while not warm.done:
+                t0 = clock.now_ns()
+                images, labels = stream.next()
+                step(images, labels)
+                synchronize(device)
+                elapsed = clock.now_ns() - t0
+                warm.add(1, elapsed)
+                warm_ns.append(elapsed)
+            check_finite()
+            estimate_ns = stats.median(warm_ns[-ESTIMATE_WINDOW:]) if warm_ns else float(first_ns or 1)
+            del images, labels
+            drained = stream.drain(drain_limit(settings), DRAIN_WAIT_S)
+            failures.extend(stream.take_failures())
+
+            timed = StopWatch(ctx.stop)
+            iteration_ms: list[float] = []
+            wait_ms: list[float] = []
+            copy_ms: list[float] = []
+            epoch_start_ms: list[float] = []  # the data wait of each timed batch that began an epoch
+            step_ms: list[float] = []
+            idle_ms: list[float] = []
+            blocks = 0
+            synchronize(device)
+            ctx.timed_region_started()
+            timing = True
+            while not timed.done:
+                n = timed.plan_block(estimate_ns)
+                synchronize(device)
+                start = clock.now_ns()
+                marks: list[tuple[Any, Any]] = []
+                block_start = None
+                if on_cuda:
+                    block_start = torch.cuda.Event(enable_timing=True)
+                    block_start.record()
+                last = start
+                for _ in range(n):
+                    item = stream.take()
+                    got = clock.now_ns()
+                    images, labels = stream.place(item)
+                    placed = clock.now_ns()
+                    wait_ms.append((got - last) / NS_PER_MS)
+                    copy_ms.append((placed - got) / NS_PER_MS)
+                    if getattr(stream, "began_epoch", False):
+                        epoch_start_ms.append(wait_ms[-1])
+                    if on_cuda:
+                        begin, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        begin.record()
+                        step(images, labels)
+                        end_event.record()
+                        marks.append((begin, end_event))
+                        last = clock.now_ns()
+                    else:
+                        step(images, labels)
+                        previous, last = last, clock.now_ns()
+                        step_ms.append((last - placed) / NS_PER_MS)
+                        iteration_ms.append((last - previous) / NS_PER_MS)
+                if on_cuda:
+                    synchronize(device)
+                    end = clock.now_ns()
+                    previous_event = block_start
+                    for begin, end_event in marks:
+                        idle_ms.append(previous_event.elapsed_time(begin))
+                        step_ms.append(begin.elapsed_time(end_event))
+                        iteration_ms.append(previous_event.elapsed_time(end_event))
+                        previous_event = end_event
+                else:
+                    end = last
+                timed.add(n, end - start)
+                blocks += 1
+                if timed.iterations:
+                    estimate_ns = timed.elapsed_ns / timed.iterations
+                check_finite()
+            telemetry = ctx.timed_region_ended()
+            timing = False
+            failures.extend(stream.take_failures())
+            pipeline_facts = stream.facts()
+        finally:
+            if timing:
+                ctx.timed_region_ended()
+            stream.close()
+
+        samples: dict[str, Any] = {
+            "iteration_ms": iteration_ms,
+            "images": timed.iterations * batch,
+            "wall_s": timed.elapsed_ns / NS_PER_S,
+            "blocks": blocks,
+            "iteration_clock": "cuda_events" if on_cuda else "host",
+            "data_wait_ms": wait_ms,
+            "copy_ms": copy_ms,
+            "epoch_start_wait_ms": epoch_start_ms,
+            "step_ms": step_ms,
+            "idle_ms": idle_ms if on_cuda else None,
+            "loss_first": first_loss,
+            "loss_last": last_value[0],
+        }
+        timings = {
+            "data_setup_s": setup_ns / NS_PER_S,
+            "data_startup_s": startup_ns / NS_PER_S,
+            "first_iteration_s": first_ns / NS_PER_S,
+            "warmup_iterations": warm.iterations,
+            "warmup_s": warm.elapsed_ns / NS_PER_S,
+        }
+        data = {
+            "settings": settings.to_dict(),
+            "dataset": dataset.index.facts(),
+            "source": dataset.facts(),
+            "pipeline": pipeline_facts,
+            "drained_batches": drained,
+            "decode_failures_n": len(failures),
+            "decode_failures": sorted(set(failures))[:MAX_NAMED_FAILURES],
+            "idle_method": "cuda_events" if on_cuda else "host",
+        }
+        return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
+                              data=data)

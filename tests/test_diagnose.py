@@ -1,0 +1,180 @@
+"""clsbench diagnose: the sweep it plans, the verdict rules on hand-made results (pure), and the whole command end to
+end on a CPU (2 cores in CI) with the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import clsbench
+from clsbench.data import DataSettings
+from clsbench.data.make import MakeSpec, make_dataset
+from clsbench.diagnose import (
+    INPUT_BOUND_RATIO,
+    analyze_diagnose,
+    candidate_settings,
+    classify,
+    parse_pipelines,
+    parse_workers,
+    render_diagnose,
+    sweep_workers,
+)
+from clsbench.errors import InvalidInputError
+from clsbench.results.schema import BenchmarkResult, Measurement
+
+TESTS = Path(__file__).parent
+TINY = "clsbench_testmodels:tiny"
+
+
+def test_worker_sweep_follows_the_cpu_count():
+    assert sweep_workers(16) == [0, 2, 4, 8, 16]
+    assert sweep_workers(12) == [0, 2, 4, 8, 12]
+    assert sweep_workers(2) == [0, 2]
+    assert sweep_workers(1) == [0, 1]
+    assert sweep_workers(None) == [0, 1]
+    assert parse_workers("8, 0,4,4") == [0, 4, 8]
+    for bad in ("", "1,-2", "a"):
+        with pytest.raises(InvalidInputError):
+            parse_workers(bad)
+    assert parse_pipelines("gpu,cpu,gpu") == ["gpu", "cpu"]
+
+
+def test_candidate_settings_default_first_pins_only_on_a_gpu():
+    base = DataSettings("/d")
+    cpu = candidate_settings(base, "cpu", [0, 2], ["cpu", "gpu", "dali"])
+    assert [s.label() for s in cpu] == ["folder cpu w0", "folder cpu w2 persistent", "folder gpu w0",
+                                        "folder dali w2"]
+    gpu = candidate_settings(DataSettings("/d", source="memory"), "cuda", [0, 4], ["cpu"])
+    assert [s.label() for s in gpu] == ["memory cpu w0", "memory cpu w0 pin", "memory cpu w4 persistent",
+                                        "memory cpu w4 pin persistent"]
+
+
+# ------------------------------------------------------------------------------------ verdicts (pure analysis)
+
+
+def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | None, float]],
+              bound_by: str | None = "compute", device: str = "cuda") -> BenchmarkResult:
+    plan = clsbench.plan_run(models=[TINY], workloads=["train"], device="cpu", batch_sizes=[8], repeats=1)
+    synthetic = Measurement(TINY, "train", "fp32", 8, device, "ok" if ceiling else "failed",
+                            reason=None if ceiling else "oom",
+                            summary={"throughput_img_s": ceiling, "efficiency": {"bound_by": bound_by}})
+    measured = [synthetic]
+    for data, rate, idle in settings:
+        summary = {"throughput_img_s": rate, "data": {"data_wait_fraction": idle, "idle_fraction": idle,
+                                                      "idle_method": "cuda_events"}}
+        measured.append(Measurement(TINY, "train", "fp32", 8, device, "ok" if rate else "failed",
+                                    reason=None if rate else "data_loader_timeout", summary=summary,
+                                    data=data.to_dict()))
+    cells = [dict(synthetic.cell.to_dict())] + [dict(m.cell.to_dict(), data=m.data) for m in measured[1:]]
+    settings_dict = {**plan.to_dict(), "cells": cells,
+                     "diagnose": {"model": TINY, "mode": "fp32", "batch_size": 8, "device": device,
+                                  "default": DataSettings("/d").label(), "directory": "/d", "source": "folder",
+                                  "dataset": {"images": 100, "classes": 2, "bytes": 10_000, "skipped_n": 0}}}
+    return BenchmarkResult(environment={}, settings=settings_dict, measurements=tuple(measured),
+                           tool={"name": "clsbench", "version": "0.1.0"})
+
+
+DEFAULT = DataSettings("/d")
+WORKERS = DataSettings("/d", num_workers=8, pin_memory=True, persistent_workers=True)
+GPU = DataSettings("/d", pipeline="gpu")
+
+
+def test_verdict_compute_bound_with_gain_and_command():
+    analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, 200.0, 0.8), (WORKERS, 700.0, 0.3),
+                                                   (GPU, 950.0, 0.02)]))
+    assert analysis["verdict"] == "compute-bound"
+    assert analysis["default_verdict"] == "input-bound"
+    assert analysis["best"]["label"] == "folder gpu w0"
+    assert analysis["best"]["ratio_to_synthetic"] == pytest.approx(0.95)
+    assert analysis["gain_over_default"] == pytest.approx(4.75)
+    command = analysis["command"]
+    assert command.startswith("clsbench run --model clsbench_testmodels:tiny --workload train --mode fp32 "
+                              "--batch-size 8 --device cuda --repeats 1")
+    assert command.endswith("--data /d --data-source folder --pipeline gpu --num-workers 0")
+    text = render_diagnose(analysis)
+    assert "verdict: compute-bound" in text
+    assert "folder cpu w0 (PyTorch default)" in text and "20.0%" in text
+    assert "best: folder gpu w0: 950 img/s = 95.0% of synthetic (1,000 img/s), 4.75x the default" in text
+    assert "reproduce: clsbench run" in text
+
+
+@pytest.mark.parametrize("rate, idle, bound_by, verdict", [
+    (950.0, 0.02, "launch", "launch-bound"),
+    (950.0, 0.25, "compute", "input-bound"),  # close to the ceiling, but the GPU sat idle a quarter of the time
+    (1000.0 * INPUT_BOUND_RATIO - 1, 0.0, "compute", "input-bound"),
+    (1000.0 * INPUT_BOUND_RATIO, 0.0, None, "compute-bound"),
+])
+def test_verdict_rules(rate: float, idle: float, bound_by: str | None, verdict: str):
+    analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, 100.0, 0.9), (GPU, rate, idle)], bound_by=bound_by))
+    assert analysis["verdict"] == verdict
+
+
+def test_no_verdict_without_a_ceiling_or_a_real_setting():
+    assert "verdict: none: the synthetic ceiling did not run (failed: oom)" in render_diagnose(
+        analyze_diagnose(result_of(None, [(DEFAULT, 100.0, 0.5)])))
+    analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, None, 0.0)]))
+    assert analysis["verdict"] is None and analysis["best"] is None
+    assert "no real-data setting ran" in render_diagnose(analysis)
+    assert classify(None, "compute") is None
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_diagnose_end_to_end_on_the_cpu(tmp_path: Path):
+    data = tmp_path / "ds"
+    make_dataset(data, MakeSpec(images=64, classes=4, seed=2, width=40, height=30), jobs=1)
+    (data / "class_0003" / "notes.txt").write_text("not an image\n")
+    out = tmp_path / "diagnose.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent / "src"), str(TESTS)])
+    command = [sys.executable, "-m", "clsbench", "diagnose", TINY, "--data", str(data), "--batch-size", "8",
+               "--device", "cpu", "--quick", "-o", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "warning: skipped 1 file(s)" in done.stderr and "notes.txt" in done.stderr
+    text = done.stdout
+    assert "synthetic (ceiling)" in text and "folder cpu w0 (PyTorch default)" in text
+    assert "folder cpu w2 persistent" in text  # 0 and the CPU count (2 in CI) with --quick
+    assert "SKIPPED: unsupported_pipeline" in text and "GPU decode needs CUDA" in text
+    assert "verdict: " in text and "with PyTorch's defaults (num_workers=0, pin_memory=False): " in text
+    assert "best: folder cpu w" in text and "reproduce: clsbench run --model clsbench_testmodels:tiny" in text
+    stored = json.loads(out.read_text())
+    assert stored["settings"]["diagnose"]["workers"] == sorted({0, os.cpu_count() or 1})
+    ok = [m for m in stored["measurements"] if m["status"] == "ok"]
+    assert len(ok) >= 2 and all(m["summary"]["throughput_img_s"] > 0 for m in ok)
+    assert sum(1 for m in stored["measurements"] if "data" not in m) == 1  # the synthetic ceiling
+
+    # The file alone gives the diagnosis again; and it is never overwritten.
+    shown = subprocess.run([sys.executable, "-m", "clsbench", "show", str(out)], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=120)
+    assert shown.returncode == 0 and "diagnose: clsbench_testmodels:tiny train fp32 bs8 on cpu" in shown.stdout
+    again = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert again.returncode == 3 and "already exists" in again.stderr
+
+    # The reproduce command runs as printed (inline and fake-clocked here, to stay short).
+    reproduce = next(line for line in text.splitlines() if line.startswith("reproduce: "))
+    args = reproduce.split()[2:] + ["--isolation", "inline", "--clock", "fake:1ms", "-q", "-o",
+                                    str(tmp_path / "again.json")]
+    rerun = subprocess.run([sys.executable, "-m", "clsbench", *args], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+
+
+def test_compare_takes_the_synthetic_measurement_of_a_diagnose_file():
+    from clsbench.compare import compare
+
+    a = result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 950.0, 0.02)])
+    b = result_of(1100.0, [(DEFAULT, 210.0, 0.8)])
+    comparison = compare([a, b], ["a.json", "b.json"])
+    (table,) = comparison.tables
+    (row,) = table.rows
+    assert [c.value for c in row.cells] == [1000.0, 1100.0]
+    assert any("several data settings; comparing the synthetic-data one" in w for w in comparison.warnings)
+    assert not any("several devices" in w for w in comparison.warnings)
