@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 4 verification on the GPU machine (H200, 16 CPU cores), in one call of about 4-5 minutes:
-#   1. the GPU tests of the data pipelines (nvJPEG decode, stream hand-over, GPU idle from events), at most 150 s;
+#   1. the GPU tests of the data pipelines (nvJPEG decode, stream hand-over, GPU idle from events), at most 100 s;
 #   2. a 20,000-image JPEG dataset generated locally with `clsbench data make` (all cores; about 30 s);
 #   3. `clsbench diagnose resnet50` at amp-bf16+cl, batch 256, num_workers 0,4,8,12,16 x pin_memory, the gpu
-#      pipeline and dali (skipped with its reason unless installed); at most 420 s, interrupted cleanly (SIGINT:
+#      pipeline and dali (skipped with its reason unless installed); at most 400 s, interrupted cleanly (SIGINT:
 #      every finished setting is already in the file).
 # Writes into $OUT: data-gpu-tests.log, dataset-manifest.json, data-make.txt, diagnose-resnet50.json (the result
 # file), diagnose-resnet50.txt (what diagnose printed), diagnose-resnet50.log (its progress), timings.txt.
@@ -27,7 +27,7 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/timings.txt"; }
 
 stamp "start: $(nproc) CPUs; $(python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)')"
-timeout -s INT 150 python3 -m pytest -q -m gpu tests/test_data_gpu.py -p no:cacheprovider 2>&1 | tail -15 \
+timeout -s INT 100 python3 -m pytest -q -m gpu tests/test_data_gpu.py -p no:cacheprovider 2>&1 | tail -15 \
   > "$OUT/data-gpu-tests.log"
 stamp "gpu data tests: $(tail -1 "$OUT/data-gpu-tests.log")"
 
@@ -36,7 +36,7 @@ cp "$DATA/clsbench-dataset.json" "$OUT/dataset-manifest.json" 2>/dev/null
 stamp "dataset generated: $(du -sh "$DATA" | cut -f1)"
 
 # shellcheck disable=SC2086  # EXTRA is a list of options
-timeout -s INT 420 python3 -m clsbench diagnose "$MODEL" --data "$DATA" --mode "$MODE" --batch-size "$BATCH" \
+timeout -s INT 400 python3 -m clsbench diagnose "$MODEL" --data "$DATA" --mode "$MODE" --batch-size "$BATCH" \
   --device "$DEVICE" --workers "$WORKERS" --data-timeout 60 --timeout 300 $EXTRA -o "$OUT/diagnose-resnet50.json" \
   > "$OUT/diagnose-resnet50.txt" 2> "$OUT/diagnose-resnet50.log"
 rc=$?
