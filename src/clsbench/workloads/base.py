@@ -41,10 +41,9 @@ class WorkloadContext:
     compiled: bool = False
     telemetry: Any = None  # a clsbench.telemetry TelemetrySource sampling only the timed region, or None
     profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
-    host_cpu: dict[str, Any] | None = None  # host CPU contention over the timed region (measure/hostcpu.py)
-    _host_start: Any = None
-
     host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
+    host_cpu: dict[str, Any] | None = None  # set at the region's end: contention and calibration (measure/hostcpu.py)
+    _host_start: Any = None
     _calibration_before_us: float | None = None
 
     def timed_region_started(self) -> None:
