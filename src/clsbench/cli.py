@@ -263,6 +263,10 @@ def show(files: tuple[str, ...], fmt: str, output: str) -> None:
                 from .tune import analyze_tune, render_tune
 
                 text += "\n" + render_tune(analyze_tune(result))
+            if "scale" in result.settings:
+                from .scale import analyze_scale, render_scale
+
+                text += "\n" + render_scale(analyze_scale(result))
             parts.append(heading + text)
         text = "\n".join(parts)
     if output == "-":
@@ -346,9 +350,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import compare_cmds, report_cmds, store_cmds, sweep_cmds
+    from .commands import compare_cmds, report_cmds, scale_cmds, store_cmds, sweep_cmds
 
-    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds):
+    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, scale_cmds):
         module.register(main)
 
 
