@@ -53,6 +53,7 @@ class LaunchOutcome:
     source: str  # "gathered" (rank 0's collection of every rank) or "rank files" (this node's ranks)
     log_tail: list[str] = field(default_factory=list)
     killed: int = 0  # processes that had to be killed (after a timeout, or left behind)
+    started: int = 0  # processes that wrote their pid file, i.e. got past torchrun's rendezvous
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -213,5 +214,6 @@ def launch(command: list[str], folder: Path, *, timeout_s: float, env: dict[str,
         killed = tree.sweep()
     wall_s = time.monotonic() - started
     records, source = read_records(folder)
+    started = len(list(folder.glob(PID_FILE.format(rank="*"))))
     return LaunchOutcome(exit_code=None if timed_out else root.returncode, timed_out=timed_out, wall_s=wall_s,
-                         records=records, source=source, log_tail=log_tail(log_path), killed=killed)
+                         records=records, source=source, log_tail=log_tail(log_path), killed=killed, started=started)

@@ -81,7 +81,10 @@ def merge_launch(records: dict[int, dict[str, Any]], *, expected_ranks: list[int
     missing = [r for r in expected_ranks if r not in records]
     if launch.get("timed_out"):
         detail = f"no result within {timeout_s:g} s; the launch and its processes were ended"
-        if missing:
+        if launch.get("processes_started") == 0 and launch.get("nnodes", 1) > 1:
+            detail += (" (no rank had started: the rendezvous did not complete; are all nodes running the same "
+                       "command, and can they reach the endpoint?)")
+        elif missing:
             detail += f" ({_ranks_text(missing)} had not reported)"
         return _failed("timeout", detail, launch, log_tail)
     if missing:

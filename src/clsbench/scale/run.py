@@ -98,6 +98,7 @@ def run_launch(plan: ScalePlan, strategy: str, gpus: int, repeat: int, *,
         outcome = runner(command, folder, timeout_s=plan.timeout_s, env=child_env())
         facts = {"command": command, "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
                  "wall_s": outcome.wall_s, "killed_processes": outcome.killed, "records_from": outcome.source,
+                 "processes_started": outcome.started,
                  "node_rank": plan.node_rank, "nnodes": plan.nnodes}
         return merge_launch(outcome.records, expected_ranks=expected_ranks(plan, strategy, gpus, outcome.source),
                             launch=facts, log_tail=outcome.log_tail, timeout_s=plan.timeout_s)

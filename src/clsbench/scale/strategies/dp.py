@@ -61,11 +61,11 @@ class DataParallelStrategy:
     description = "torch.nn.DataParallel, one process driving every GPU"
 
     def unsupported_reason(self, plan: ScalePlan, gpus: int) -> str | None:
+        if plan.multi_node:
+            return f"DataParallel runs in one process on one node; it cannot span {plan.nnodes} nodes"
         if plan.device != "cuda" and not os.environ.get(CPU_TEST_ENV):
             return ("DataParallel replicates a module over CUDA GPUs; on a CPU it calls the module unreplicated in "
                     "one process, so there is nothing to measure")
-        if plan.multi_node:
-            return f"DataParallel runs in one process on one node; it cannot span {plan.nnodes} nodes"
         if "compile" in {part.split(":")[0] for part in plan.mode.split("+")[1:]}:
             return "DataParallel copies the module to every GPU on each forward, which torch.compile cannot follow"
         return None
