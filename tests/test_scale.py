@@ -457,6 +457,9 @@ def test_two_gloo_ranks_through_torchrun(tmp_path: Path):
     assert len(s["peak_memory_by_gpu_bytes"]) == 2 and s["memory_kind"] == "host_peak_rss_bytes"
     assert s["scaling_efficiency"] == pytest.approx(s["throughput_img_s"] / 2 / ddp1.summary["throughput_img_s"])
     assert ddp1.summary["scaling_efficiency"] == 1.0 and ddp1.summary["comm_share"] is None
+    if "OMP_NUM_THREADS" not in os.environ:  # the same CPU threads per process at every count, 1 GPU included
+        assert ddp1.repeats[0]["distributed"]["env"]["OMP_NUM_THREADS"] == "1"
+        assert ddp1.repeats[0]["flags"]["num_threads"] == repeat["flags"]["num_threads"] == 1
     assert saved.environment["distributed"]["gloo_available"] is True
     assert "scaling: clsbench_testmodels:tiny fp32 on cpu" in result.stdout
 

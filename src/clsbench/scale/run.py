@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -77,6 +78,18 @@ def launch_commands(plan: ScalePlan, folder: str | Path = "JOBDIR") -> list[dict
     return out
 
 
+#: CPU threads per launched process when the user has not chosen (``OMP_NUM_THREADS`` unset). torchrun sets 1
+#: itself when it starts several ranks per node, but not for one; without the same value everywhere, the 1-GPU
+#: baseline would run with every core and the others with one (on a CPU that alone changed gloo's 1-process
+#: figure fifteenfold). A GPU-resident training step does no CPU arithmetic, so 1 costs it nothing.
+DEFAULT_OMP_NUM_THREADS = "1"
+
+
+def launch_variables() -> dict[str, str]:
+    """Variables added to every launch's environment (only where the user set none)."""
+    return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": DEFAULT_OMP_NUM_THREADS}
+
+
 def expected_ranks(plan: ScalePlan, strategy: str, gpus: int, source: str) -> list[int]:
     """The ranks whose records complete a launch as this node sees it."""
     if strategy != "ddp":
@@ -95,7 +108,7 @@ def run_launch(plan: ScalePlan, strategy: str, gpus: int, repeat: int, *,
         job_path = folder / JOB_FILE
         job_path.write_text(json.dumps(make_job(plan, strategy, gpus, folder, repeat)), encoding="utf-8")
         command = impl.command(plan, gpus, job_path, plan.launch_index(strategy, gpus, repeat))
-        outcome = runner(command, folder, timeout_s=plan.timeout_s, env=child_env())
+        outcome = runner(command, folder, timeout_s=plan.timeout_s, env=child_env(launch_variables()))
         facts = {"command": command, "exit_code": outcome.exit_code, "timed_out": outcome.timed_out,
                  "wall_s": outcome.wall_s, "killed_processes": outcome.killed, "records_from": outcome.source,
                  "processes_started": outcome.started,

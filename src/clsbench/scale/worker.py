@@ -18,6 +18,7 @@ peers that wait for it); torchrun then ends the other ranks.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -122,8 +123,15 @@ def measure(job: dict[str, Any], session: Any) -> dict[str, Any]:
             losses.append(float(last[0]))  # the first call's loss
         return bool(flag)
 
-    out = run_rank_loop(session, step, StopRule(**job["stop"]), WallClock(), nonfinite=nonfinite,
-                        comm_share=bool(job["comm_share"]))
+    # As the single-process worker does: no garbage-collector pauses inside the timed loops (collect once before).
+    gc.collect()
+    gc.disable()
+    try:
+        out = run_rank_loop(session, step, StopRule(**job["stop"]), WallClock(), nonfinite=nonfinite,
+                            comm_share=bool(job["comm_share"]))
+    finally:
+        gc.enable()
+    flags["gc_disabled_while_running"] = True
     out["samples"]["loss_first"] = losses[0] if losses else None
     out["samples"]["loss_last"] = float(last[0]) if last else None
     out["timings"].update({"prepare_s": prepare_s, "setup_s": setup_s})
