@@ -74,6 +74,9 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
             click.echo(f"# {item['strategy']} x{item['gpus']} repeat {item['repeat'] + 1} (launch {item['index']})")
             click.echo(shlex.join(item["command"]))
         return
+    env = api.environment(plan.device)
+    for line in api.preflight_warnings(env):
+        click.echo(f"warning: {line}", err=True)
     writer = plan.node_rank == 0
     path = (output or str(api.default_output_path(plan.device))) if writer else None
     if not quiet:
@@ -92,7 +95,7 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
 
     progress = _Progress(quiet)
     try:
-        result = run_scale(plan, path, progress=progress)
+        result = run_scale(plan, path, env=env, progress=progress)
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
