@@ -245,6 +245,21 @@ def test_merge_of_a_timeout_and_of_ranks_without_records():
     assert merged["log_tail"] == log
 
 
+def test_a_processes_exception_is_classified_as_the_single_process_worker_does():
+    import torch
+
+    from clsbench.errors import ClsbenchError
+    from clsbench.scale.worker import ModelError, failure_record
+
+    assert failure_record(ModelError("cannot import module 'x'"))["reason"] == "model_error"
+    skipped = failure_record(ClsbenchError("this GPU does not support bfloat16"))
+    assert (skipped["status"], skipped["reason"]) == ("skipped", "unsupported_mode")
+    assert failure_record(torch.OutOfMemoryError("CUDA out of memory"))["reason"] == "oom"
+    crash = failure_record(RuntimeError("boom"))
+    assert (crash["status"], crash["reason"], crash["detail"]) == ("failed", "crash", "RuntimeError: boom")
+    assert crash["failed_at"] > 0
+
+
 def test_comm_figures():
     assert comm_figures(None) is None
     figures = comm_figures({"iterations": 10, "no_sync_wall_max_s": 0.9, "sync_wall_max_s": 1.0})

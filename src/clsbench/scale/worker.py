@@ -44,6 +44,10 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+class ModelError(Exception):
+    """The model could not be resolved or built (``model_error``, as in the single-process worker)."""
+
+
 def _rank_from_environment() -> int:
     return int(os.environ.get("RANK", "0"))
 
@@ -64,9 +68,12 @@ def measure(job: dict[str, Any], session: Any) -> dict[str, Any]:
     from .loop import run_rank_loop
 
     t0 = time.perf_counter()
-    spec = get_model_spec(job["model"])
-    input_size = job["input_size"] or spec.input_size
-    model = spec.build(seed=job["seed"], num_classes=job["num_classes"], input_size=job["input_size"])
+    try:
+        spec = get_model_spec(job["model"])
+        input_size = job["input_size"] or spec.input_size
+        model = spec.build(seed=job["seed"], num_classes=job["num_classes"], input_size=job["input_size"])
+    except ClsbenchError as exc:
+        raise ModelError(str(exc)) from exc
     prepare_s = time.perf_counter() - t0
 
     device = session.device
@@ -173,6 +180,8 @@ def failure_record(exc: BaseException) -> dict[str, Any]:
     """The failed (or skipped) record of an exception, classified as a single-process worker classifies it."""
     from ..worker import _failure
 
+    if isinstance(exc, ModelError):
+        return {"status": "failed", "reason": "model_error", "detail": str(exc)[:500], "failed_at": time.time()}
     try:
         record = _failure(exc)
     except Exception:  # noqa: BLE001 - classification must never hide the original failure
