@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue #7 verification on a machine with two GPUs (device kind nvidia-h200-x2), in one call of about 3 minutes:
-# ResNet-50 amp-bf16+cl at 256 images per GPU, DDP (torchrun, NCCL) and DataParallel on 1 and 2 GPUs, 2 fresh
-# launches each (8 launches of roughly 15-20 s: start-up, NCCL set-up and cuDNN autotuning dominate), then the
-# table and the goals (DDP 2-GPU scaling efficiency >= 90%, DDP ahead of DataParallel) last.
+# a 15-second DDP smoke check over NCCL, then ResNet-50 amp-bf16+cl at 256 images per GPU, DDP (torchrun, NCCL)
+# and DataParallel on 1 and 2 GPUs, 2 fresh launches each (8 launches of roughly 15-20 s: start-up, NCCL set-up
+# and cuDNN autotuning dominate), then the table and the goals (DDP 2-GPU scaling efficiency >= 90%, DDP ahead of
+# DataParallel) last.
 #
 #   OUT=/some/folder bash benchmarks/verify_scale.sh        # run from the repository root; writes into $OUT
 #
@@ -22,6 +23,15 @@ t0=$(date +%s)
 print("torch", torch.__version__, "| GPUs visible:", torch.cuda.device_count(), "| NCCL", v())'
   env | grep -E '^(NCCL_|TORCH_SYMM_MEM_|NVSHMEM_)' | sort
 } 2>&1 | tee "$LOG"
+# First, 15 s of DDP over NCCL on both GPUs (resnet18, one short launch): if NCCL cannot start here, stop now rather
+# than spend every launch's timeout on it.
+python3 -m clsbench scale --model resnet18 --gpus 2 --mode amp-bf16+cl --batch-size-per-gpu 64 --device cuda \
+  --repeats 1 --warmup 2 --iterations 10 --min-time 0 --timeout 90 -o "$OUT/scale-smoke.json" -q >>"$LOG" 2>&1
+code=$?
+grep -E '^(ddp|dp) ' "$LOG" | tail -2
+if [ $code -ne 0 ]; then
+  echo "DDP smoke check failed (exit code $code) after $(( $(date +%s) - t0 )) s; log:"; tail -n 30 "$LOG"; exit 1
+fi
 if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
   python3 -m pytest -q -m gpu tests/test_scale.py 2>&1 | tail -3 | tee -a "$LOG"
 fi
