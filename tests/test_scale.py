@@ -394,6 +394,56 @@ def test_show_prints_the_scaling_table(tmp_path: Path, cpu_env: dict[str, Any]):
     assert_clean_error(resumed, 3, "cannot be resumed")
 
 
+class TwoNodeLauncher:
+    """What a node of a 2-node launch sees: rank 0's gathered records of all 4 ranks (node 0), or its own 2 ranks'
+    files (node 1)."""
+
+    def __init__(self, node_rank: int) -> None:
+        self.node_rank = node_rank
+
+    def __call__(self, command: list[str], folder: Path, *, timeout_s: float, env: dict[str, str]) -> LaunchOutcome:
+        ranks = range(4) if self.node_rank == 0 else range(2, 4)
+        records = {r: {**rank_record(r, world=4), "host": f"node{r // 2}", "local_rank": r % 2} for r in ranks}
+        return LaunchOutcome(exit_code=0, timed_out=False, wall_s=1.0, records=records,
+                             source="gathered" if self.node_rank == 0 else "rank files")
+
+
+def test_two_nodes_merge_on_node_0_and_node_1_writes_nothing(tmp_path: Path, cpu_env: dict[str, Any]):
+    def plan(node_rank: int) -> Any:
+        return plan_scale(model=TINY, gpus="2", batch_size_per_gpu=8, device="cpu", repeats=1, nnodes=2,
+                          node_rank=node_rank, rdzv_endpoint="node0:29500")
+
+    out0, out1 = tmp_path / "node0.json", tmp_path / "node1.json"
+    (m,) = run_scale(plan(0), out0, env=cpu_env, runner=TwoNodeLauncher(0)).measurements
+    assert m.status == "ok" and m.batch_size == 32 and m.summary["gpus"] == 4 and m.summary["nnodes"] == 2
+    (repeat,) = m.repeats
+    assert [(r["rank"], r["host"]) for r in repeat["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1"),
+                                                                 (3, "node1")]
+    assert repeat["samples"]["images"] == 10 * 4 * 8
+    assert result_io.load(out0).measurements == (m,)
+    (m1,) = run_scale(plan(1), out1, env=cpu_env, runner=TwoNodeLauncher(1)).measurements
+    assert m1.status == "ok" and [r["rank"] for r in m1.repeats[0]["ranks"]] == [2, 3]  # what node 1 saw
+    assert not out1.exists()
+
+
+def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path: Path, cpu_env: dict[str, Any]):
+    from clsbench.scale import ScaleInterrupted
+
+    calls: list[int] = []
+
+    def runner(command: list[str], folder: Path, **kwargs: Any) -> LaunchOutcome:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return FakeLauncher()(command, folder, **kwargs)
+
+    out = tmp_path / "scale.json"
+    plan = plan_scale(model=TINY, gpus="1,2", batch_size_per_gpu=8, device="cpu", repeats=1)
+    with pytest.raises(ScaleInterrupted, match="1 measurement"):
+        run_scale(plan, out, env=cpu_env, runner=runner)
+    assert [m.batch_size for m in result_io.load(out).measurements] == [8]
+
+
 # ------------------------------------------------------------------------- the launcher: time limit, no strays
 
 ORPHAN_MAKER = """
