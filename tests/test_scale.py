@@ -25,11 +25,11 @@ from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFil
 from clsbench.results import io as result_io
 from clsbench.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
 from clsbench.scale.analysis import efficiencies, scale_figures
+from clsbench.scale.files import PID_FILE
 from clsbench.scale.launch import LaunchOutcome, launch
 from clsbench.scale.merge import comm_figures, merge_launch
 from clsbench.scale.plan import parse_endpoint, parse_gpus, parse_strategies, validate_gpu_counts, validate_nodes
 from clsbench.scale.strategies.dp import CPU_TEST_ENV
-from clsbench.scale.worker import PID_FILE
 
 TESTS = Path(__file__).resolve().parent
 TINY = "clsbench_testmodels:tiny"
@@ -511,10 +511,12 @@ def test_two_gloo_ranks_through_torchrun(tmp_path: Path):
     iterations = repeat["validity"]["timed_iterations"]
     assert all(len(r["iteration_ms"]) == iterations for r in ranks)  # every rank ran the same steps
     assert repeat["samples"]["images"] == iterations * 16
-    assert repeat["launch"]["exit_code"] == 0 and repeat["launch"]["records_from"] == "gathered"
+    assert repeat["launch"]["exit_code"] == 0, "\n".join(repeat.get("log_tail") or [])
+    assert repeat["launch"]["records_from"] == "gathered"
     assert repeat["launch"]["command"][2] == "torch.distributed.run"
     assert repeat["distributed"]["backend"] == "gloo"
     assert repeat["distributed"]["options"]["gradient_as_bucket_view"] is True
+    assert repeat["distributed"]["buffers_synced_every_forward"] is True
     assert repeat["comm"]["iterations"] >= 5 and repeat["comm"]["share"] is not None
     s = ddp2.summary
     assert s["gpus"] == 2 and s["batch_size_per_gpu"] == 8 and len(s["rank_step_ms"]) == 2

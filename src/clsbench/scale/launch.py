@@ -27,7 +27,7 @@ from typing import Any
 
 import psutil
 
-from .worker import GATHERED_FILE, PID_FILE, RANK_FILE
+from .files import GATHERED_FILE, LOG_FILE, PID_FILE, RANK_FILE
 
 #: Seconds the launch gets to stop its ranks after SIGTERM before everything left is killed.
 TERMINATE_GRACE_S = 3.0
@@ -37,7 +37,6 @@ KILL_WAIT_S = 5.0
 POLL_S = 0.2
 #: Lines of the launch's output kept in a failed measurement's record.
 LOG_TAIL_LINES = 20
-LOG_FILE = "launch.log"
 #: What identifies a process of a launch when it is found through a pid file.
 WORKER_MARK = "clsbench.scale.worker"
 

@@ -99,7 +99,12 @@ def merge_launch(records: dict[int, dict[str, Any]], *, expected_ranks: list[int
     if len(counts) != 1:  # cannot happen with agreed decisions; a guard against a wrong result, not a case
         return _failed("rank_failed", f"ranks timed different numbers of iterations: {sorted(counts)}", launch,
                        log_tail)
-    return _merge_ok(ranks, launch)
+    merged = _merge_ok(ranks, launch)
+    if launch.get("exit_code") not in (0, None):
+        # Every rank reported a complete measurement, so it stands; what went wrong after it is kept for reading.
+        merged["launch_note"] = f"every rank reported, then the launcher exited with code {launch['exit_code']}"
+        merged["log_tail"] = log_tail
+    return merged
 
 
 def _merge_ok(ranks: list[dict[str, Any]], launch: dict[str, Any]) -> dict[str, Any]:

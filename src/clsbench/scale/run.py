@@ -26,11 +26,11 @@ from ..results.schema import BenchmarkResult, Measurement
 from ..runner import ProgressCallback, ProgressEvent, new_result
 from ..settings import RunPlan
 from .analysis import finalize, scale_figures
+from .files import JOB_FILE
 from .launch import child_env, launch
 from .merge import merge_launch
 from .plan import ScalePlan, workload_name
 from .strategies import get_strategy
-from .worker import JOB_FILE
 
 
 class ScaleInterrupted(ClsbenchError):

@@ -12,7 +12,8 @@
 
 On any exception it writes a failed record (reason and one-line detail, as ``clsbench.worker`` classifies them)
 and leaves at once with exit code 1 (``os._exit``: a rank that failed must not wait in interpreter shutdown for
-peers that wait for it); torchrun then ends the other ranks.
+peers that wait for it); torchrun then ends the other ranks. A process that succeeded leaves with ``os._exit(0)``
+once every rank has finished (see ``DdpSession.close``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-#: File names inside a launch's folder.
-JOB_FILE = "job.json"
-GATHERED_FILE = "gathered.json"
-RANK_FILE = "rank-{rank}.json"
-PID_FILE = "pid-{rank}"
+from .files import GATHERED_FILE, PID_FILE, RANK_FILE
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -223,6 +220,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+    # Every rank has finished its device work and said so (Session.close): leave without interpreter
+    # finalisation, where torch.distributed's C++ threads can abort the process (seen with gloo: "terminate called
+    # without an active exception") and turn a complete measurement into a failed launch.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

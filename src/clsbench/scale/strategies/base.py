@@ -69,7 +69,7 @@ class Session(Protocol):
         """How the strategy was realised here (backend, NCCL version, wrapper options), for the result."""
 
     def close(self) -> None:
-        """Tear down the process group, if any."""
+        """Return once every process has finished its device work (the process then leaves at once)."""
 
 
 class Strategy(Protocol):

@@ -43,18 +43,25 @@ MONITOR_INTERVAL_S = 0.5
 #:   the buckets back into ``.grad`` after every all-reduce (and its memory). The train step clears gradients
 #:   with ``set_to_none=True``, so autograd writes a fresh gradient that the reducer copies into its bucket
 #:   once, then points ``.grad`` at the bucket: one copy per step instead of two.
-#: * ``bucket_cap_mb`` 25 and ``broadcast_buffers`` True: PyTorch's defaults (BatchNorm's running statistics
-#:   are broadcast from rank 0 at every forward, as every plain DDP script does).
+#: * ``bucket_cap_mb`` 25: PyTorch's default bucket size.
 #: * ``find_unused_parameters`` False: the networks use every parameter in every step.
 #: * ``static_graph`` False: it only pays off with unused parameters or re-entrant checkpointing, neither of
 #:   which these networks use, and it would change what ``no_sync()`` does in the communication blocks.
+#:
+#: Buffers keep PyTorch's default: BatchNorm's running statistics are broadcast from rank 0 at every forward, as
+#: in every plain DDP script. The option is not passed, because its name changed (``broadcast_buffers``, then
+#: ``forward_sync_buffers``); the value in force is recorded as ``buffers_synced_every_forward``.
 DDP_OPTIONS: dict[str, Any] = {
     "gradient_as_bucket_view": True,
     "bucket_cap_mb": 25,
-    "broadcast_buffers": True,
     "find_unused_parameters": False,
     "static_graph": False,
 }
+
+#: Key in the process group's store that counts the ranks done with all their device work.
+FINISHED_KEY = "clsbench/finished"
+#: Seconds a rank waits for the others to finish before it leaves anyway (torchrun ends a launch whose rank died).
+FINISH_WAIT_S = 60.0
 
 
 def torchrun_command(plan: ScalePlan, gpus: int, job_path: Path, launch_index: int) -> list[str]:
@@ -177,13 +184,35 @@ class DdpSession:
     def facts(self) -> dict[str, Any]:
         from ..environment import nccl_version
 
+        module = self._module
+        synced = getattr(module, "forward_sync_buffers", getattr(module, "broadcast_buffers", None))
         return {"backend": self.backend, "wrapper": "torch.nn.parallel.DistributedDataParallel",
-                "options": dict(DDP_OPTIONS), "init_process_group_s": self.init_process_group_s,
+                "options": dict(DDP_OPTIONS), "buffers_synced_every_forward": synced,
+                "init_process_group_s": self.init_process_group_s,
                 "nccl_version": nccl_version() if self.backend == "nccl" else None}
 
     def close(self) -> None:
+        """Wait until every rank has finished all its device work; then the process may leave at once.
+
+        A barrier, then a count in the process group's store that each rank raises and waits to see reach the
+        world size: when it does, every rank has returned from the barrier's synchronisation, so no collective
+        kernel anywhere still needs this rank. The worker then leaves with ``os._exit``, without
+        ``destroy_process_group`` and interpreter finalisation, where torch.distributed's threads can abort the
+        process (see ``clsbench.scale.worker``); the operating system releases sockets and GPU memory.
+        """
+        import time
+
         import torch.distributed as dist
 
-        if dist.is_initialized():
-            self.barrier()  # nobody tears down while another rank still talks to it
-            dist.destroy_process_group()
+        if not dist.is_initialized():
+            return
+        self.barrier()
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except Exception:  # noqa: BLE001 - a torch without it: a second barrier is the next best thing
+            self.barrier()
+            return
+        store.add(FINISHED_KEY, 1)
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while store.add(FINISHED_KEY, 0) < self.world_size and time.monotonic() < deadline:
+            time.sleep(0.01)
