@@ -586,7 +586,11 @@ def _two_gpus() -> bool:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _two_gpus(), reason="needs two CUDA GPUs")
-def test_gpu_ddp_over_nccl_and_dataparallel_on_two_gpus():
+def test_gpu_ddp_over_nccl_and_dataparallel_on_two_gpus(monkeypatch: pytest.MonkeyPatch):
+    # NVLink multicast stays off, as on every shared machine (README): the launches inherit these.
+    for name, value in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                        "NVSHMEM_DISABLE_NVLS": "1"}.items():
+        monkeypatch.setenv(name, value)
     recording = Recording()
     plan = plan_scale(model="resnet18", gpus="1,2", strategy="both", mode="amp-bf16+cl", batch_size_per_gpu=64,
                       device="cuda", repeats=1, **QUICK)
@@ -600,4 +604,5 @@ def test_gpu_ddp_over_nccl_and_dataparallel_on_two_gpus():
     assert dp2.repeats[0]["distributed"]["autocast_inside_replicas"] is True
     assert len(dp2.summary["peak_memory_by_gpu_bytes"]) == 2  # one process, both GPUs read
     assert result.environment["distributed"]["nccl_version"]
+    assert ddp2.repeats[0]["distributed"]["env"]["NCCL_NVLS_ENABLE"] == "0"
     assert recording.none_alive()
