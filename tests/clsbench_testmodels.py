@@ -70,3 +70,31 @@ def error_model(num_classes: int = 1000) -> nn.Module:
 
 for _f in (nan_model, oom_model, crash_model, hang_model, error_model):
     _f.input_size = 32
+
+
+class _RankOneBroken(Tiny):
+    """Behaves on every rank but global rank 1 (torchrun's RANK), where it fails or hangs in forward."""
+
+    def __init__(self, behaviour: str, num_classes: int) -> None:
+        super().__init__(num_classes)
+        self.behaviour = behaviour
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if os.environ.get("RANK") == "1":
+            if self.behaviour == "error":
+                raise RuntimeError("rank 1 broke inside forward")
+            if self.behaviour == "hang":
+                time.sleep(3600)
+        return super().forward(x)
+
+
+def rank1_error_model(num_classes: int = 1000) -> nn.Module:
+    return _RankOneBroken("error", num_classes)
+
+
+def rank1_hang_model(num_classes: int = 1000) -> nn.Module:
+    return _RankOneBroken("hang", num_classes)
+
+
+for _f in (rank1_error_model, rank1_hang_model):
+    _f.input_size = 32

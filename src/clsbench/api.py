@@ -233,6 +233,9 @@ def resume(
     """Finish an interrupted run: measure only the cells ``output`` lacks, with the settings stored in it."""
     path = Path(output)
     result = result_io.load(path)
+    if "scale" in result.settings:
+        raise ResultFileError(f"{path} is a `clsbench scale` result, which cannot be resumed",
+                              "run `clsbench scale` again with another --output for what it lacks")
     try:
         plan = RunPlan.from_dict(result.settings)
     except (KeyError, TypeError, ValueError) as exc:

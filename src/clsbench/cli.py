@@ -276,6 +276,10 @@ def show(files: tuple[str, ...], fmt: str, output: str) -> None:
                 from .diagnose import analyze_diagnose, render_diagnose
 
                 text += "\n" + render_diagnose(analyze_diagnose(result))
+            if "scale" in result.settings:
+                from .scale import analyze_scale, render_scale
+
+                text += "\n" + render_scale(analyze_scale(result))
             parts.append(heading + text)
         text = "\n".join(parts)
     if output == "-":
@@ -359,9 +363,9 @@ def probe(device: str, output: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from .commands import compare_cmds, data_cmds, diagnose_cmds, report_cmds, store_cmds, sweep_cmds
+    from .commands import compare_cmds, data_cmds, diagnose_cmds, report_cmds, scale_cmds, store_cmds, sweep_cmds
 
-    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds):
+    for module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds):
         module.register(main)
 
 
