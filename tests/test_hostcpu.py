@@ -77,3 +77,19 @@ def test_speed_spread_and_its_concern():
     steady = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
                                {"host_cpu": dict(base, calibration_us_per_op=2.1)}])
     assert steady["concerns"] == [] and steady["calibration_spread_pct"] == pytest.approx(100 * 0.1 / 2.05)
+
+
+def test_a_failing_host_reading_never_fails_the_measurement(monkeypatch):
+    from types import SimpleNamespace
+
+    from clsbench.workloads.base import WorkloadContext
+
+    def broken() -> float:
+        raise RuntimeError("no dispatcher today")
+
+    monkeypatch.setattr(hostcpu, "calibrate", broken)
+    ctx = SimpleNamespace(host_calibration=True, telemetry=None, host_cpu=None, _host_start=None,
+                          _calibration_before_us=None)
+    WorkloadContext.timed_region_started(ctx)  # type: ignore[arg-type]
+    assert WorkloadContext.timed_region_ended(ctx) is None  # type: ignore[arg-type]
+    assert ctx.host_cpu == {"unavailable": "RuntimeError: no dispatcher today"}

@@ -49,9 +49,12 @@ class WorkloadContext:
     def timed_region_started(self) -> None:
         from ..measure import hostcpu
 
-        if self.host_calibration:
-            self._calibration_before_us = hostcpu.calibrate()
-        self._host_start = hostcpu.snapshot()
+        try:  # host readings are extras: like telemetry, they never fail a measurement
+            if self.host_calibration:
+                self._calibration_before_us = hostcpu.calibrate()
+            self._host_start = hostcpu.snapshot()
+        except Exception as exc:  # noqa: BLE001
+            self.host_cpu = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
         if self.telemetry is not None:
             self.telemetry.start()
 
@@ -60,13 +63,17 @@ class WorkloadContext:
         if self._host_start is not None:
             from ..measure import hostcpu
 
-            self.host_cpu = hostcpu.contention(self._host_start, hostcpu.snapshot())
-            if self.host_calibration:
-                after = hostcpu.calibrate()
-                before = self._calibration_before_us
-                self.host_cpu["calibration_us_per_op_before"] = before
-                self.host_cpu["calibration_us_per_op_after"] = after
-                self.host_cpu["calibration_us_per_op"] = (before + after) / 2 if before is not None else after
+            try:
+                host = hostcpu.contention(self._host_start, hostcpu.snapshot())
+                if self.host_calibration:
+                    after = hostcpu.calibrate()
+                    before = self._calibration_before_us
+                    host["calibration_us_per_op_before"] = before
+                    host["calibration_us_per_op_after"] = after
+                    host["calibration_us_per_op"] = (before + after) / 2 if before is not None else after
+                self.host_cpu = host
+            except Exception as exc:  # noqa: BLE001 - an extra; the measurement goes on without it
+                self.host_cpu = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
         return telemetry
 
     def busy_time(self, run_once: Any) -> dict[str, Any] | None:
