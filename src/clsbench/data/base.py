@@ -86,6 +86,22 @@ class BatchStream(Protocol):
     def close(self) -> None: ...
 
 
+class StreamRecord:
+    """What every stream keeps for its result: epochs started, its facts, and the files that failed to decode."""
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self.epochs = 0
+        self._facts = facts
+        self._failures: list[str] = []
+
+    def take_failures(self) -> list[str]:
+        out, self._failures = self._failures, []
+        return out
+
+    def facts(self) -> dict[str, Any]:
+        return {**self._facts, "epochs_started": self.epochs}
+
+
 class Pipeline(Protocol):
     name: str
 

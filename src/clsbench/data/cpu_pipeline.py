@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .augment import MEAN, STD, EpochSampler, choices
-from .base import BatchSpec, EncodedDataset, drain_ready, loader_context, worker_processes_allowed
+from .base import BatchSpec, EncodedDataset, StreamRecord, drain_ready, loader_context, worker_processes_allowed
 from .config import DataSettings
 from .errors import DataError, translate_loader_error
 
@@ -123,15 +123,13 @@ class Collate:
         return images, labels, [name for s in samples for name in s[2]]
 
 
-class LoaderStream:
+class LoaderStream(StreamRecord):
     """Endless batches from a DataLoader, copied to the device; a new epoch starts when one ends."""
 
     def __init__(self, loader: torch.utils.data.DataLoader, spec: BatchSpec, facts: dict[str, Any]) -> None:
         self.loader = loader
         self.spec = spec
-        self.epochs = 0
-        self._facts = facts
-        self._failures: list[str] = []
+        StreamRecord.__init__(self, facts)
         self._iterator: Any = None
         self.began_epoch = False  # whether the last take() started a new epoch (its wait includes the restart)
         self._new_epoch()
@@ -189,13 +187,6 @@ class LoaderStream:
             self._failures.extend(self._raw()[2])
 
         return drain_ready(pop, max_batches, wait_s)
-
-    def take_failures(self) -> list[str]:
-        out, self._failures = self._failures, []
-        return out
-
-    def facts(self) -> dict[str, Any]:
-        return {**self._facts, "epochs_started": self.epochs}
 
     def close(self) -> None:
         # Shut the workers down now rather than at garbage collection (the workload runs with gc disabled); a hung

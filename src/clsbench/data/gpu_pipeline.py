@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from .augment import EpochSampler, choices, crop_flip_resize
-from .base import BatchSpec, EncodedDataset, loader_context, worker_processes_allowed
+from .base import BatchSpec, EncodedDataset, StreamRecord, loader_context, worker_processes_allowed
 from .config import DataSettings
 from .errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
 
@@ -131,7 +131,7 @@ class _Failure:
         self.exc = exc
 
 
-class GpuStream:
+class GpuStream(StreamRecord):
     """The three stage threads and their queues (module docstring)."""
 
     def __init__(self, dataset: EncodedDataset, spec: BatchSpec, facts: dict[str, Any]) -> None:
@@ -148,9 +148,7 @@ class GpuStream:
         self.decoded: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
-        self.epochs = 0
-        self._facts = facts
-        self._failures: list[str] = []
+        StreamRecord.__init__(self, facts)
         self.loader = torch.utils.data.DataLoader(
             EncodedBatches(dataset), batch_size=spec.batch_size, sampler=EpochSampler(len(dataset), spec.seed),
             drop_last=True, collate_fn=collate_encoded, num_workers=self.settings.num_workers,
@@ -345,13 +343,6 @@ class GpuStream:
             if time.perf_counter() - t0 >= wait_s and self.decoded.empty() and self.ready.empty():
                 break
         return dropped
-
-    def take_failures(self) -> list[str]:
-        out, self._failures = self._failures, []
-        return out
-
-    def facts(self) -> dict[str, Any]:
-        return {**self._facts, "epochs_started": self.epochs}
 
     def close(self) -> None:
         self.stop.set()
