@@ -6,7 +6,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-lat=(--model mobilenet_v3_large --workload infer-latency --mode fp32 --batch-size 1 --repeats 5 --device cuda -q
+lat=(--model mobilenet_v3_large --workload infer-latency --mode fp32 --batch-size 1 --repeats "${REPEATS:-5}" --device cuda -q
      --no-probe)
 run() { local name=$1; shift; "$@" -o "$OUT/lat-$name.json" >/dev/null 2>&1; echo "== $name rc=$?"; }
 run default python3 -m clsbench run "${lat[@]}"

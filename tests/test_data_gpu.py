@@ -51,7 +51,7 @@ def test_gpu_pipeline_matches_the_cpu_pipeline(dataset: Path):
             assert torch.equal(labels.cpu(), expected_labels)  # same order, same seeded choices
             # nvJPEG and libjpeg-turbo decode, float and uint8 resizes: close, not equal
             assert float((images.cpu() - expected_images).abs().mean()) < 0.15
-        assert gpu.facts()["epochs_started"] == 2
+        assert gpu.facts()["epochs_started"] >= 2  # its reader may already be further ahead
     finally:
         gpu.close()
         cpu.close()

@@ -29,6 +29,8 @@ from clsbench.scale.files import PID_FILE
 from clsbench.scale.launch import LaunchOutcome, launch
 from clsbench.scale.merge import comm_figures, merge_launch
 from clsbench.scale.plan import parse_endpoint, parse_gpus, parse_strategies, validate_gpu_counts, validate_nodes
+from clsbench.scale.run import make_job
+from clsbench.scale.strategies import get_strategy
 from clsbench.scale.strategies.dp import CPU_TEST_ENV
 
 TESTS = Path(__file__).resolve().parent
@@ -370,6 +372,31 @@ def test_run_saves_an_ordinary_result_after_every_measurement(tmp_path: Path, cp
     assert "baseline of ddp: 1 GPU(s)" in text and "FAILED: rank_failed" in text
     with pytest.raises(ResultFileError, match="never overwrites"):
         run_scale(plan, out, env=cpu_env, runner=fake)
+
+
+def test_dataparallel_on_several_gpus_autotunes_only_when_asked_and_says_why(tmp_path: Path, cpu_env: dict[str, Any],
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    # cuDNN keeps autotuned algorithms per thread and DataParallel's replicas run in new threads every step.
+    monkeypatch.setenv(CPU_TEST_ENV, "1")
+    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=1)
+    assert plan.cudnn_benchmark is None
+    jobs = {(s, g): make_job(plan, s, g, tmp_path, 0)["cudnn_benchmark"] for s, g in plan.measurements()}
+    assert jobs == {("ddp", 1): True, ("ddp", 2): True, ("dp", 1): True, ("dp", 2): False}
+    result = run_scale(plan, env=cpu_env, runner=FakeLauncher())
+    summaries = {(m.workload, m.batch_size): m.summary for m in result.measurements}
+    assert summaries[("train-dp", 16)]["cudnn_benchmark"] is False
+    assert "per thread" in summaries[("train-dp", 16)]["cudnn_benchmark_note"]
+    assert [k for k, s in summaries.items() if "cudnn_benchmark_note" in s] == [("train-dp", 16)]
+    assert "dp x2: cuDNN autotuning off, the default" in render_scale(analyze_scale(result))
+
+    forced = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu", repeats=1,
+                        cudnn_benchmark=True)
+    assert make_job(forced, "dp", 2, tmp_path, 0)["cudnn_benchmark"] is True
+    assert "every step autotunes again" in get_strategy("dp").cudnn_benchmark(True, 2)[1]
+    off = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=1,
+                     cudnn_benchmark=False)
+    assert {make_job(off, s, g, tmp_path, 0)["cudnn_benchmark"] for s, g in off.measurements()} == {False}
+    assert get_strategy("dp").cudnn_benchmark(False, 2) == (False, None)
 
 
 def test_a_strategy_that_cannot_run_is_skipped_with_its_reason(cpu_env: dict[str, Any]):

@@ -38,8 +38,9 @@ from clsbench.errors import EXIT_MEASUREMENT_FAILED
               help="DDP on 2+ GPUs: after timing, estimate the gradient all-reduce's share of a step with no_sync().")
 @click.option("--compile-mode", default="default", show_default=True, help="torch.compile mode for +compile.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic data.")
-@click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=True, show_default=True,
-              help="Let cuDNN autotune convolution algorithms (in the untimed first iteration).")
+@click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=None,
+              help="Let cuDNN autotune convolution algorithms (in the untimed first iteration). Default: on, except "
+                   "DataParallel on 2+ GPUs, whose new threads every step would autotune again.")
 @click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes taking part (torchrun's --nnodes).")
 @click.option("--node-rank", type=int, default=0, show_default=True,
               help="This node's rank; node 0 hosts the rendezvous and writes the result file.")
@@ -52,7 +53,7 @@ from clsbench.errors import EXIT_MEASUREMENT_FAILED
 def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_per_gpu: int, device: str,
                   repeats: int, warmup: int | None, iterations: int | None, min_time: float | None,
                   max_time: float | None, input_size: int | None, timeout_s: float, comm_share: bool,
-                  compile_mode: str, seed: int, cudnn_benchmark: bool, nnodes: int, node_rank: int,
+                  compile_mode: str, seed: int, cudnn_benchmark: bool | None, nnodes: int, node_rank: int,
                   rdzv_endpoint: str | None, output: str | None, dry_run: bool, quiet: bool) -> None:
     """Multi-GPU training: DDP (torchrun) and DataParallel at each GPU count, scaling efficiency against 1 GPU."""
     from clsbench import __version__, api

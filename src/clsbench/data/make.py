@@ -245,7 +245,10 @@ def render(i: int, spec: MakeSpec, bases: list[Any], tints: list[tuple[int, tupl
     towards_grey = saturation * np.eye(3, dtype=np.float32) + np.float32((1.0 - saturation) / 3.0)
     matrix = (np.diag(gains) @ towards_grey * contrast).astype(np.float32)
     mean = float(pixels[::17].mean()) * float(gains.mean())
-    pixels = pixels @ matrix + np.float32(mean * (brightness - contrast))
+    # Three broadcast multiply-adds rather than `pixels @ matrix`: a matrix product goes to BLAS, which runs its own
+    # thread pool inside each of the generator processes (16 processes made only 105 images/s on a 16-core machine).
+    pixels = (pixels[:, 0:1] * matrix[0] + pixels[:, 1:2] * matrix[1] + pixels[:, 2:3] * matrix[2]
+              + np.float32(mean * (brightness - contrast)))
     pixels += rng.standard_normal(pixels.shape, dtype=np.float32) * np.float32(rng.uniform(*NOISE_SIGMA))
     np.clip(pixels, 0, 255, out=pixels)
     image = Image.fromarray(pixels.astype(np.uint8).reshape(out_h, out_w, 3))

@@ -162,6 +162,8 @@ def analyze_scale(result: BenchmarkResult) -> dict[str, Any]:
             "peak_memory_max_bytes": max(memory) if memory else None,
             "memory_kind": s.get("memory_kind"),
             "spread_pct": s.get("spread_pct"),
+            "cudnn_benchmark": s.get("cudnn_benchmark"),
+            "cudnn_benchmark_note": s.get("cudnn_benchmark_note"),
             "status": m.status,
             "reason": m.reason,
             "detail": m.detail,
@@ -230,6 +232,12 @@ def render_scale(analysis: dict[str, Any]) -> str:
     for strategy, base in sorted(analysis["baselines"].items()):
         lines.append(f"baseline of {strategy}: {base['gpus']} GPU(s) at {fmt_rate(base['throughput_img_s'])} img/s; "
                      "efficiency = img/s per GPU / the baseline's img/s per GPU")
+    notes: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("cudnn_benchmark_note"):
+            notes.setdefault(row["cudnn_benchmark_note"], []).append(f"{row['strategy']} x{row['gpus']}")
+    for note, where in notes.items():
+        lines.append(f"{', '.join(where)}: {note}")
     lines.append("rank spread: (slowest - fastest) / median of the ranks' median step times; comm share: "
                  "1 - t(no_sync) / t(sync), an estimate of the step share the gradient all-reduce adds")
     env = analysis.get("communication_env") or {}

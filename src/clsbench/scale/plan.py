@@ -70,7 +70,7 @@ class ScalePlan:
     data_seed: int = 0
     timeout_s: float = DEFAULT_TIMEOUT_S
     compile_mode: str = "default"
-    cudnn_benchmark: bool = True
+    cudnn_benchmark: bool | None = None  # None: each strategy's default (Strategy.cudnn_benchmark)
     comm_share: bool = True
     nnodes: int = 1
     node_rank: int = 0
@@ -248,7 +248,7 @@ def plan_scale(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     compile_mode: str = "default",
     seed: int = 0,
-    cudnn_benchmark: bool = True,
+    cudnn_benchmark: bool | None = None,
     comm_share: bool = True,
     nnodes: int = 1,
     node_rank: int = 0,
@@ -273,7 +273,7 @@ def plan_scale(
     base = api.plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch_size_per_gpu],
                         device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
                         max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                        seed=seed, cudnn_benchmark=cudnn_benchmark)
+                        seed=seed, cudnn_benchmark=True if cudnn_benchmark is None else cudnn_benchmark)
     validate_gpu_counts(counts, resolved, visible=visible_gpus)
     from ..settings import validate_batch_size
 

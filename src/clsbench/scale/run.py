@@ -55,7 +55,7 @@ def make_job(plan: ScalePlan, strategy: str, gpus: int, folder: Path, repeat: in
         "seed": plan.seed,
         "data_seed": plan.data_seed,
         "compile_mode": plan.compile_mode,
-        "cudnn_benchmark": plan.cudnn_benchmark,
+        "cudnn_benchmark": get_strategy(strategy).cudnn_benchmark(plan.cudnn_benchmark, gpus)[0],
         "comm_share": plan.comm_share,
         "num_classes": plan.num_classes,
         "train": dataclasses.asdict(plan.train),
@@ -130,6 +130,9 @@ def build_scale_measurement(plan: ScalePlan, strategy: str, gpus: int, records: 
     summary.update(scale_figures(records, strategy=strategy, gpus=gpus, nnodes=plan.nnodes,
                                  batch_size_per_gpu=plan.batch_size_per_gpu,
                                  throughput=summary.get("throughput_img_s"), comm_share_on=plan.comm_share))
+    summary["cudnn_benchmark"], note = get_strategy(strategy).cudnn_benchmark(plan.cudnn_benchmark, gpus)
+    if note:
+        summary["cudnn_benchmark_note"] = note
     summary["efficiency"] = {"unavailable": "FLOPs are not counted in scale runs"}
     summary["telemetry"] = {}
     return dataclasses.replace(measurement, summary=summary)

@@ -84,6 +84,10 @@ class Strategy(Protocol):
     def command(self, plan: ScalePlan, gpus: int, job_path: Path, launch_index: int) -> list[str]:
         """The command line that starts the measurement's processes on this node."""
 
+    def cudnn_benchmark(self, requested: bool | None, gpus: int) -> tuple[bool, str | None]:
+        """cuDNN autotuning for ``gpus`` GPUs given the user's choice (None: none made), and a note for the result
+        when the value or its consequence needs saying, else None."""
+
     def open_session(self, job: dict[str, Any]) -> Session:
         """In a launched process: set up devices (and the process group) for ``job``."""
 

@@ -100,6 +100,9 @@ class DistributedDataParallelStrategy:
     def command(self, plan: ScalePlan, gpus: int, job_path: Path, launch_index: int) -> list[str]:
         return torchrun_command(plan, gpus, job_path, launch_index)
 
+    def cudnn_benchmark(self, requested: bool | None, gpus: int) -> tuple[bool, str | None]:
+        return (True if requested is None else requested), None
+
     def open_session(self, job: dict[str, Any]) -> DdpSession:
         return DdpSession(job)
 
