@@ -65,15 +65,14 @@ def test_calibration_times_cpu_dispatch():
     assert 0.0 < us < 10_000.0
 
 
-def test_speed_spread_and_its_concern():
+def test_speed_spread_is_recorded_but_never_a_concern():
     base = {"steal_pct": 0.0, "other_busy_cores": 0.0}
     out = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
                             {"host_cpu": dict(base, calibration_us_per_op=3.0)},
                             {"host_cpu": dict(base, calibration_us_per_op=2.0)}])
     assert out["calibration_us_per_op"] == pytest.approx(2.0)
     assert out["calibration_spread_pct"] == pytest.approx(50.0)
-    assert out["concerns"] == ["the host CPU's own speed varied by 50% between repeats (dispatch calibration "
-                               "2.00, 3.00, 2.00 us per op)"]
+    assert out["concerns"] == []  # it did not track the latencies on the H200 (hostcpu.calibrate)
     steady = combine_host_cpu([{"host_cpu": dict(base, calibration_us_per_op=2.0)},
                                {"host_cpu": dict(base, calibration_us_per_op=2.1)}])
     assert steady["concerns"] == [] and steady["calibration_spread_pct"] == pytest.approx(100 * 0.1 / 2.05)

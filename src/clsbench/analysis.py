@@ -228,12 +228,10 @@ def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
     for index, reading in enumerate(readings, 1):
         for text in hostcpu.concerns(reading):
             concerns.append(f"repeat {index}: {text}")
+    # Recorded, never a concern: on the H200 it jumped between about 1.1 and 2.0-2.6 us per op from one repeat to
+    # the next without the latencies following it (measure/hostcpu.py).
     calibrations = [r.get("calibration_us_per_op") for r in readings]
     out["calibration_spread_pct"] = stats.spread_pct([c for c in calibrations if c])
-    if out["calibration_spread_pct"] is not None and out["calibration_spread_pct"] > hostcpu.HOST_SPEED_WARN_PCT:
-        per_repeat = ", ".join(f"{c:.2f}" if c is not None else "-" for c in calibrations)
-        concerns.append(f"the host CPU's own speed varied by {out['calibration_spread_pct']:.0f}% between repeats "
-                        f"(dispatch calibration {per_repeat} us per op)")
     out["concerns"] = concerns
     return out
 

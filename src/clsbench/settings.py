@@ -135,7 +135,7 @@ class RunPlan:
     timeout_s: float = 900.0  # per worker process (one repeat), compile included
     compile_mode: str = "default"  # torch.compile mode when a mode names +compile without its own
     cudnn_benchmark: bool = True
-    overlap_prepare: bool = True  # on a GPU, build the next worker's model while the current one measures
+    overlap_prepare: bool = False  # on a GPU, build the next worker's model while the current one measures
     telemetry: bool = True  # on a GPU, sample NVML (power, clocks, temperature...) over each timed region
     train: TrainSettings = TrainSettings()
     suite: str | None = None
@@ -182,7 +182,7 @@ class RunPlan:
             timeout_s=float(data["timeout_s"]),
             compile_mode=str(data["compile_mode"]),
             cudnn_benchmark=bool(data["cudnn_benchmark"]),
-            overlap_prepare=bool(data.get("overlap_prepare", True)),
+            overlap_prepare=bool(data.get("overlap_prepare", False)),
             telemetry=bool(data.get("telemetry", True)),
             train=TrainSettings(**data["train"]),
             suite=data.get("suite"),
