@@ -282,6 +282,26 @@ def test_cpu_pipeline_is_reproducible(dataset: Path):
     assert torch.equal(first[0][0], first[1][0]) and torch.equal(first[0][1], first[1][1])
 
 
+@pytest.mark.parametrize("workers, channels_last", [(0, False), (2, True)])
+def test_uint8_batches_normalised_on_the_device_equal_the_workers_floats(dataset: Path, workers: int,
+                                                                          channels_last: bool):
+    batches = {}
+    for where in ("worker", "device"):
+        settings = DataSettings(str(dataset), num_workers=workers, normalize=where)
+        stream = CpuPipeline().open(FolderSource().open(settings), spec_for(settings, channels_last=channels_last))
+        try:
+            raw, _ = stream.take()
+            batches[where] = (raw.dtype, stream.place((raw, torch.zeros(8, dtype=torch.int64)))[0])
+            assert stream.facts()["batch_dtype"] == str(raw.dtype).removeprefix("torch.")
+        finally:
+            stream.close()
+    assert batches["worker"][0] == torch.float32 and batches["device"][0] == torch.uint8
+    worker, device = batches["worker"][1], batches["device"][1]
+    assert device.dtype == torch.float32
+    assert device.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    assert torch.equal(worker, device)  # the same arithmetic, only in another place
+
+
 def test_an_undecodable_file_is_replaced_and_named(copy: Path):
     damaged = copy / "class_0001" / "damaged.jpg"
     damaged.write_bytes(b"\xff\xd8\xff\xfe\x00\x04ab" + b"\x00" * 50 + b"\xff\xd9")  # passes the scan
@@ -418,11 +438,15 @@ def test_settings_validation_and_labels(tmp_path: Path):
     assert data_label(DataSettings("/d", source="memory", pipeline="gpu", prefetch_factor=3).to_dict()) == \
         "memory gpu w0 pf3"
     assert data_label(None) is None
+    assert DataSettings("/d", num_workers=8, persistent_workers=True, normalize="device").label() == \
+        "folder cpu w8 persistent uint8"
+    assert DataSettings.from_dict({"directory": "/d"}).normalize == "worker"  # files from before the setting
     for bad, message in ((dict(persistent_workers=True), "num_workers > 0"),
                          (dict(prefetch_factor=2), "prefetch_factor needs"),
                          (dict(pipeline="gpu", pin_memory=True), "--pin-memory applies"),
                          (dict(num_workers=-1), "0..1024"), (dict(source="synthetic"), "does not read"),
-                         (dict(timeout_s=0.0), "timeout")):
+                         (dict(timeout_s=0.0), "timeout"), (dict(normalize="gpu"), "unknown place"),
+                         (dict(pipeline="gpu", normalize="device"), "--normalize-on applies")):
         with pytest.raises(InvalidInputError, match=message):
             DataSettings("/d", **bad).validate()
     assert DataSettings("/d", timeout_s=5.0) == DataSettings("/d")  # the timeout is not part of the identity
@@ -602,6 +626,7 @@ def test_cli_run_with_a_real_pipeline_show_and_resume_check(copy: Path, tmp_path
     (["data", "make", "new", "--images", "0", "--classes", "2"], 2, "--images must lie"),
     (["data", "make", "new", "--images", "4", "--classes", "2", "--size", "big"], 2, "not WIDTHxHEIGHT"),
     (["data", "check", "missing-dir"], 2, "does not exist"),
+    (["run", "--model", TINY, "--normalize-on", "device", "--device", "cpu"], 2, "--normalize-on needs --data"),
     (["diagnose", TINY, "--data", "empty", "--device", "cpu"], 2, "is empty"),
     (["diagnose", TINY, "--data", "{ds}", "--workers", "0,x", "--device", "cpu"], 2, "not a whole number"),
     (["diagnose", TINY, "--data", "{ds}", "--pipelines", "cpu,fpga", "--device", "cpu"], 2, "unknown pipeline"),

@@ -23,6 +23,7 @@ from clsbench.diagnose import (
     parse_workers,
     render_diagnose,
     sweep_workers,
+    time_split,
 )
 from clsbench.errors import InvalidInputError
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -47,18 +48,21 @@ def test_worker_sweep_follows_the_cpu_count():
 def test_candidate_settings_default_first_pins_only_on_a_gpu():
     base = DataSettings("/d")
     cpu = candidate_settings(base, "cpu", [0, 2], ["cpu", "gpu", "dali"])
-    assert [s.label() for s in cpu] == ["folder cpu w0", "folder cpu w2 persistent", "folder gpu w0",
-                                        "folder dali w2"]
+    assert [s.label() for s in cpu] == ["folder cpu w0", "folder cpu w2 persistent", "folder cpu w2 persistent uint8",
+                                        "folder gpu w0", "folder dali w2"]
     gpu = candidate_settings(DataSettings("/d", source="memory"), "cuda", [0, 4], ["cpu"])
     assert [s.label() for s in gpu] == ["memory cpu w0", "memory cpu w0 pin", "memory cpu w4 persistent",
-                                        "memory cpu w4 pin persistent"]
+                                        "memory cpu w4 pin persistent", "memory cpu w4 persistent uint8",
+                                        "memory cpu w4 pin persistent uint8"]
+    assert [s.label() for s in candidate_settings(base, "cuda", [0], ["cpu"])] == ["folder cpu w0", "folder cpu w0 pin"]
 
 
 # ------------------------------------------------------------------------------------ verdicts (pure analysis)
 
 
 def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | None, float]],
-              bound_by: str | None = "compute", device: str = "cuda") -> BenchmarkResult:
+              bound_by: str | None = "compute", device: str = "cuda",
+              extra: dict[str, dict] | None = None) -> BenchmarkResult:
     plan = clsbench.plan_run(models=[TINY], workloads=["train"], device="cpu", batch_sizes=[8], repeats=1)
     synthetic = Measurement(TINY, "train", "fp32", 8, device, "ok" if ceiling else "failed",
                             reason=None if ceiling else "oom",
@@ -66,7 +70,8 @@ def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | 
     measured = [synthetic]
     for data, rate, idle in settings:
         summary = {"throughput_img_s": rate, "data": {"data_wait_fraction": idle, "idle_fraction": idle,
-                                                      "idle_method": "cuda_events"}}
+                                                      "idle_method": "cuda_events",
+                                                      **(extra or {}).get(data.label(), {})}}
         measured.append(Measurement(TINY, "train", "fp32", 8, device, "ok" if rate else "failed",
                                     reason=None if rate else "data_loader_timeout", summary=summary,
                                     data=data.to_dict()))
@@ -75,7 +80,8 @@ def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | 
                      "diagnose": {"model": TINY, "mode": "fp32", "batch_size": 8, "device": device,
                                   "default": DataSettings("/d").label(), "directory": "/d", "source": "folder",
                                   "dataset": {"images": 100, "classes": 2, "bytes": 10_000, "skipped_n": 0}}}
-    return BenchmarkResult(environment={}, settings=settings_dict, measurements=tuple(measured),
+    return BenchmarkResult(environment={"cpu": {"logical_cores": 16}}, settings=settings_dict,
+                           measurements=tuple(measured),
                            tool={"name": "clsbench", "version": "0.1.0"})
 
 
@@ -112,6 +118,42 @@ def test_verdict_compute_bound_with_gain_and_command():
 def test_verdict_rules(rate: float, idle: float, bound_by: str | None, verdict: str):
     analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, 100.0, 0.9), (GPU, rate, idle)], bound_by=bound_by))
     assert analysis["verdict"] == verdict
+
+
+def test_where_the_time_goes_on_the_gpu_pipeline():
+    # batch 8: synthetic 1000 img/s = 8 ms per step; the gpu pipeline 800 img/s = 10 ms, of which its steps took 9.5
+    analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, 100.0, 0.9), (GPU, 800.0, 0.05)],
+                                          extra={GPU.label(): {"step_ms_mean": 9.5}}))
+    assert analysis["verdict"] == "input-bound"
+    split = analysis["time_split"]
+    assert split["iteration_ms"] == pytest.approx(10.0) and split["synthetic_ms"] == pytest.approx(8.0)
+    assert split["waiting_ms"] == pytest.approx(0.5) and split["slower_step_ms"] == pytest.approx(1.5)
+    text = render_diagnose(analysis)
+    assert ("why: folder gpu w0 takes 10.0 ms per step against 8.0 ms on synthetic data: the GPU waits 0.5 ms of it "
+            "for data, and the step itself runs 1.5 ms slower") in text
+    assert "decodes and augments on the GPU it feeds" in text and "Python interpreter" in text  # both > 2% of 8 ms
+    assert time_split(analysis["best"], None, 8) is None
+
+
+def test_where_the_time_goes_on_the_cpu_pipeline():
+    four = DataSettings("/d", num_workers=4, persistent_workers=True)
+    eight = DataSettings("/d", num_workers=8, persistent_workers=True)
+    # the workers wait for decoding: 4 workers made 400 img/s (100 each), 8 made 600
+    waiting = analyze_diagnose(result_of(1000.0, [(DEFAULT, 50.0, 0.9), (four, 400.0, 0.6), (eight, 600.0, 0.4)]))
+    text = render_diagnose(waiting)
+    assert ("why: the workers decode about 100 images/s each at best; 1,000 img/s needs about 10 such workers, each "
+            "with a core of its own (this machine has 16 CPUs), or the gpu pipeline") in text
+    assert "--normalize-on device" not in text
+    # the copy of float32 batches dominates: move uint8 instead
+    copying = analyze_diagnose(result_of(1000.0, [(DEFAULT, 50.0, 0.9), (eight, 600.0, 0.1)],
+                                         extra={eight.label(): {"copy_fraction": 0.35}}))
+    assert "most of the wait is the copy of float32 batches to the device (35% of the time): --normalize-on " \
+           "device" in render_diagnose(copying)
+    # a compute-bound verdict needs no explanation; the command reproduces uint8 batches
+    uint8 = DataSettings("/d", num_workers=8, persistent_workers=True, normalize="device")
+    done = analyze_diagnose(result_of(1000.0, [(DEFAULT, 50.0, 0.9), (uint8, 950.0, 0.01)]))
+    assert done["explanation"] == [] and done["verdict"] == "compute-bound"
+    assert done["command"].endswith("--num-workers 8 --persistent-workers --normalize-on device")
 
 
 def test_no_verdict_without_a_ceiling_or_a_real_setting():

@@ -7,7 +7,8 @@ One ordinary result file, measured like any run (each setting in fresh worker pr
    loop gets;
 3. the cpu pipeline over ``num_workers`` 0, 2, 4, 8, ... up to the CPU count (:func:`sweep_workers`) x
    ``pin_memory`` off/on (on a GPU; pinning means nothing on a CPU), with ``persistent_workers`` on whenever there
-   are workers, so an epoch's end does not restart them inside a short timed window;
+   are workers, so an epoch's end does not restart them inside a short timed window; then, at the largest worker
+   count, the same with uint8 batches normalised on the device (``normalize="device"``);
 4. the **gpu** pipeline (nvJPEG decode on the device), and **dali** when installed; each is skipped with its reason
    where it cannot run.
 
@@ -30,6 +31,7 @@ command that measures it again. Verdict rules, applied to a setting (the best, a
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import shlex
 from collections.abc import Callable, Sequence
@@ -52,6 +54,8 @@ INPUT_BOUND_RATIO = 0.9
 #: GPU idle share between steps (events; data-wait share on a CPU) above which a setting is input-bound anyway.
 IDLE_LIMIT = 0.10
 DIAGNOSE_FORMAT = 1
+#: A part of the step time worth a sentence in the explanation: more than this share of the synthetic step.
+EXPLAIN_SHARE = 0.02
 #: A setting that spent more than this share of its time on the first batch of epochs gets a note.
 EPOCH_START_NOTE = 0.02
 
@@ -119,6 +123,11 @@ def candidate_settings(base: DataSettings, device: str, workers: Sequence[int],
             for pin in pins:
                 out.append(dataclasses.replace(base, pipeline="cpu", num_workers=n, pin_memory=pin,
                                                persistent_workers=n > 0))
+        most = max(workers)
+        if most > 0:  # uint8 batches, normalised on the device: a quarter of the bytes to pass, pin and copy
+            for pin in pins:
+                out.append(dataclasses.replace(base, pipeline="cpu", num_workers=most, pin_memory=pin,
+                                               persistent_workers=True, normalize="device"))
     if "gpu" in pipelines:
         out.append(dataclasses.replace(base, pipeline="gpu", num_workers=0, pin_memory=False,
                                        persistent_workers=False))
@@ -281,6 +290,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "epoch_start_wait_fraction": _number(d.get("epoch_start_wait_fraction")),
         "idle_fraction": _number(d.get("idle_fraction")),
         "idle_method": d.get("idle_method"),
+        "step_ms_mean": _number(d.get("step_ms_mean")),
         "data_startup_s": _number(d.get("data_startup_s")),
         "decode_failures_n": d.get("decode_failures_n") or 0,
         "spread_pct": _number(s.get("spread_pct")),
@@ -299,6 +309,64 @@ def classify(row: dict[str, Any] | None, ceiling_bound_by: str | None) -> str | 
     if ceiling_bound_by == "launch":
         return "launch-bound"
     return "compute-bound"
+
+
+def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: int | None) -> dict[str, Any] | None:
+    """Where one setting's step time goes against the synthetic step, in ms per step (None without the figures).
+
+    ``iteration_ms`` = batch / img/s, ``synthetic_ms`` the same for the ceiling, ``extra_ms`` their difference.
+    With CUDA-event timing it splits into ``waiting_ms`` (iteration minus the step's own event time: the GPU had no
+    step to run, waiting for a batch or its copy) and ``slower_step_ms`` (the step's event time minus the synthetic
+    step: the step itself ran slower, e.g. because the pipeline's own GPU work shared the device).
+    """
+    if row is None or not row.get("throughput_img_s") or not ceiling or not batch_size:
+        return None
+    iteration = 1000.0 * batch_size / row["throughput_img_s"]
+    synthetic = 1000.0 * batch_size / ceiling
+    out: dict[str, Any] = {"iteration_ms": iteration, "synthetic_ms": synthetic, "extra_ms": iteration - synthetic,
+                           "waiting_ms": None, "slower_step_ms": None}
+    if row.get("idle_method") == "cuda_events" and row.get("step_ms_mean") is not None:
+        out["waiting_ms"] = max(0.0, iteration - row["step_ms_mean"])
+        out["slower_step_ms"] = row["step_ms_mean"] - synthetic
+    return out
+
+
+def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, Any] | None, ceiling: float,
+            cpu_count: int | None) -> list[str]:
+    """For an input-bound best setting: where its time goes and what would close the gap, in sentences."""
+    if split is None:
+        return []
+    lines = [f"{best['label']} takes {split['iteration_ms']:.1f} ms per step against {split['synthetic_ms']:.1f} ms "
+             f"on synthetic data"]
+    waiting, slower = split["waiting_ms"], split["slower_step_ms"]
+    if waiting is not None and slower is not None:
+        lines[0] += (f": the GPU waits {waiting:.1f} ms of it for data, and the step itself runs {slower:.1f} ms "
+                     "slower")
+    if best.get("pipeline") == "gpu":
+        worth = EXPLAIN_SHARE * split["synthetic_ms"]
+        if slower is not None and slower > worth:
+            lines.append("the gpu pipeline decodes and augments on the GPU it feeds, which takes GPU time from every "
+                         "step: a hardware JPEG decoder (DALI's mixed decoder on GPUs that have one), decoding on more "
+                         "CPU cores, or smaller stored images would remove it")
+        if waiting is not None and waiting > worth:
+            lines.append("its read, decode and augment threads share the training process's Python interpreter with "
+                         "the training loop: more reader workers (--num-workers) or the memory source take file "
+                         "reading out of it")
+        return lines
+    copy, wait = best.get("copy_fraction") or 0.0, best.get("data_wait_fraction") or 0.0
+    if best.get("pipeline") == "cpu":
+        if copy >= wait and (best.get("data") or {}).get("normalize", "worker") == "worker":
+            lines.append(f"most of the wait is the copy of float32 batches to the device ({100 * copy:.0f}% of the "
+                         "time): --normalize-on device moves uint8 batches, a quarter of the bytes")
+        per_worker = [r["throughput_img_s"] / r["data"]["num_workers"] for r in rows
+                      if r.get("pipeline") == "cpu" and r.get("throughput_img_s") and r["data"].get("num_workers")]
+        if per_worker and wait > copy:
+            rate = max(per_worker)
+            cores = f" (this machine has {cpu_count} CPUs)" if cpu_count else ""
+            lines.append(f"the workers decode about {rate:,.0f} images/s each at best; {fmt_rate(ceiling)} img/s "
+                         f"needs about {math.ceil(ceiling / rate)} such workers, each with a core of its own"
+                         f"{cores}, or the gpu pipeline")
+    return lines
 
 
 def reproduce(plan: RunPlan, cell: Cell) -> str:
@@ -320,6 +388,8 @@ def reproduce(plan: RunPlan, cell: Cell) -> str:
         args += ["--prefetch-factor", str(d.prefetch_factor)]
     if not d.prime_cache:
         args.append("--no-prime-cache")
+    if d.normalize != "worker":
+        args += ["--normalize-on", d.normalize]
     from .data.config import DEFAULT_DATA_TIMEOUT_S
 
     if d.timeout_s != DEFAULT_DATA_TIMEOUT_S:
@@ -364,12 +434,19 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
         "default_verdict": classify(default, ceiling_bound),
         "gain_over_default": None,
         "command": None,
+        "time_split": None,
+        "explanation": [],
     }
     if default is not None:
         out["default"] = {k: v for k, v in default.items() if k != "cell"}
     if best is not None:
         out["best"] = {k: v for k, v in best.items() if k != "cell"}
         out["verdict"] = classify(best, ceiling_bound)
+        out["time_split"] = time_split(best, ceiling, out["batch_size"])
+        if out["verdict"] == "input-bound" and ceiling:
+            cpu = result.environment.get("cpu") or {}
+            out["explanation"] = explain(best, real, out["time_split"], ceiling,
+                                         cpu.get("allowed_cpus_count") or cpu.get("logical_cores"))
         if default is not None and default["throughput_img_s"]:
             out["gain_over_default"] = best["throughput_img_s"] / default["throughput_img_s"]
         try:
@@ -456,6 +533,8 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
                      f"{_pct(best['ratio_to_synthetic'])} of synthetic ({fmt_rate(ceiling)} img/s){gain_text}")
         if analysis.get("command"):
             lines.append(f"reproduce: {analysis['command']}")
+        for sentence in analysis.get("explanation") or []:
+            lines.append(f"why: {sentence}")
     lines.append("data wait: waiting for a prepared batch; copy: placing it on the device (from unpinned memory this "
                  "also waits for the previous step); shares of the timed wall time")
     images = (analysis.get("dataset") or {}).get("images")

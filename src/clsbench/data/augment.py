@@ -58,10 +58,18 @@ def choices(seed: int, epoch: int, index: int, height: int, width: int) -> tuple
     return box, rng.random() < FLIP_PROBABILITY
 
 
-def normalise_(batch: torch.Tensor) -> torch.Tensor:
+def normalisation_constants(device: torch.device, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor,
+                                                                                                 torch.Tensor]:
+    """``(255 * mean, 1 / (255 * std))`` as (1, 3, 1, 1) tensors on ``device``, for :func:`normalise_`. Creating
+    them copies from host memory, so a caller in a timed loop makes them once."""
+    mean = torch.tensor([255.0 * m for m in MEAN], dtype=dtype, device=device).view(1, 3, 1, 1)
+    scale = torch.tensor([1.0 / (255.0 * s) for s in STD], dtype=dtype, device=device).view(1, 3, 1, 1)
+    return mean, scale
+
+
+def normalise_(batch: torch.Tensor, constants: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """In place on a float batch (N, 3, H, W) of 0-255 values: ``(x / 255 - mean) / std``."""
-    mean = torch.tensor([255.0 * m for m in MEAN], dtype=batch.dtype, device=batch.device).view(1, 3, 1, 1)
-    scale = torch.tensor([1.0 / (255.0 * s) for s in STD], dtype=batch.dtype, device=batch.device).view(1, 3, 1, 1)
+    mean, scale = constants or normalisation_constants(batch.device, batch.dtype)
     return batch.sub_(mean).mul_(scale)
 
 
