@@ -95,6 +95,23 @@ def test_training_on_cuda_records_gpu_idle_from_events(dataset: Path, settings: 
     assert record["data"]["idle_method"] == "cuda_events"
 
 
+@pytest.mark.parametrize("pin", [False, True])
+def test_uint8_batches_are_normalised_on_the_gpu_like_the_workers_floats(dataset: Path, pin: bool):
+    batches = {}
+    for where in ("worker", "device"):
+        settings = DataSettings(str(dataset), source="memory", num_workers=2, pin_memory=pin, normalize=where)
+        stream = CpuPipeline().open(MemorySource().open(settings), spec_for(settings, "cuda"))
+        try:
+            images, _ = stream.next()
+            torch.cuda.synchronize()
+            batches[where] = images.cpu()
+        finally:
+            stream.close()
+        assert images.device.type == "cuda" and images.dtype == torch.float32
+        assert images.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(batches["device"], batches["worker"], rtol=1e-6, atol=1e-6)
+
+
 def test_dali_pipeline_when_installed(dataset: Path):
     pytest.importorskip("nvidia.dali")
     cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=DataSettings(str(dataset), pipeline="dali",
@@ -111,5 +128,6 @@ def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
     statuses = {row["label"]: row["status"] for row in outcome.analysis["rows"]}
     assert statuses["synthetic"] == "ok" and statuses["folder gpu w0"] == "ok", outcome.analysis["rows"]
     assert statuses["folder cpu w2 pin persistent"] == "ok"
+    assert statuses["folder cpu w2 pin persistent uint8"] == "ok"
     assert outcome.analysis["verdict"] in ("input-bound", "compute-bound", "launch-bound")
     assert "reproduce: clsbench run" in render_diagnose(outcome.analysis)
