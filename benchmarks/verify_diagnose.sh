@@ -2,9 +2,10 @@
 # Issue 4 verification on the GPU machine (H200, 16 CPU cores), in one call of about 4-5 minutes:
 #   1. the GPU tests of the data pipelines (nvJPEG decode, stream hand-over, GPU idle from events), at most 100 s;
 #   2. a 20,000-image JPEG dataset generated locally with `clsbench data make` (all cores; about 30 s);
-#   3. `clsbench diagnose resnet50` at amp-bf16+cl, batch 256, num_workers 0,4,8,12,16 x pin_memory, the gpu
-#      pipeline and dali (skipped with its reason unless installed); at most 400 s, interrupted cleanly (SIGINT:
-#      every finished setting is already in the file).
+#   3. `clsbench diagnose resnet50` at amp-bf16+cl, batch 256, num_workers 0,4,8,12,16 x pin_memory, uint8 batches
+#      normalised on the GPU at 16 workers (with and without pinning), the gpu pipeline and dali (skipped with its
+#      reason unless installed); at most 400 s, interrupted cleanly (SIGINT: every finished setting is already in
+#      the file).
 # Writes into $OUT: data-gpu-tests.log, dataset-manifest.json, data-make.txt, diagnose-resnet50.json (the result
 # file), diagnose-resnet50.txt (what diagnose printed), diagnose-resnet50.log (its progress), timings.txt.
 # Prints the diagnosis last. Run from the repository root; nothing is downloaded.
