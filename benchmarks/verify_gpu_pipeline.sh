@@ -24,7 +24,7 @@ import json, pathlib, sys
 for f in sorted(pathlib.Path(sys.argv[1]).glob("gp-w*.json")):
     m = json.loads(f.read_text())["measurements"][0]
     s = m["summary"]
-    split = s.get("data") or s.get("data_split") or {}
+    split = s.get("data") or {}
     print(f"{f.stem}: {m['status']} {m.get('reason') or ''} {s.get('throughput_img_s') or 0:,.0f} img/s; "
           f"data: {json.dumps(split)[:400]}")
 PY
