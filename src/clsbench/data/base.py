@@ -151,3 +151,16 @@ def loader_context() -> object | None:
     """The multiprocessing context for DataLoader workers: ``fork`` where it exists (Linux), so workers start fast and
     share the memory source's buffer without pickling it; else the platform default."""
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
+def shutdown_loader(iterator: Any, loader: torch.utils.data.DataLoader) -> None:
+    """Shut a DataLoader's workers down now rather than at garbage collection (the workloads run with gc disabled):
+    those of ``iterator`` and of the loader's own (persistent-workers) iterator; a hung worker is terminated after
+    torch's join timeout. Never raises: closing must not mask the measurement's own outcome."""
+    for it in (iterator, getattr(loader, "_iterator", None)):
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001 - see the docstring
+                pass

@@ -30,7 +30,15 @@ from typing import Any
 import torch
 
 from .augment import MEAN, STD, EpochSampler, choices, normalisation_constants, normalise_
-from .base import BatchSpec, EncodedDataset, StreamRecord, drain_ready, loader_context, worker_processes_allowed
+from .base import (
+    BatchSpec,
+    EncodedDataset,
+    StreamRecord,
+    drain_ready,
+    loader_context,
+    shutdown_loader,
+    worker_processes_allowed,
+)
 from .config import DataSettings
 from .errors import DataError, translate_loader_error
 
@@ -207,15 +215,7 @@ class LoaderStream(StreamRecord):
         return drain_ready(pop, max_batches, wait_s)
 
     def close(self) -> None:
-        # Shut the workers down now rather than at garbage collection (the workload runs with gc disabled); a hung
-        # worker is terminated after torch's join timeout.
-        for it in (self._iterator, getattr(self.loader, "_iterator", None)):
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                try:
-                    shutdown()
-                except Exception:  # noqa: BLE001 - closing must never mask the measurement's own outcome
-                    pass
+        shutdown_loader(self._iterator, self.loader)
         self._iterator = None
 
 

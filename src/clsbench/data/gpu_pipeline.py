@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from .augment import EpochSampler, choices, crop_flip_resize
-from .base import BatchSpec, EncodedDataset, StreamRecord, loader_context, worker_processes_allowed
+from .base import BatchSpec, EncodedDataset, StreamRecord, loader_context, shutdown_loader, worker_processes_allowed
 from .config import DataSettings
 from .errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
 
@@ -355,13 +355,7 @@ class GpuStream(StreamRecord):
                     except queue.Empty:
                         pass
                 thread.join(POLL_S)
-        for it in (self._iterator, getattr(self.loader, "_iterator", None)):
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                try:
-                    shutdown()
-                except Exception:  # noqa: BLE001 - closing must never mask the measurement's own outcome
-                    pass
+        shutdown_loader(self._iterator, self.loader)
 
 
 def _identity(item: Any) -> Any:
