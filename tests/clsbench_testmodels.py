@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import torch
@@ -98,3 +99,47 @@ def rank1_hang_model(num_classes: int = 1000) -> nn.Module:
 
 for _f in (rank1_error_model, rank1_hang_model):
     _f.input_size = 32
+
+
+#: Where the overlap test's models write CLOCK_MONOTONIC stamps (shared by every process; fixed, because workers
+#: fork from a forkserver that may have started before the test could set an environment variable).
+STAMP_DIR = os.path.join(tempfile.gettempdir(), f"clsbench-overlap-test-{os.getuid() if hasattr(os, 'getuid') else 0}")
+
+
+def _stamp(name: str) -> None:
+    with open(os.path.join(STAMP_DIR, name), "a", encoding="utf-8") as f:
+        f.write(f"{time.monotonic()!r}\n")
+
+
+class _Stamping(Tiny):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _stamp("forward.txt")
+        return super().forward(x)
+
+
+def stamping_model(num_classes: int = 1000) -> nn.Module:
+    """Writes a stamp at every forward call (the measurement being timed)."""
+    return _Stamping(num_classes)
+
+
+stamping_model.input_size = 32
+
+
+def slow_building_model(num_classes: int = 1000) -> nn.Module:
+    """Builds until 2.5 s after the stamping model's first forward call (at most 60 s), writing a stamp every 5 ms
+    and always one more after any pause (a worker preparing ahead of a measurement)."""
+    first_forward = os.path.join(STAMP_DIR, "forward.txt")
+    give_up = time.monotonic() + 60.0
+    seen: float | None = None
+    while True:
+        _stamp("build.txt")
+        now = time.monotonic()
+        if seen is None and os.path.exists(first_forward):
+            seen = now
+        if now > give_up or (seen is not None and now - seen > 2.5):
+            break
+        time.sleep(0.005)
+    return Tiny(num_classes)
+
+
+slow_building_model.input_size = 32

@@ -81,3 +81,19 @@ def test_process_isolation_end_to_end(tmp_path):
     stored = json.loads(out.read_text())
     assert stored["environment"]["gpu"]["name"]
     assert stored["measurements"][0]["summary"]["peak_memory_reserved_bytes"] > 0
+
+
+def test_overlap_on_the_gpu_prepares_ahead_and_stops_it_while_timed(tmp_path):
+    """Overlap is the GPU default: every repeat after the first was prepared ahead, the worker ahead was stopped
+    for every timed region but the last (nothing was prepared after it), and each worker created its CUDA context
+    before its device gate."""
+    plan = clsbench.plan_run(models=["resnet18"], workloads=["infer-latency", "train"], modes=["amp-bf16+cl"],
+                             batch_sizes=[8], device="cuda", repeats=2, iterations=10, min_time=0.2)
+    assert plan.overlap_prepare
+    result = clsbench.run(plan, tmp_path / "overlap.json")
+    records = [r for m in result.measurements for r in m.repeats]
+    assert [r["status"] for r in records] == ["ok"] * 4, records
+    assert [r["overlap"]["prepared_ahead"] for r in records] == [False, True, True, True]
+    assert [r["overlap"]["ahead_stopped_when_timed"] for r in records] == [True, True, True, None]
+    assert all(r["timings"]["context_s"] > 0 and r["overlap"]["exit_wait_s"] >= 0 for r in records)
+    assert len({r["pid"] for r in records}) == 4

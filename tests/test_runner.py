@@ -178,6 +178,50 @@ def test_a_worker_prepared_ahead_gets_its_own_full_timeout():
     assert records[0]["pid"] != records[1]["pid"]
 
 
+def _stamps(name: str) -> list[float]:
+    import clsbench_testmodels
+
+    path = Path(clsbench_testmodels.STAMP_DIR) / name
+    return [float(line) for line in path.read_text(encoding="utf-8").split()] if path.exists() else []
+
+
+def test_overlap_stops_the_worker_preparing_ahead_while_the_current_one_is_timed():
+    """The next worker builds its model while the current one warms up, is stopped (SIGSTOP) for the timed
+    region and resumed after it. Both write CLOCK_MONOTONIC stamps: the next worker's build (until 2.5 s after the
+    current one's first forward, a stamp every 5 ms) must leave a gap around the current worker's timed forwards,
+    with stamps on both sides."""
+    import shutil
+
+    import clsbench_testmodels
+
+    shutil.rmtree(clsbench_testmodels.STAMP_DIR, ignore_errors=True)
+    os.makedirs(clsbench_testmodels.STAMP_DIR)
+    measured = Job(cell=Cell("clsbench_testmodels:stamping_model", "infer-throughput", "fp32", 1, "cpu"), repeat=1,
+                   stop=StopRule(warmup=1, min_iterations=20, min_seconds=0.5, warmup_seconds=1.0))
+    ahead = Job(cell=Cell("clsbench_testmodels:slow_building_model", "infer-throughput", "fp32", 1, "cpu"),
+                repeat=1, stop=StopRule(warmup=0, min_iterations=1, min_seconds=0.0))
+    executor = ProcessExecutor(timeout_s=TIMEOUT_S, overlap=True)
+    try:
+        first = executor.run(measured, ahead)
+        forwards = _stamps("forward.txt")
+        second = executor.run(ahead, None)
+    finally:
+        executor.close()
+        builds = _stamps("build.txt")
+        shutil.rmtree(clsbench_testmodels.STAMP_DIR, ignore_errors=True)
+    assert (first["status"], second["status"]) == ("ok", "ok"), (first, second)
+    timed = forwards[-first["validity"]["timed_iterations"]:]
+    start, end = timed[0], timed[-1]
+    assert [t for t in builds if start <= t <= end] == []
+    assert any(t < start for t in builds), "the worker ahead did not run during the warm-up"
+    assert any(t > end for t in builds), "the worker ahead was not resumed"
+    assert first["overlap"] == {"prepared_ahead": False, "exit_wait_s": first["overlap"]["exit_wait_s"],
+                                "ahead_stopped_when_timed": True}
+    assert second["overlap"]["prepared_ahead"] is True
+    assert second["overlap"]["ahead_stopped_when_timed"] is None  # nothing was prepared after it
+    assert first["pid"] != second["pid"] and not psutil.pid_exists(first["pid"])
+
+
 SLOW_FORKSERVER_SCRIPT = """
     import json
 

@@ -86,7 +86,7 @@ def plan_run(
     compile_mode: str = "default",
     seed: int = 0,
     cudnn_benchmark: bool = True,
-    overlap_prepare: bool = False,
+    overlap_prepare: bool = True,
     telemetry: bool = True,
     environment: dict[str, Any] | None = None,
     data: DataSettings | None = None,

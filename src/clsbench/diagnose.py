@@ -375,8 +375,8 @@ def reproduce(plan: RunPlan, cell: Cell) -> str:
 
     if cell.data is None:
         return reproduce_command(plan, cell)
-    # `run --data` turns overlapped preparation off by itself (and off is run's default): no need to say so.
-    command = reproduce_command(dataclasses.replace(plan, overlap_prepare=False), cell)
+    # `run --data` turns overlapped preparation off by itself: no need to say so.
+    command = reproduce_command(dataclasses.replace(plan, overlap_prepare=True), cell)
     d = cell.data
     args = ["--data", d.directory, "--data-source", d.source, "--pipeline", d.pipeline, "--num-workers",
             str(d.num_workers)]

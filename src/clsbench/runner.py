@@ -4,9 +4,12 @@ Start-up cost is kept small without sharing state between measurements:
 
 * workers are forked from a **forkserver** that has already imported torch, torchvision (and timm) but never
   touched the GPU, so each worker starts in tens of milliseconds with a clean CUDA context and allocator;
-* on a GPU, the next worker **prepares** (builds its model on the CPU and creates its CUDA context, which runs no
-  kernel) while the current one measures, and only receives "go" once the GPU is free, so no two measurements
-  ever run kernels at the same time.
+* on a GPU (``overlap``), the next worker is forked and **prepares** (builds its model on the CPU) while the
+  current one starts up, autotunes and warms up, and is stopped (SIGSTOP) before the current one's timed region
+  begins, so it takes nothing from the timed work; it gets "go" only after the current result has arrived. A
+  finished worker is killed without waiting for it to exit: the next worker creates its CUDA context meanwhile,
+  and waits at its ``device`` gate until the old process is gone (its GPU memory freed) before any kernel runs.
+  No two measurements ever run kernels at the same time, and no other worker runs while one is timed.
 
 Each finished measurement is written to the output file at once (atomically), so an interruption loses at most
 the measurement in flight; ``resume`` measures only the cells the file lacks.
@@ -17,6 +20,8 @@ from __future__ import annotations
 import datetime as _dt
 import multiprocessing
 import multiprocessing.connection
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +42,9 @@ PRELOAD_MODULES = ["torch", "torchvision", "timm", "clsbench.worker", "clsbench.
 
 #: Seconds to wait for a killed worker to be reaped.
 KILL_GRACE_S = 5.0
+
+#: Whether a worker prepared ahead can be paused during another's timed region (POSIX job-control signals).
+_CAN_STOP = hasattr(signal, "SIGSTOP") and hasattr(signal, "SIGCONT")
 
 
 class RunInterrupted(ClsbenchError):
@@ -65,15 +73,16 @@ ProgressCallback = Callable[[ProgressEvent], None]
 class _Worker:
     """A worker process and the parent's end of its pipe."""
 
-    def __init__(self, ctx: Any, job: Job, create_context: bool) -> None:
+    def __init__(self, ctx: Any, job: Job, gated: bool, ahead: bool = False) -> None:
         self.job = job
+        self.stopped = False
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child,), daemon=True,
                                    name=f"clsbench-{job.cell.label()}-r{job.repeat}")
         self.process.start()  # the first start also starts the forkserver (imports torch): not the worker's time
         self.started = time.monotonic()
         child.close()
-        self.conn.send((job, create_context))
+        self.conn.send((job, gated, ahead))
 
     def wait(self, deadline: float) -> tuple[str, Any] | None:
         """Next message, or None when the deadline passes or the process dies first."""
@@ -90,11 +99,30 @@ class _Worker:
             if not self.process.is_alive() and not self.conn.poll(0):
                 return None
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL (a stopped process dies too); ``wait=False`` leaves the exit to :meth:`reap`."""
         if self.process.is_alive():
             self.process.kill()
+        if wait:
+            self.reap()
+
+    def reap(self) -> None:
         self.process.join(KILL_GRACE_S)
         self.conn.close()
+
+    def pause(self) -> None:
+        """Stop the process where it is (SIGSTOP): it keeps its state and takes no CPU until :meth:`resume`."""
+        if not self.stopped and _CAN_STOP and self.process.is_alive():
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.stopped = True
+
+    def resume(self) -> None:
+        if self.stopped:
+            self.stopped = False
+            try:
+                os.kill(self.process.pid, signal.SIGCONT)
+            except ProcessLookupError:  # it died meanwhile; its absence is reported where it is waited for
+                pass
 
     def death_record(self, timeout_s: float) -> dict[str, Any]:
         self.process.join(1.0)
@@ -107,7 +135,12 @@ class _Worker:
 
 
 class ProcessExecutor:
-    """Runs each job in its own process; optionally prepares the next job while the current one measures."""
+    """Runs each job in its own process; with ``overlap``, prepares the next job while the current one is not timed.
+
+    Overlap protocol (see the module's docstring): the worker announces its ``device`` gate (context created, no
+    kernel yet) and its ``timed`` gate (timed region about to start); the parent answers "ok" after reaping the
+    previous worker and after pausing the worker prepared ahead, respectively.
+    """
 
     def __init__(self, timeout_s: float, overlap: bool) -> None:
         try:
@@ -118,13 +151,17 @@ class ProcessExecutor:
         self.timeout_s = timeout_s
         self.overlap = overlap
         self._ahead: _Worker | None = None
+        self._exiting: _Worker | None = None  # killed, not yet reaped (overlap only)
+        self._gates: dict[str, Any] = {}  # what the overlap protocol did for the job in flight (in its record)
 
     def run(self, job: Job, next_job: Job | None) -> dict[str, Any]:
-        if self._ahead is not None and self._ahead.job == job:
+        prepared_ahead = self._ahead is not None and self._ahead.job == job
+        if prepared_ahead:
             worker, self._ahead = self._ahead, None
         else:
             self.cancel_ahead()
             worker = _Worker(self._ctx, job, self.overlap)
+        self._gates = {"prepared_ahead": prepared_ahead, "exit_wait_s": 0.0, "ahead_stopped_when_timed": None}
         try:
             # Preparing and measuring each get the full timeout: a worker started ahead may have waited a whole
             # measurement for its turn, which must not count against it.
@@ -132,14 +169,40 @@ class ProcessExecutor:
             if message is None or message[0] != "ready":
                 return worker.death_record(self.timeout_s)
             if self.overlap and next_job is not None:
-                self._ahead = _Worker(self._ctx, next_job, self.overlap)
+                self._ahead = _Worker(self._ctx, next_job, gated=True, ahead=True)
             worker.conn.send("go")
-            message = worker.wait(time.monotonic() + self.timeout_s)
-            if message is None or message[0] != "result":
-                return worker.death_record(self.timeout_s)
-            return message[1]
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                message = worker.wait(deadline)
+                if message is None or message[0] not in ("gate", "result"):
+                    return worker.death_record(self.timeout_s)
+                if message[0] == "result":
+                    return {**message[1], "overlap": dict(self._gates)} if self.overlap else message[1]
+                self._pass_gate(message[1])
+                worker.conn.send("ok")
         finally:
-            worker.kill()
+            if self._ahead is not None:
+                self._ahead.resume()
+            if self.overlap:
+                self._reap_exiting()
+                worker.kill(wait=False)
+                self._exiting = worker
+            else:
+                worker.kill()
+
+    def _pass_gate(self, phase: str) -> None:
+        if phase == "device":
+            t0 = time.monotonic()
+            self._reap_exiting()
+            self._gates["exit_wait_s"] = time.monotonic() - t0
+        elif phase == "timed" and self._ahead is not None:
+            self._ahead.pause()
+            self._gates["ahead_stopped_when_timed"] = self._ahead.stopped
+
+    def _reap_exiting(self) -> None:
+        if self._exiting is not None:
+            self._exiting.reap()
+            self._exiting = None
 
     def cancel_ahead(self) -> None:
         if self._ahead is not None:
@@ -148,6 +211,7 @@ class ProcessExecutor:
 
     def close(self) -> None:
         self.cancel_ahead()
+        self._reap_exiting()
 
 
 class InlineExecutor:

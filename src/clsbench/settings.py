@@ -135,7 +135,7 @@ class RunPlan:
     timeout_s: float = 900.0  # per worker process (one repeat), compile included
     compile_mode: str = "default"  # torch.compile mode when a mode names +compile without its own
     cudnn_benchmark: bool = True
-    overlap_prepare: bool = False  # on a GPU, build the next worker's model while the current one measures
+    overlap_prepare: bool = True  # on a GPU, prepare the next worker while the current one is not timed (runner.py)
     telemetry: bool = True  # on a GPU, sample NVML (power, clocks, temperature...) over each timed region
     train: TrainSettings = TrainSettings()
     suite: str | None = None

@@ -244,7 +244,7 @@ def sweep(
     compile_mode: str = "default",
     seed: int = 0,
     cudnn_benchmark: bool = True,
-    overlap_prepare: bool = False,
+    overlap_prepare: bool = True,
     telemetry: bool = True,
     isolation: str = "process",
     clock: Clock | None = None,

@@ -505,7 +505,7 @@ def tune(
     timeout_s: float = 900.0,
     seed: int = 0,
     cudnn_benchmark: bool = True,
-    overlap_prepare: bool = False,
+    overlap_prepare: bool = True,
     telemetry: bool = True,
     compile_variants: bool = True,
     variants: Sequence[str] | None = None,
@@ -780,8 +780,8 @@ def reproduce_command(plan: RunPlan, cell: Cell) -> str:
         args.append("--no-cudnn-benchmark")
     if not plan.telemetry:
         args.append("--no-telemetry")
-    if plan.overlap_prepare:
-        args.append("--overlap")
+    if not plan.overlap_prepare:
+        args.append("--no-overlap")
     return " ".join(shlex.quote(a) for a in args)
 
 

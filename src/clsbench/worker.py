@@ -6,6 +6,11 @@ A job goes through two phases so the parent can overlap them across workers on a
 * **measure** (exclusive use of the device): configure backend flags, move the model, apply the mode, run the
   workload, read memory.
 
+With overlap, measure also passes two **gates** (:class:`Gate`): ``device``, after creating the CUDA context and
+before the first kernel, where the parent makes sure the previous worker has exited (its GPU memory is freed);
+and ``timed``, just before the timed region, where the parent stops the worker preparing ahead (SIGSTOP), so
+nothing but this measurement runs on the host or the device while it is timed.
+
 Every outcome becomes a plain dict (a *repeat record*) with ``status`` ``ok``, ``failed`` or ``skipped`` and, when
 not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``; for real data
 also ``data_error``, ``data_loader_timeout``, ``data_loader_crash``, ``unsupported_pipeline``) and a
@@ -107,13 +112,25 @@ def _model_costs(model: Any, input_size: int, job: Job) -> dict[str, Any]:
         return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def prepare(job: Job, *, create_context: bool = False) -> Prepared:
-    """Build the model on the CPU with seeded weights; runs no GPU kernel, so it may overlap another measurement.
+class Gate:
+    """The worker's side of the overlap handshake: announce a phase, wait until the parent says "ok"."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __call__(self, phase: str) -> None:
+        self._conn.send(("gate", phase))
+        reply = self._conn.recv()
+        if reply != "ok":
+            raise RuntimeError(f"the parent answered {reply!r} at the {phase!r} gate")
+
+
+def prepare(job: Job, *, ahead: bool = False) -> Prepared:
+    """Build the model on the CPU with seeded weights; touches no GPU, so it may overlap another measurement.
 
     Args:
         job: what to prepare.
-        create_context: also create this process's CUDA context now (host-side driver work plus a small
-            allocation, no kernels), so the second or so it takes is hidden behind the previous measurement.
+        ahead: this worker prepares while another one measures: build on one CPU thread.
     """
     from .models import get_model_spec
 
@@ -121,17 +138,10 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
     try:
         spec = get_model_spec(job.cell.model)
         input_size = job.cell.input_size or spec.input_size
-        with _one_thread(create_context):
+        with _one_thread(ahead):
             model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
             # The costs are the same in every repeat of a cell: count them once, in the first.
             costs = _model_costs(model, input_size, job) if job.repeat == 0 else None
-        if create_context and job.cell.device.startswith("cuda"):
-            import torch
-
-            device = torch.device(job.cell.device)
-            if device.index is not None:
-                torch.cuda.set_device(device.index)
-            torch.empty(1, device=device)  # an allocation needs the context; no kernel runs
         return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0, costs=costs)
     except ClsbenchError as exc:
         return Prepared(error=_record("failed", "model_error", str(exc)))
@@ -139,8 +149,14 @@ def prepare(job: Job, *, create_context: bool = False) -> Prepared:
         return Prepared(error=_failure(exc))
 
 
-def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
-    """Run the workload on the prepared model; return the repeat record."""
+def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str, Any]:
+    """Run the workload on the prepared model; return the repeat record.
+
+    Args:
+        job: what to measure.
+        prepared: what :func:`prepare` built.
+        gate: with overlap, the handshake with the parent (see the module's docstring); None runs straight through.
+    """
     if prepared.error is not None:
         return prepared.error
     import torch
@@ -152,6 +168,16 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
     cell = job.cell
     try:
         device = torch.device(cell.device)
+        context_s = None
+        if device.type == "cuda":
+            # The CUDA context, first and on its own: host-side driver work plus a tiny allocation, no kernel.
+            t0 = time.perf_counter()
+            if device.index is not None:
+                torch.cuda.set_device(device.index)
+            torch.empty(1, device=device)
+            context_s = time.perf_counter() - t0
+        if gate is not None:
+            gate("device")  # returns once the previous worker has exited: the device is ours alone
         workload = get_workload(cell.workload)
         if cell.data is not None:  # real data through a pipeline (train only; checked when planning)
             from .workloads.train_data import TrainWithData
@@ -194,7 +220,8 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
                               profile_busy=job.repeat == 0,
                               # The dispatch calibration explains launch-bound GPU figures; on a CPU the
                               # workload's own threads disturb it.
-                              host_calibration=device.type == "cuda")
+                              host_calibration=device.type == "cuda",
+                              gate=gate)
         # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
         gc.collect()
         gc.disable()
@@ -203,7 +230,7 @@ def measure(job: Job, prepared: Prepared) -> dict[str, Any]:
         finally:
             gc.enable()
         flags["gc_disabled_while_running"] = True
-        timings = {"prepare_s": prepared.prepare_s, "setup_s": setup_s, **out.timings}
+        timings = {"prepare_s": prepared.prepare_s, "context_s": context_s, "setup_s": setup_s, **out.timings}
         if ctx.compiled:
             # Compilation is lazy: it happens inside the first call, which is timed on its own.
             timings["compile_s"] = out.timings.get("first_iteration_s")
@@ -235,13 +262,13 @@ def execute(job: Job) -> dict[str, Any]:
 def worker_main(conn: Any) -> None:
     """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result."""
     try:
-        job, create_context = conn.recv()
-        prepared = prepare(job, create_context=create_context)
+        job, gated, ahead = conn.recv()
+        prepared = prepare(job, ahead=ahead)
         conn.send(("ready", None))
         message = conn.recv()
         if message != "go":
             return
-        conn.send(("result", measure(job, prepared)))
+        conn.send(("result", measure(job, prepared, Gate(conn) if gated else None)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     finally:

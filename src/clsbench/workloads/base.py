@@ -43,11 +43,15 @@ class WorkloadContext:
     profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
     host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
     host_cpu: dict[str, Any] | None = None  # set at the region's end: contention and calibration (measure/hostcpu.py)
+    gate: Any = None  # with overlap, worker.Gate: "timed" stops the worker preparing ahead before the region starts
     _host_start: Any = None
     _calibration_before_us: float | None = None
 
     def timed_region_started(self) -> None:
         from ..measure import hostcpu
+
+        if self.gate is not None:
+            self.gate("timed")
 
         try:  # host readings are extras: like telemetry, they never fail a measurement
             if self.host_calibration:
