@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s)
-timeout -s INT 585 python3 -m clsbench run --suite seed --device cuda -o "$OUT/seed-suite.json" 2>"$OUT/progress.log" \
+timeout -s INT ${LIMIT_S:-588} python3 -m clsbench run --suite seed --device cuda -o "$OUT/seed-suite.json" 2>"$OUT/progress.log" \
     >"$OUT/table.txt"
 echo "rc=$? seed suite: $(( $(date +%s) - t0 )) s"
 tail -n 45 "$OUT/table.txt"
@@ -21,4 +21,17 @@ for m in ms:
     print(f"{m['model'][:18]:18} {m['workload'][:12]:12} {m['mode']:9} spread {m['summary']['spread_pct']:6.2f}% "
           f"steal max {h.get('steal_pct_max') or 0:5.2f}% other cores max {h.get('other_busy_cores_max') or 0:5.2f} "
           f"invol/s {h.get('involuntary_switches_per_s_max') or 0:7.1f}")
+# Where the suite's time went, per repeat (seconds summed over every repeat): the parts inside each worker, and
+# what overlap did (prepared ahead, stopped while another was timed, waiting for the previous worker to exit).
+rs = [r for m in d["measurements"] for r in m.get("repeats", []) if r.get("status") == "ok"]
+def total(section, key):
+    return sum((r.get(section) or {}).get(key) or 0 for r in rs)
+parts = {k: total("timings", k) for k in ("prepare_s", "context_s", "setup_s", "first_iteration_s", "warmup_s")}
+parts["timed_s"] = total("validity", "timed_seconds")
+print("repeats", len(rs), " ".join(f"{k} {v:.1f}" for k, v in parts.items()), f"sum {sum(parts.values()):.1f}")
+ov = [r["overlap"] for r in rs if "overlap" in r]
+if ov:
+    print(f"overlap: prepared ahead {sum(o['prepared_ahead'] for o in ov)}/{len(ov)}; worker ahead stopped while "
+          f"timed {sum(o['ahead_stopped_when_timed'] is True for o in ov)}; waiting for the previous worker to exit "
+          f"{sum(o['exit_wait_s'] for o in ov):.1f} s")
 PY
