@@ -87,7 +87,7 @@ def test_a_failing_host_reading_never_fails_the_measurement(monkeypatch):
         raise RuntimeError("no dispatcher today")
 
     monkeypatch.setattr(hostcpu, "calibrate", broken)
-    ctx = SimpleNamespace(host_calibration=True, telemetry=None, host_cpu=None, _host_start=None,
+    ctx = SimpleNamespace(host_calibration=True, telemetry=None, host_cpu=None, _host_start=None, gate=None,
                           _calibration_before_us=None)
     WorkloadContext.timed_region_started(ctx)  # type: ignore[arg-type]
     assert WorkloadContext.timed_region_ended(ctx) is None  # type: ignore[arg-type]

@@ -69,3 +69,48 @@ def test_describe_and_combine_repeats():
     assert combined["n"] == 12
     assert combined["p50"] == 3.0  # median of 2, 3, 10: one disturbed repeat does not drag the figure
     assert combined["max"] == 5.0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Drift within one repeat: medians of consecutive time segments
+
+
+def test_segment_medians_cut_nearly_equal_consecutive_chunks():
+    # 23 samples, at most 10 segments of >= 5: 23 // 5 = 4 segments, bounds 0, 5, 11, 17, 23 (sizes 5, 6, 6, 6).
+    assert stats.segment_medians([float(i) for i in range(23)]) == [2.0, 7.5, 13.5, 19.5]
+    # 100 samples: ten segments of ten, in time order.
+    assert stats.segment_medians([float(i) for i in range(100)]) == [4.5 + 10 * i for i in range(10)]
+    # 30 samples: six segments of five; a smaller minimum allows all ten (three each).
+    assert len(stats.segment_medians([1.0] * 30)) == 6
+    assert len(stats.segment_medians([1.0] * 30, min_per_segment=3)) == 10
+    assert stats.segment_medians([float(i) for i in range(12)], segments=3, min_per_segment=1) == [1.5, 5.5, 9.5]
+
+
+def test_segment_drift_needs_two_segments():
+    assert stats.segment_medians([1.0] * 9) == []
+    assert stats.segment_drift_pct([1.0] * 9) is None  # 9 // 5 = 1 segment
+    assert stats.segment_drift_pct([]) is None
+    assert stats.segment_drift_pct([1.0] * 5 + [3.0] * 5) == 100.0  # 10 samples: two segments of five, median 2
+    assert stats.segment_drift_pct([0.0] * 20) is None  # a zero median has no relative drift
+
+
+def test_segment_drift_exact_values():
+    # Ten segments of ten: 4, 4, 4, 4, 5, 5, 4, 4, 4, 4 ms; median of all 4 ms: (5 - 4) / 4.
+    assert stats.segment_drift_pct([4.0] * 40 + [5.0] * 20 + [4.0] * 40) == 25.0
+    # A speed switch mid-repeat (2.9 -> 5.9 ms per request in the H200 runs): 60 fast then 40 slow, median 2.
+    assert stats.segment_drift_pct([2.0] * 60 + [4.0] * 40) == 100.0
+    # Steady with one outlier: every segment median is 2, so no drift (it is not a jitter or tail measure).
+    assert stats.segment_drift_pct([2.0] * 50 + [50.0] + [2.0] * 49) == 0.0
+
+
+def test_segment_drift_depends_on_time_order_not_on_the_distribution():
+    interleaved = [1.0, 3.0] * 50  # every segment holds five of each: medians all 2
+    in_two_halves = sorted(interleaved)  # the same samples, slow half after fast half
+    assert stats.segment_drift_pct(interleaved) == 0.0
+    assert stats.segment_drift_pct(in_two_halves) == 100.0  # (3 - 1) / median 2
+
+
+@pytest.mark.parametrize(("segments", "min_per_segment"), [(1, 5), (10, 0)])
+def test_segment_medians_rejects_bad_arguments(segments, min_per_segment):
+    with pytest.raises(ValueError):
+        stats.segment_medians([1.0] * 100, segments, min_per_segment)

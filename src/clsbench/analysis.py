@@ -8,6 +8,10 @@ Definitions (docs/methodology.md has the long form):
   statistic is the median over repeats of that statistic within each repeat; ``n`` is the total sample count;
 * ``spread_pct`` = (max - min) / median over repeats of the *stability metric*: p50 request latency for
   infer-latency, throughput otherwise; above :data:`clsbench.stats.UNSTABLE_SPREAD_PCT` the figure is UNSTABLE.
+* ``within_repeat_drift_pct`` = median over repeats of :func:`clsbench.stats.segment_drift_pct` of the series
+  behind the stability metric (request wall times for infer-latency, iteration times otherwise): how far the
+  speed moved *inside* one process; ``within_repeat_drift_pct_max`` is the largest per-repeat value, which picks
+  the UNSTABLE advice (:func:`unstable_advice`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,29 @@ from .settings import Cell, StopRule
 UNSTABLE_ADVICE = (
     "results moved by more than {limit:.0f}% between fresh processes: stop other work on this GPU/CPU, check clocks "
     "and temperature (`clsbench env`), and raise --min-time or --repeats"
+)
+
+#: An UNSTABLE spread is put down to a time-varying cause when the largest drift within any one repeat
+#: (``within_repeat_drift_pct_max``) reaches the UNSTABLE limit itself or this share of the spread between repeats:
+#: ``drift_max >= min(UNSTABLE_SPREAD_PCT, DRIFT_SHARE_OF_SPREAD * spread)``; otherwise to a per-process cause.
+#: The largest, not the median, because one repeat that slowed down while it ran is enough to make the spread (on
+#: the H200: repeats drifting 1.6%, 28.6% and 6.5%, the second also the slow one), whereas a per-process cause such
+#: as cuDNN autotuning is settled before the timed region and leaves every repeat steady.
+DRIFT_SHARE_OF_SPREAD = 0.5
+
+TIME_VARYING_ADVICE = (
+    "results moved by more than {limit:.0f}% between fresh processes and by up to {drift:.1f}% within a repeat, so "
+    "the cause varies over time (host CPU shared or throttled, other work on the GPU or CPU, clocks moving with "
+    "temperature or power) and fresh processes cannot remove it. Run on a quiet, dedicated host and check clocks "
+    "(`clsbench env`); for a launch-bound cell take the host out of the loop with a `+cudagraph` (inference) or "
+    "`+compile` mode, or raise --min-time so each repeat averages over the changes"
+)
+
+PER_PROCESS_ADVICE = (
+    "results moved by more than {limit:.0f}% between fresh processes while each repeat was steady (at most "
+    "{drift:.1f}% within a repeat), so the cause is fixed per process (e.g. cuDNN autotuning picking different "
+    "algorithms, memory or CPU placement). Raise --repeats so the median rests on more processes, and rerun with "
+    "--no-cudnn-benchmark to test whether autotuning is the cause"
 )
 
 
@@ -45,6 +72,21 @@ def _max_of(records: list[dict[str, Any]], section: str, key: str) -> int | None
     values = [r.get(section, {}).get(key) for r in records]
     values = [v for v in values if v is not None]
     return max(values) if values else None
+
+
+def drift_is_time_varying(drift_max: float, spread: float) -> bool:
+    """Whether the largest drift within a repeat explains an UNSTABLE spread (see :data:`DRIFT_SHARE_OF_SPREAD`)."""
+    return drift_max >= min(stats.UNSTABLE_SPREAD_PCT, DRIFT_SHARE_OF_SPREAD * spread)
+
+
+def unstable_advice(spread: float | None, drift_max: float | None) -> str:
+    """What to do about an UNSTABLE figure: a time-varying cause, a per-process cause, or the generic text when the
+    drift within repeats is unknown (every repeat too short to cut into segments, or an old file)."""
+    limit = stats.UNSTABLE_SPREAD_PCT
+    if drift_max is None or spread is None:
+        return UNSTABLE_ADVICE.format(limit=limit)
+    template = TIME_VARYING_ADVICE if drift_is_time_varying(drift_max, spread) else PER_PROCESS_ADVICE
+    return template.format(limit=limit, drift=drift_max)
 
 
 def stop_rule_text(rule: StopRule | dict[str, Any]) -> str:
@@ -90,6 +132,9 @@ def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, A
     spread = stats.spread_pct(per_repeat)
     summary["spread_pct"] = spread
     summary["unstable"] = spread is not None and spread > stats.UNSTABLE_SPREAD_PCT
+    drifts = [d for d in (stats.segment_drift_pct(_latency_samples(workload, r)) for r in ok) if d is not None]
+    summary["within_repeat_drift_pct"] = stats.median(drifts) if drifts else None
+    summary["within_repeat_drift_pct_max"] = max(drifts) if drifts else None
     summary["repeats"] = len(ok)
 
     stop_met = all(r.get("validity", {}).get("stop_rule_met", False) for r in ok)
@@ -101,7 +146,7 @@ def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, A
         "stable": not summary["unstable"],
     }
     if summary["unstable"]:
-        validity["advice"] = UNSTABLE_ADVICE.format(limit=stats.UNSTABLE_SPREAD_PCT)
+        validity["advice"] = unstable_advice(spread, summary["within_repeat_drift_pct_max"])
     return summary, validity
 
 

@@ -8,6 +8,10 @@ means a real request took 5.1 ms and 99% of requests took no longer.
 
 Spread over repeats is ``(max - min) / median`` of the per-repeat figures, in percent; a figure whose spread is
 above :data:`UNSTABLE_SPREAD_PCT` is flagged UNSTABLE.
+
+Drift within one repeat (:func:`segment_drift_pct`) is ``(max - min)`` of the medians of consecutive time segments
+of one repeat's samples, over the median of all its samples, in percent: it tells a speed that changed *while* a
+process ran from one that was steady in each process but differed between processes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from dataclasses import dataclass
 
 #: Spread over repeats above which a figure is marked UNSTABLE (the product brief: "a loud flag when spread > 10%").
 UNSTABLE_SPREAD_PCT = 10.0
+
+#: Consecutive segments a repeat's samples are cut into for :func:`segment_drift_pct`, and the fewest samples a
+#: segment may hold (fewer segments are used for a short repeat).
+DRIFT_SEGMENTS = 10
+DRIFT_MIN_PER_SEGMENT = 5
 
 #: Percentiles reported for every latency distribution, keyed by the name used in result files.
 REPORTED_PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
@@ -74,6 +83,49 @@ def spread_pct(values: Sequence[float]) -> float | None:
     if mid == 0:
         return None
     return (max(values) - min(values)) / abs(mid) * 100.0
+
+
+def segment_medians(samples: Sequence[float], segments: int = DRIFT_SEGMENTS,
+                    min_per_segment: int = DRIFT_MIN_PER_SEGMENT) -> list[float]:
+    """Medians of consecutive, nearly equal chunks of the time-ordered ``samples``, in time order.
+
+    The chunk count is ``k = min(segments, len(samples) // min_per_segment)``; chunk ``i`` holds
+    ``samples[i * n // k : (i + 1) * n // k]``, so chunk sizes differ by at most one and none is below
+    ``min_per_segment``. Returns an empty list when fewer than two chunks are possible.
+
+    Raises:
+        ValueError: for ``segments < 2`` or ``min_per_segment < 1``.
+    """
+    if segments < 2:
+        raise ValueError(f"segments must be at least 2, got {segments}")
+    if min_per_segment < 1:
+        raise ValueError(f"min_per_segment must be at least 1, got {min_per_segment}")
+    n = len(samples)
+    k = min(segments, n // min_per_segment)
+    if k < 2:
+        return []
+    return [median(samples[i * n // k:(i + 1) * n // k]) for i in range(k)]
+
+
+def segment_drift_pct(samples: Sequence[float], segments: int = DRIFT_SEGMENTS,
+                      min_per_segment: int = DRIFT_MIN_PER_SEGMENT) -> float | None:
+    """How far the typical sample moved *during* one repeat, in percent: ``(max - min)`` of the medians of its
+    consecutive time segments (:func:`segment_medians`) over the median of all its samples.
+
+    What it means: a large value says the speed changed while the process ran (on the H200, segment medians of
+    2.9 ms and 5.9 ms per request inside one 5 s repeat), so the cause varies with time (a shared or throttled host
+    CPU, other work, clocks) and is not something fixed when the process started. What it does not mean: it is not
+    per-sample jitter or tail latency (a segment's median ignores its outliers), not a trend (the segments' order
+    is not used), and not proof of a cause: it only says when, not why. Segments of few samples read a few percent
+    from plain noise. None when fewer than two segments are possible or the median is 0.
+    """
+    medians = segment_medians(samples, segments, min_per_segment)
+    if not medians:
+        return None
+    mid = median(samples)
+    if mid == 0:
+        return None
+    return (max(medians) - min(medians)) / abs(mid) * 100.0
 
 
 @dataclass(frozen=True)
