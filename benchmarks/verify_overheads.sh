@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (issue 2, launch-bound variance): MobileNetV3-Large fp32 batch-1 latency, 5 fresh processes
-# each, under the defaults (no overlapped preparation, the default now), with it (--overlap), without cuDNN
+# each, under the defaults (gated overlap since commit 486e8ff), without it (--no-overlap), without cuDNN
 # autotuning, and pinned with taskset.
 # Each result carries summary.host_cpu (steal, other load, dispatch calibration per repeat): compare the spread
 # with the calibration's spread. Returns 4 JSON files and one summary (the device returns at most 8 files).
@@ -11,7 +11,7 @@ lat=(--model mobilenet_v3_large --workload infer-latency --mode fp32 --batch-siz
      --no-probe)
 run() { local name=$1; shift; "$@" -o "$OUT/lat-$name.json" >/dev/null 2>&1; echo "== $name rc=$?"; }
 run default python3 -m clsbench run "${lat[@]}"
-run overlap python3 -m clsbench run "${lat[@]}" --overlap
+run no-overlap python3 -m clsbench run "${lat[@]}" --no-overlap
 run no-autotune python3 -m clsbench run "${lat[@]}" --no-cudnn-benchmark
 run pinned taskset -c 2-5 python3 -m clsbench run "${lat[@]}"
 python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"

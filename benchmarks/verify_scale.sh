@@ -7,6 +7,9 @@
 #
 #   OUT=/some/folder bash benchmarks/verify_scale.sh        # run from the repository root; writes into $OUT
 #
+# Issue 8, on nvidia-h200-x4 or -x8 (DDP only; DataParallel's one Python thread for 8 GPUs would take the call):
+#   GPUS=1,2,4,8 STRATEGY=ddp RESULT_NAME=scale-resnet50-x8.json OUT=... bash benchmarks/verify_scale.sh
+#
 # RUN_GPU_TESTS=1 also runs the scale test marked `gpu` first (resnet18 on 1 and 2 GPUs; about 40 s more).
 set -uo pipefail
 # NVLink multicast stays off on shared machines (NCCL, PyTorch's symmetric memory and NVSHMEM): a program that uses
@@ -14,7 +17,9 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-RESULT="$OUT/scale-resnet50-x2.json"
+GPUS=${GPUS:-1,2}
+STRATEGY=${STRATEGY:-both}
+RESULT="$OUT/${RESULT_NAME:-scale-resnet50-x2.json}"
 LOG="$OUT/scale.log"
 t0=$(date +%s)
 {
@@ -36,7 +41,7 @@ if [ "${RUN_GPU_TESTS:-0}" = 1 ]; then
   python3 -m pytest -q -m gpu tests/test_scale.py 2>&1 | tail -3 | tee -a "$LOG"
 fi
 # SIGINT at 420 s: clsbench ends the launch in flight and keeps every finished measurement in the file.
-timeout -s INT 420 python3 -m clsbench scale --model resnet50 --gpus 1,2 --strategy both --mode amp-bf16+cl \
+timeout -s INT 420 python3 -m clsbench scale --model resnet50 --gpus "$GPUS" --strategy "$STRATEGY" --mode amp-bf16+cl \
   --batch-size-per-gpu 256 --device cuda --repeats 2 --min-time 2 --timeout 180 -o "$RESULT" >>"$LOG" 2>&1
 echo "clsbench scale exit code $? after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
 tail -n 40 "$LOG"

@@ -130,6 +130,26 @@ def test_fixture_warnings_name_failures_skips_and_instability(fixture_html: str)
     assert "What to do:" in text
 
 
+def test_unstable_items_say_how_far_the_speed_moved_within_a_repeat() -> None:
+    """Cells that differ in cause each say theirs; the group's advice then covers both causes."""
+    base = result_io.load(FIXTURE)
+    template = next(m for m in base.measurements if m.status == "ok")
+    cells = []
+    for model, drift in (("drifting", 40.0), ("steady", 2.0)):
+        summary = {**copy.deepcopy(template.summary), "unstable": True, "spread_pct": 30.0,
+                   "within_repeat_drift_pct_max": drift}
+        cells.append(Measurement(model=model, workload="infer-latency", mode="fp32", batch_size=1, device="cuda",
+                                 status="ok", summary=summary,
+                                 validity={"stop_rule_met": True, "advice": f"{model} advice"}))
+    result = BenchmarkResult(environment=base.environment, settings=base.settings, measurements=tuple(cells),
+                             created_utc=base.created_utc, tool=base.tool)
+    text = page_text(render_report([result], ["drift.json"]))
+    assert "drifting infer-latency fp32 bs1: spread 30.0%" in text
+    assert "up to 40.0% within a repeat (time-varying cause)" in text
+    assert "up to 2.0% within a repeat (steady repeats: per-process cause)" in text
+    assert "drifting advice" not in text and "per-process cause), raise --repeats" in text
+
+
 def test_h200_report_has_charts_and_key_numbers(h200_html: str) -> None:
     text = page_text(h200_html)
     # img/s of the seed suite and of the telemetry check, as the summary tables print them.

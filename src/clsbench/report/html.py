@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from .. import analysis
 from ..errors import InvalidInputError
 from ..results.schema import BenchmarkResult, Measurement
 from . import table
@@ -590,8 +591,11 @@ def _roofline(runs: list[_Run], figs: _Figures) -> tuple[list[dict[str, Any]], l
 ADVICE = {
     "FAILED": "the reason and the error are recorded per measurement; an oom asks for a smaller batch size",
     "SKIPPED": "the mode or batch size does not apply to this workload or device; nothing was measured",
-    "UNSTABLE": "results moved by more than 10% between fresh processes: stop other work on this GPU/CPU, check "
-                "clocks and temperature (`clsbench env`), and raise --min-time or --repeats",
+    "UNSTABLE": "results moved by more than 10% between fresh processes. Where the speed also moved within a repeat "
+                "(time-varying cause), the host or the clocks changed during the run: measure on a quiet host, check "
+                "clocks (`clsbench env`), take a launch-bound cell's host out of the loop (+cudagraph, +compile) or "
+                "raise --min-time; where each repeat was steady (per-process cause), raise --repeats and try "
+                "--no-cudnn-benchmark",
     "THROTTLED": "the figure is what a throttled card delivers: check cooling and the power limit (`clsbench env`)",
     "NOTE": "a repeat stopped at its maximum before the stop rule held: raise --max-time",
     "PRE-FLIGHT": "the machine was not in a clean state before measuring: see the pre-flight checks of the run",
@@ -617,10 +621,16 @@ def _warnings(runs: list[_Run]) -> list[dict[str, Any]]:
             elif s.get("unstable"):
                 spread = _num(s.get("spread_pct"))
                 spread_text = "-" if spread is None else f"{spread:.1f}%"
-                items["UNSTABLE"].append({"run": run.tag, "label": _label(m), "text": (
-                    f"spread {spread_text} of {s.get('spread_metric') or 'the figure'} over {s.get('repeats')} "
-                    "repeats")})
-                if v.get("advice") and not items["UNSTABLE"][1:]:
+                text = (f"spread {spread_text} of {s.get('spread_metric') or 'the figure'} over {s.get('repeats')} "
+                        "repeats")
+                drift = _num(s.get("within_repeat_drift_pct_max"))
+                if drift is not None and spread is not None:
+                    cause = ("time-varying cause" if analysis.drift_is_time_varying(drift, spread)
+                             else "steady repeats: per-process cause")
+                    text += f"; up to {drift:.1f}% within a repeat ({cause})"
+                items["UNSTABLE"].append({"run": run.tag, "label": _label(m), "text": text})
+                # One advice for the group: a run's own, unless its cells differ in cause (then each item says it).
+                if v.get("advice") and not items["UNSTABLE"][1:] and drift is None:
                     advice["UNSTABLE"] = str(v["advice"])
             elif v.get("throttled"):
                 items["THROTTLED"].append({"run": run.tag, "label": _label(m),
