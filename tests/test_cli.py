@@ -152,7 +152,8 @@ def test_without_output_each_run_gets_a_new_file(tmp_path: Path, monkeypatch: py
         assert saved in files and result_io.load(saved).measurements[0].status == "ok"
 
 
-def test_interrupted_run_exits_130_and_names_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_interrupted_run_exits_130_names_resume_and_prints_what_finished(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
     from clsbench import cli
 
     def interrupt(self, event) -> None:
@@ -166,7 +167,7 @@ def test_interrupted_run_exits_130_and_names_resume(tmp_path: Path, monkeypatch:
     assert "Traceback" not in result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and f"--resume {out}" in errors[0], result.stderr
-    assert result.stdout == ""
+    assert set(table_rows(result.stdout)) == {(TINY, "infer-latency")}  # the finished part's table
     assert [m.workload for m in result_io.load(out).measurements] == ["infer-latency"]
 
 

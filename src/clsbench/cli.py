@@ -118,6 +118,7 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+            self._bar = None
 
 
 def _duration(seconds: float) -> str:
@@ -182,6 +183,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     from .data.plan import dataset_warnings
     from .measure.clock import make_clock
     from .report import table
+    from .runner import RunInterrupted
 
     if resume_path and given(data_opts):
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
@@ -218,6 +220,11 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                            f"on {resolved}; results -> {path}", err=True)
             result = api.run(plan, path, env=env, isolation=isolation, clock=fake, progress=progress,
                              probe=probe_first)
+    except RunInterrupted as exc:
+        progress.close()
+        if exc.result is not None and exc.result.measurements:
+            click.echo(table.render(exc.result), nl=False)  # what finished, then the one-line error
+        raise
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)

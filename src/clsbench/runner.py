@@ -48,9 +48,13 @@ _CAN_STOP = hasattr(signal, "SIGSTOP") and hasattr(signal, "SIGCONT")
 
 
 class RunInterrupted(ClsbenchError):
-    """Ctrl-C during a run; everything finished so far is in the output file."""
+    """Ctrl-C during a run; everything finished so far is in the output file, and in ``result``."""
 
     exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, hint: str | None = None, result: BenchmarkResult | None = None) -> None:
+        super().__init__(message, hint)
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -319,7 +323,8 @@ def run_plan(
     except KeyboardInterrupt:
         executor.close()
         where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""
-        raise RunInterrupted(f"interrupted: {len(result.measurements)} measurement(s) saved{where}") from None
+        raise RunInterrupted(f"interrupted: {len(result.measurements)} measurement(s) saved{where}",
+                             result=result) from None
     finally:
         executor.close()
     notify(ProgressEvent("finish", done, total))
