@@ -29,6 +29,11 @@ def total(section, key):
 parts = {k: total("timings", k) for k in ("prepare_s", "context_s", "setup_s", "first_iteration_s", "warmup_s")}
 parts["timed_s"] = total("validity", "timed_seconds")
 print("repeats", len(rs), " ".join(f"{k} {v:.1f}" for k, v in parts.items()), f"sum {sum(parts.values()):.1f}")
+measure = total("timings", "measure_s")
+if measure:  # since commit 33e0120: all of measure, and the busy-time profile inside it
+    inside = measure - sum(v for k, v in parts.items() if k != "prepare_s")
+    print(f"measure_s {measure:.1f}, of which outside the phases above {inside:.1f} "
+          f"(busy-time profiles {total('busy', 'profile_s'):.1f})")
 ov = [r["overlap"] for r in rs if "overlap" in r]
 if ov:
     print(f"overlap: prepared ahead {sum(o['prepared_ahead'] for o in ov)}/{len(ov)}; worker ahead stopped while "

@@ -30,6 +30,8 @@ def test_latency_has_both_clocks():
     host = record["host_cpu"]
     assert host["process_cpu_pct"] > 0 and host["calibration_us_per_op"] > 0
     assert host["calibration_us_per_op_before"] > 0 and host["calibration_us_per_op_after"] > 0
+    assert record["busy"]["gpu_busy_ms_per_iteration"] > 0 and record["busy"]["profile_s"] > 0
+    assert record["timings"]["context_s"] > 0 and record["timings"]["measure_s"] > record["timings"]["context_s"]
 
 
 @pytest.mark.parametrize("mode", ["fp32", "tf32", "amp-fp16", "amp-bf16+cl", "bf16+cl", "fp16"])

@@ -114,3 +114,14 @@ def test_make_clock_specs():
     with pytest.raises(ValueError):
         make_clock("fake:3")
     assert type(make_clock(None)).__name__ == "WallClock"
+
+
+def test_measure_s_covers_every_phase_of_the_repeat():
+    """measure_s is the whole measure phase on the host clock, so it holds the workload's own phases and more."""
+    rule = StopRule(warmup=2, min_iterations=5, min_seconds=0.05, warmup_seconds=0.02)
+    record = execute(Job(cell=Cell("clsbench_testmodels:tiny", "infer-throughput", "fp32", 4, "cpu"), repeat=0,
+                         stop=rule))
+    t = record["timings"]
+    phases = t["setup_s"] + t["first_iteration_s"] + t["warmup_s"] + record["validity"]["timed_seconds"]
+    assert t["context_s"] is None  # no CUDA context on a CPU
+    assert phases <= t["measure_s"] < phases + 30.0

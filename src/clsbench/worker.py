@@ -166,6 +166,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
     from .workloads import WorkloadContext, get_workload
 
     cell = job.cell
+    started = time.perf_counter()
     try:
         device = torch.device(cell.device)
         context_s = None
@@ -234,12 +235,14 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
         if ctx.compiled:
             # Compilation is lazy: it happens inside the first call, which is timed on its own.
             timings["compile_s"] = out.timings.get("first_iteration_s")
+        memory = memory_readings(device)
+        timings["measure_s"] = time.perf_counter() - started  # all of measure: what the phases above leave out
         return _record(
             "ok",
             samples=out.samples,
             timings=timings,
             validity=out.validity,
-            memory=memory_readings(device),
+            memory=memory,
             flags=flags,
             mode_notes=ready.notes,
             input_size=prepared.input_size,

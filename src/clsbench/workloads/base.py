@@ -7,6 +7,7 @@ It never summarises: statistics are derived later (``clsbench.analysis``) from w
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,7 +87,9 @@ class WorkloadContext:
             return None
         from ..measure.busy import gpu_busy_per_iteration
 
-        return gpu_busy_per_iteration(run_once)
+        t0 = time.perf_counter()
+        busy = gpu_busy_per_iteration(run_once)
+        return {**busy, "profile_s": time.perf_counter() - t0}  # untimed, but part of the suite's wall time
 
     def make_images(self, *, pinned: bool = False, on_device: bool = True) -> torch.Tensor:
         """A seeded batch of images in the mode's dtype and memory format (standard normal noise, the range of
