@@ -1,0 +1,1 @@
+"""The core: what every other layer may import (options, plans, the registry pattern, the vocabulary)."""

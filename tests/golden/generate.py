@@ -1,0 +1,130 @@
+"""Golden result files: run, sweep, tune, diagnose and scale, made from fake clocks, inline, with a fixed
+environment, so that a refactoring can prove that it changed no stored byte.
+
+``python tests/golden/generate.py DIR`` writes ``run.json``, ``sweep.json``, ``tune.json``, ``diagnose.json`` and
+``scale.json`` into DIR; ``tests/test_golden.py`` writes them into a temporary folder and compares them with the
+committed copies byte for byte. Only what a fake clock cannot fix is masked (:data:`VOLATILE`, :data:`DROPPED`): host readings
+(process ids, host-CPU counters, the perf_counter durations of untimed phases, dates) and the tool's version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+TINY = "clsbench_testmodels:tiny"
+NAMES = ("run", "sweep", "tune", "diagnose", "scale")
+
+#: A fixed environment: reading the real one is not what the golden files are about.
+ENV: dict[str, Any] = {"device": "cpu", "cpu": {"model": "golden CPU", "logical_cores": 2},
+                       "software": {"torch": "golden"}, "gpu": {}, "clsbench": {"version": "golden"}}
+
+#: Keys whose values come from the host, not from the fake clock: replaced by "<volatile>" wherever they appear.
+VOLATILE = frozenset({
+    "created_utc", "started_utc", "pid", "host_cpu", "prepare_s", "context_s", "setup_s", "measure_s",
+    "search_s", "version", "peak_rss_bytes", "worker_peak_rss_bytes", "traceback", "wall_s", "cold_pass_s",
+    "worker_start_s", "cache_prime_s", "scan_s", "fingerprint", "directory", "profile_s", "read_s",
+    "memory", "data_settings_fingerprint", "prime_s", "startup_s", "first_batch_s", "mtime_ns",
+    "host_peak_rss_bytes",
+})
+
+#: Keys present only when the host happened to be busy: left out wherever they appear.
+DROPPED = frozenset({"host_cpu_contention"})
+
+#: Temporary folders named in stored commands (scale's job files).
+TEMP_PATH = re.compile(r"/[^\s\"]*clsbench-scale-[^/\s\"]+")
+
+
+def mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "<volatile>" if k in VOLATILE else mask(v) for k, v in value.items() if k not in DROPPED}
+    if isinstance(value, list):
+        return [mask(v) for v in value]
+    if isinstance(value, str):
+        return TEMP_PATH.sub("<tmp>", value)
+    return value
+
+
+def normalised(path: Path) -> str:
+    return json.dumps(mask(json.loads(path.read_text(encoding="utf-8"))), indent=1, sort_keys=False) + "\n"
+
+
+def _run(out: Path) -> None:
+    from clsbench import api
+    from clsbench.measure.clock import FakeClock
+
+    plan = api.plan_run(models=[TINY], workloads=["infer-latency", "infer-throughput", "train"],
+                        modes=["fp32", "fp32+cl"], batch_sizes=[2], device="cpu", repeats=2, warmup=1,
+                        iterations=3, min_time=0.0, environment=ENV)
+    api.run(plan, out, env=ENV, isolation="inline", clock=FakeClock(increments_ns=(1_000_000, 3_000_000)),
+            probe=False)
+
+
+def _sweep(out: Path) -> None:
+    from clsbench.measure.clock import FakeClock
+    from clsbench.sweep import sweep
+
+    sweep(TINY, "infer-throughput", "fp32", "cpu", "1,2,4", out, repeats=2, warmup=1, iterations=2, min_time=0.0,
+          isolation="inline", clock=FakeClock(), env=ENV, probe=False)
+
+
+def _tune(out: Path) -> None:
+    from clsbench.measure.clock import FakeClock
+    from clsbench.tune import tune
+
+    tune(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4], output=out, repeats=1,
+         warmup=1, iterations=2, min_time=0.0, compile_variants=False, isolation="inline",
+         clock=FakeClock(increments_ns=(1_000_000, 2_000_000)), env=ENV, probe=False)
+
+
+def _diagnose(out: Path, scratch: Path) -> None:
+    from clsbench.data.make import MakeSpec, make_dataset
+    from clsbench.diagnose import diagnose
+    from clsbench.measure.clock import FakeClock
+
+    data = scratch / "ds"
+    make_dataset(data, MakeSpec(images=16, classes=2, seed=3, width=40, height=30), jobs=1)
+    diagnose(TINY, data, batch_size=4, device="cpu", workers=[0], pipelines=["cpu", "gpu"], quick=True,
+             output=out, isolation="inline", clock=FakeClock(), env=ENV)
+
+
+def _scale(out: Path) -> None:
+    from golden.fake_launch import FakeLauncher
+
+    from clsbench.scale import plan_scale, run_scale
+
+    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=2)
+    run_scale(plan, out, env=ENV, runner=FakeLauncher())
+
+
+def generate(directory: Path) -> list[Path]:
+    """Write the five golden files (normalised) into ``directory``; return their paths."""
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True)
+    scratch = directory / "scratch"
+    scratch.mkdir(exist_ok=True)
+    os.environ.setdefault("CLSBENCH_DB", str(scratch / "index.sqlite3"))
+    makers = {"run": _run, "sweep": _sweep, "tune": _tune, "diagnose": lambda p: _diagnose(p, scratch),
+              "scale": _scale}
+    paths = []
+    for name in NAMES:
+        raw = scratch / f"{name}.raw.json"
+        makers[name](raw)
+        path = directory / f"{name}.json"
+        path.write_text(normalised(raw), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for written in generate(Path(sys.argv[1])):
+        print(written)
