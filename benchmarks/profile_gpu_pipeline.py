@@ -52,7 +52,7 @@ def main() -> None:
 
     from clsbench.data import DataSettings
     from clsbench.data.augment import choices, crop_flip_resize
-    from clsbench.data.folder import FolderSource
+    from clsbench.data.sources.folder import FolderSource
     from clsbench.models.registry import get_model_spec
 
     dataset = FolderSource().open(DataSettings(args.directory))

@@ -24,7 +24,7 @@ LOG="$OUT/scale.log"
 t0=$(date +%s)
 {
   nvidia-smi -L
-  python3 -c 'import torch; from clsbench.scale.environment import nccl_version as v
+  python3 -c 'import torch; from clsbench.procedures.scale.nccl import nccl_version as v
 print("torch", torch.__version__, "| GPUs visible:", torch.cuda.device_count(), "| NCCL", v())'
   env | grep -E '^(NCCL_|TORCH_SYMM_MEM_|NVSHMEM_)' | sort
 } 2>&1 | tee "$LOG"

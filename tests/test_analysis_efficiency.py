@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from clsbench import analysis
+from clsbench.analysis.summary import build_measurement
+from clsbench.core.plan import Cell, StopRule
+from clsbench.engine.worker import Job, execute
 from clsbench.measure.busy import _union_length
 from clsbench.report import table
 from clsbench.results.schema import BenchmarkResult
-from clsbench.settings import Cell, StopRule
-from clsbench.telemetry import FakeSource
-from clsbench.worker import Job, execute
+from clsbench.system.telemetry import FakeSource
 
 CELL = Cell("resnet50", "infer-throughput", "amp-bf16+cl", 256, "cuda")
 COSTS = {"forward_flops": 8.0e9, "train_step_flops": 24.0e9, "params": 25_557_032, "param_bytes": 102_228_128,
@@ -29,7 +29,7 @@ def record(power: list[float], *, reasons: int = 0, temps=(50, 55), busy_ms: flo
 
 
 def test_efficiency_against_datasheet_and_probe():
-    m = analysis.build_measurement(CELL, [record([500.0] * 20), record([520.0] * 20)], environment=ENV)
+    m = build_measurement(CELL, [record([500.0] * 20), record([520.0] * 20)], environment=ENV)
     eff = m.summary["efficiency"]
     throughput = 64 * 256 / 1.024
     assert m.summary["throughput_img_s"] == pytest.approx(throughput)
@@ -44,14 +44,14 @@ def test_efficiency_against_datasheet_and_probe():
 
 
 def test_launch_bound_when_the_gpu_idles():
-    m = analysis.build_measurement(CELL, [record([200.0] * 20, busy_ms=4.0)], environment=ENV)
+    m = build_measurement(CELL, [record([200.0] * 20, busy_ms=4.0)], environment=ENV)
     assert m.summary["efficiency"]["gpu_busy_fraction"] == pytest.approx(0.25)
     assert m.summary["efficiency"]["bound_by"] == "launch"
 
 
 def test_telemetry_combined_over_repeats():
     power_cap = 0x4  # sw_power_cap
-    m = analysis.build_measurement(CELL, [record([500.0] * 20, temps=(50, 60)),
+    m = build_measurement(CELL, [record([500.0] * 20, temps=(50, 60)),
                                           record([600.0] * 20, reasons=power_cap, temps=(51, 70)),
                                           record([520.0] * 20)], environment=ENV)
     tele = m.summary["telemetry"]
@@ -70,7 +70,7 @@ def test_cpu_run_records_why_there_is_no_telemetry():
     rec = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=1, min_iterations=3, min_seconds=0.0)))
     assert rec["telemetry"]["unavailable"]
     assert rec["costs"]["forward_flops"] > 0
-    m = analysis.build_measurement(cell, [rec], environment={})
+    m = build_measurement(cell, [rec], environment={})
     assert m.summary["telemetry"]["unavailable"]
     assert m.summary["efficiency"]["achieved_tflop_s"] > 0
     assert m.summary["efficiency"]["mfu_datasheet_pct"] is None  # no datasheet for a CPU

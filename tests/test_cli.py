@@ -154,7 +154,7 @@ def test_without_output_each_run_gets_a_new_file(tmp_path: Path, monkeypatch: py
 
 def test_interrupted_run_exits_130_names_resume_and_prints_what_finished(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
-    from clsbench import cli
+    from clsbench.cli import app as cli
 
     def interrupt(self, event) -> None:
         if event.kind == "measurement":

@@ -1,7 +1,7 @@
 """Significance (Welch's t-test, Student-t via the incomplete beta), compare on synthetic results, the gate.
 
 The synthetic results are built like ``tests/data/make_fixture.py`` builds the fixture: hand-written repeat records
-in the worker's shape, turned into measurements by :func:`clsbench.analysis.build_measurement`, so every summary
+in the worker's shape, turned into measurements by :func:`clsbench.analysis.summary.build_measurement`, so every summary
 is the library's own.
 """
 
@@ -17,9 +17,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from clsbench import analysis
-from clsbench.commands.compare_cmds import EXIT_REGRESSION, parse_percent, register
-from clsbench.compare import (
+from clsbench.analysis.compare import (
     VERDICT_FASTER,
     VERDICT_NA,
     VERDICT_NOT_SIGNIFICANT,
@@ -30,11 +28,7 @@ from clsbench.compare import (
     compare,
     regressions,
 )
-from clsbench.errors import InvalidInputError
-from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult, Measurement
-from clsbench.settings import Cell
-from clsbench.significance import (
+from clsbench.analysis.significance import (
     TEST_NAME,
     is_significant,
     regularized_incomplete_beta,
@@ -42,6 +36,12 @@ from clsbench.significance import (
     student_t_two_sided_p,
     welch_t_test,
 )
+from clsbench.analysis.summary import build_measurement
+from clsbench.cli.compare_cmds import EXIT_REGRESSION, parse_percent, register
+from clsbench.core.plan import Cell
+from clsbench.errors import InvalidInputError
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
 
 # ----------------------------------------------------------------------------------------------------------
 # Numerics: the Student-t tail through the regularised incomplete beta function
@@ -204,7 +204,7 @@ def failed(reason: str = "oom") -> list[dict[str, Any]]:
 
 def measurement(model: str, workload: str, records: list[dict[str, Any]], mode: str = "fp32", batch: int = 32,
                 device: str = "cuda", power_w: float | None = None) -> Measurement:
-    m = analysis.build_measurement(Cell(model, workload, mode, batch, device), records)
+    m = build_measurement(Cell(model, workload, mode, batch, device), records)
     if power_w is not None:
         m = dataclasses.replace(m, summary={**m.summary, "telemetry": {"power_avg_w": power_w}})
     return m
@@ -505,7 +505,7 @@ def test_parse_percent():
 
 
 def test_runs_can_be_named_by_their_run_id(files: tuple[str, str], tmp_path: Path):
-    from clsbench import store
+    from clsbench.results import store
 
     db = tmp_path / "index.sqlite3"
     store.import_files([files[1]], db=db)

@@ -21,20 +21,20 @@ import torch
 from click.testing import CliRunner, Result
 
 from clsbench.cli import main
+from clsbench.core.data_settings import data_label
+from clsbench.core.plan import Cell, StopRule
 from clsbench.data import DataSettings
 from clsbench.data.augment import EpochSampler, choices, crop_box, crop_flip_resize, sample_rng
 from clsbench.data.base import BatchSpec
-from clsbench.data.config import data_label
-from clsbench.data.cpu_pipeline import CpuPipeline
 from clsbench.data.errors import DataError
-from clsbench.data.folder import FolderSource
 from clsbench.data.make import MANIFEST_NAME, MakeSpec, make_dataset
-from clsbench.data.memory import MemorySource
+from clsbench.data.pipelines.cpu import CpuPipeline
 from clsbench.data.scan import scan_folder
+from clsbench.data.sources.folder import FolderSource
+from clsbench.data.sources.memory import MemorySource
+from clsbench.engine.worker import Job, execute
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.measure.clock import FakeClock
-from clsbench.settings import Cell, StopRule
-from clsbench.worker import Job, execute
 
 TESTS = Path(__file__).parent
 TINY = "clsbench_testmodels:tiny"
@@ -328,7 +328,7 @@ def data_job(settings: DataSettings, *, clock=None, rule: StopRule | None = None
 
 
 def test_data_wait_and_compute_split_with_the_fake_clock(dataset: Path):
-    from clsbench.analysis import build_measurement
+    from clsbench.analysis.summary import build_measurement
 
     settings = DataSettings(str(dataset))
     job = data_job(settings, rule=StopRule(warmup=2, min_iterations=5, min_seconds=0.0))
@@ -391,7 +391,7 @@ def fast_worker_checks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_hung_worker_is_a_failed_measurement_not_a_hang(dataset: Path, monkeypatch, fast_worker_checks):
-    from clsbench.data import cpu_pipeline
+    from clsbench.data.pipelines import cpu as cpu_pipeline
 
     def hang(self, key):  # runs in the forked DataLoader worker
         time.sleep(3600)
@@ -406,7 +406,7 @@ def test_a_hung_worker_is_a_failed_measurement_not_a_hang(dataset: Path, monkeyp
 
 
 def test_a_crashed_worker_is_a_failed_measurement(dataset: Path, monkeypatch, fast_worker_checks):
-    from clsbench.data import cpu_pipeline
+    from clsbench.data.pipelines import cpu as cpu_pipeline
 
     def crash(self, key):
         os._exit(7)
@@ -418,7 +418,7 @@ def test_a_crashed_worker_is_a_failed_measurement(dataset: Path, monkeypatch, fa
 
 
 def test_an_exception_in_a_worker_is_a_failed_measurement(dataset: Path, monkeypatch):
-    from clsbench.data import cpu_pipeline
+    from clsbench.data.pipelines import cpu as cpu_pipeline
 
     def broken(self, key):
         raise ValueError("augmentation bug")
@@ -498,7 +498,7 @@ def stand_in_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("source, workers", [("memory", 0), ("folder", 2)])
 def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, source: str, workers: int):
-    from clsbench.data.gpu_pipeline import GpuStream
+    from clsbench.data.pipelines.gpu import GpuStream
 
     (copy / "class_0002" / "damaged.jpg").write_bytes(b"\xff\xd8\xff\xfe\x00\x04ab" + b"\x00" * 50 + b"\xff\xd9")
     settings = DataSettings(str(copy), source=source, pipeline="gpu", num_workers=workers,
@@ -518,7 +518,7 @@ def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, sour
 
 
 def test_gpu_pipeline_stage_errors_reach_the_training_thread(dataset: Path, stand_in_cuda, monkeypatch):
-    from clsbench.data import gpu_pipeline
+    from clsbench.data.pipelines import gpu as gpu_pipeline
 
     def broken(self, batch):
         raise RuntimeError("augment stage broke")
@@ -534,7 +534,7 @@ def test_gpu_pipeline_stage_errors_reach_the_training_thread(dataset: Path, stan
 
 
 def test_gpu_pipeline_times_out_when_no_batch_comes(dataset: Path, stand_in_cuda, monkeypatch):
-    from clsbench.data import gpu_pipeline
+    from clsbench.data.pipelines import gpu as gpu_pipeline
     from clsbench.data.errors import DataLoaderTimeoutError
 
     release = __import__("threading").Event()

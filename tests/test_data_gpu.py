@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from clsbench.core.plan import Cell, StopRule
 from clsbench.data import DataSettings
 from clsbench.data.base import BatchSpec
-from clsbench.data.cpu_pipeline import CpuPipeline
-from clsbench.data.gpu_pipeline import GpuPipeline
 from clsbench.data.make import MakeSpec, make_dataset
-from clsbench.data.memory import MemorySource
-from clsbench.settings import Cell, StopRule
-from clsbench.worker import Job, execute
+from clsbench.data.pipelines.cpu import CpuPipeline
+from clsbench.data.pipelines.gpu import GpuPipeline
+from clsbench.data.sources.memory import MemorySource
+from clsbench.engine.worker import Job, execute
 
 pytestmark = pytest.mark.gpu
 
@@ -64,7 +64,7 @@ def test_gpu_pipeline_names_and_replaces_a_damaged_jpeg(dataset: Path, tmp_path:
     shutil.copytree(dataset, root)
     (root / "class_0001" / "damaged.jpg").write_bytes(DAMAGED)
     settings = DataSettings(str(root), pipeline="gpu", num_workers=2, persistent_workers=True)
-    from clsbench.data.folder import FolderSource
+    from clsbench.data.sources.folder import FolderSource
 
     stream = GpuPipeline().open(FolderSource().open(settings), spec_for(settings, "cuda", batch=65))
     try:
@@ -121,7 +121,7 @@ def test_dali_pipeline_when_installed(dataset: Path):
 
 
 def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
-    from clsbench.diagnose import diagnose, render_diagnose
+    from clsbench.procedures.diagnose import diagnose, render_diagnose
 
     outcome = diagnose(TINY, dataset, mode="amp-bf16+cl", batch_size=16, device="cuda", workers=[0, 2],
                        pipelines=["cpu", "gpu"], quick=True, output=tmp_path / "diagnose.json")

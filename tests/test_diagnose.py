@@ -14,7 +14,8 @@ import pytest
 import clsbench
 from clsbench.data import DataSettings
 from clsbench.data.make import MakeSpec, make_dataset
-from clsbench.diagnose import (
+from clsbench.errors import InvalidInputError
+from clsbench.procedures.diagnose import (
     INPUT_BOUND_RATIO,
     analyze_diagnose,
     candidate_settings,
@@ -25,7 +26,6 @@ from clsbench.diagnose import (
     sweep_workers,
     time_split,
 )
-from clsbench.errors import InvalidInputError
 from clsbench.results.schema import BenchmarkResult, Measurement
 
 TESTS = Path(__file__).parent
@@ -210,7 +210,7 @@ def test_diagnose_end_to_end_on_the_cpu(tmp_path: Path):
 
 
 def test_compare_takes_the_synthetic_measurement_of_a_diagnose_file():
-    from clsbench.compare import compare
+    from clsbench.analysis.compare import compare
 
     a = result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 950.0, 0.02)])
     b = result_of(1100.0, [(DEFAULT, 210.0, 0.8)])

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from clsbench import analysis
+from clsbench.analysis.summary import (
+    PER_PROCESS_ADVICE,
+    TIME_VARYING_ADVICE,
+    UNSTABLE_ADVICE,
+    build_measurement,
+    drift_is_time_varying,
+    summarize,
+    unstable_advice,
+)
+from clsbench.core.plan import Cell
 from clsbench.report import table
 from clsbench.results.schema import BenchmarkResult
-from clsbench.settings import Cell
 from test_results_io import ok_record
 
 LATENCY = Cell("clsbench_testmodels:tiny", "infer-latency", "fp32", 1, "cpu")
@@ -29,11 +37,11 @@ def test_speed_switching_within_repeats_gets_the_time_varying_advice():
     # p50 (nearest rank) of each repeat: 2, 4, 2 ms -> spread 100%. Drift (segments of ten, over the median of all):
     # 60 x 2 then 40 x 4: (4 - 2) / 2 = 100%; 40 x 2 then 60 x 4: (4 - 2) / 4 = 50%; 70 x 2 then 30 x 2.5: 25%.
     records = latency_records([2.0] * 60 + [4.0] * 40, [2.0] * 40 + [4.0] * 60, [2.0] * 70 + [2.5] * 30)
-    summary, validity = analysis.summarize(records, "infer-latency")
+    summary, validity = summarize(records, "infer-latency")
     assert summary["spread_pct"] == 100.0 and summary["unstable"] is True
     assert summary["within_repeat_drift_pct"] == 50.0  # median over repeats
     assert summary["within_repeat_drift_pct_max"] == 100.0  # the largest, which picks the advice
-    assert validity["advice"] == analysis.TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0)
+    assert validity["advice"] == TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0)
     assert "by up to 100.0% within a repeat" in validity["advice"]
     assert "fresh processes cannot remove it" in validity["advice"]
     assert "+cudagraph" in validity["advice"] and "--min-time" in validity["advice"]
@@ -43,28 +51,28 @@ def test_one_repeat_slowing_down_while_it_ran_is_enough():
     # The H200 case: two steady 16 ms repeats and one that went from 16 to 24 ms per iteration while it ran.
     # Throughput 2000, 2000 and 1920 / 1.12 img/s -> spread 14.3%; drifts 0, 0 and (24 - 16) / 16 = 50%.
     records = train_records([16.0] * 60, [16.0] * 60, [16.0] * 40 + [24.0] * 20)
-    summary, validity = analysis.summarize(records, "train")
+    summary, validity = summarize(records, "train")
     assert summary["spread_pct"] == pytest.approx(100 * (2000 - 1920 / 1.12) / 2000)
     assert summary["within_repeat_drift_pct"] == 0.0  # the median alone would call the repeats steady
     assert summary["within_repeat_drift_pct_max"] == 50.0
-    assert validity["advice"] == analysis.TIME_VARYING_ADVICE.format(limit=10.0, drift=50.0)
+    assert validity["advice"] == TIME_VARYING_ADVICE.format(limit=10.0, drift=50.0)
 
 
 def test_steady_but_different_repeats_get_the_per_process_advice():
     # p50 of 2, 4 and 2 ms (spread 100%); within a repeat at most (4.125 - 4) / 4 = 3.125%.
     records = latency_records([2.0] * 100, [4.0] * 90 + [4.125] * 10, [2.0] * 100)
-    summary, validity = analysis.summarize(records, "infer-latency")
+    summary, validity = summarize(records, "infer-latency")
     assert summary["unstable"] is True
     assert summary["within_repeat_drift_pct"] == 0.0
     assert summary["within_repeat_drift_pct_max"] == 3.125
-    assert validity["advice"] == analysis.PER_PROCESS_ADVICE.format(limit=10.0, drift=3.125)
+    assert validity["advice"] == PER_PROCESS_ADVICE.format(limit=10.0, drift=3.125)
     assert "steady (at most 3.1% within a repeat)" in validity["advice"]
     assert "--repeats" in validity["advice"] and "--no-cudnn-benchmark" in validity["advice"]
 
 
 def test_stable_cell_has_no_advice_and_reports_its_drift():
     records = latency_records([2.0] * 100, [2.0] * 90 + [2.5] * 10, [2.0] * 100)
-    summary, validity = analysis.summarize(records, "infer-latency")
+    summary, validity = summarize(records, "infer-latency")
     assert summary["unstable"] is False and "advice" not in validity
     assert summary["within_repeat_drift_pct"] == 0.0
     assert summary["within_repeat_drift_pct_max"] == 25.0  # a drift alone never makes a cell UNSTABLE
@@ -72,15 +80,15 @@ def test_stable_cell_has_no_advice_and_reports_its_drift():
 
 def test_repeats_too_short_for_segments_keep_the_generic_advice():
     records = latency_records([1.0] * 9, [2.0] * 9)  # 9 samples: fewer than two segments of five
-    summary, validity = analysis.summarize(records, "infer-latency")
+    summary, validity = summarize(records, "infer-latency")
     assert summary["unstable"] is True
     assert summary["within_repeat_drift_pct"] is None and summary["within_repeat_drift_pct_max"] is None
-    assert validity["advice"] == analysis.UNSTABLE_ADVICE.format(limit=10.0)
+    assert validity["advice"] == UNSTABLE_ADVICE.format(limit=10.0)
 
 
 def test_drift_ignores_repeats_too_short_to_cut():
     records = latency_records([2.0] * 60 + [4.0] * 40, [2.0] * 9)
-    summary, _ = analysis.summarize(records, "infer-latency")
+    summary, _ = summarize(records, "infer-latency")
     assert summary["within_repeat_drift_pct"] == 100.0 and summary["within_repeat_drift_pct_max"] == 100.0
 
 
@@ -91,19 +99,19 @@ def test_drift_ignores_repeats_too_short_to_cut():
     (5.9, 12.0, False),
 ])
 def test_rule_limit_or_half_the_spread(drift, spread, time_varying):
-    assert analysis.drift_is_time_varying(drift, spread) is time_varying
-    expected = analysis.TIME_VARYING_ADVICE if time_varying else analysis.PER_PROCESS_ADVICE
-    assert analysis.unstable_advice(spread, drift) == expected.format(limit=10.0, drift=drift)
+    assert drift_is_time_varying(drift, spread) is time_varying
+    expected = TIME_VARYING_ADVICE if time_varying else PER_PROCESS_ADVICE
+    assert unstable_advice(spread, drift) == expected.format(limit=10.0, drift=drift)
 
 
 def test_unknown_drift_gives_the_generic_advice():
-    assert analysis.unstable_advice(25.0, None) == analysis.UNSTABLE_ADVICE.format(limit=10.0)
+    assert unstable_advice(25.0, None) == UNSTABLE_ADVICE.format(limit=10.0)
 
 
 def test_table_prints_the_specific_advice():
     records = latency_records([2.0] * 60 + [4.0] * 40, [2.0] * 40 + [4.0] * 60, [2.0] * 70 + [2.5] * 30)
-    m = analysis.build_measurement(LATENCY, records)
+    m = build_measurement(LATENCY, records)
     text = table.render(BenchmarkResult(environment={}, settings={}, measurements=(m,)))
     line = next(x for x in text.splitlines() if x.startswith("UNSTABLE "))
     assert line.startswith("UNSTABLE clsbench_testmodels:tiny infer-latency fp32 bs1: spread 100.0% over 3 repeats; ")
-    assert line.endswith(analysis.TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0))
+    assert line.endswith(TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0))

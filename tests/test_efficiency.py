@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from clsbench import efficiency
+from clsbench.analysis import efficiency
+from clsbench.analysis.peaks import GPU_PEAKS, PRECISION_KEYS, lookup_gpu, normalise_name, precision_key
 from clsbench.errors import InvalidInputError
 from clsbench.measure.flops import count_model_costs
-from clsbench.measure.peaks import GPU_PEAKS, PRECISION_KEYS, lookup_gpu, normalise_name, precision_key
 from clsbench.models import create_model
 
 # Published multiply-accumulates per 224x224 image, GMACs (1 MAC = 2 FLOPs): the figures of issue #3, as in
@@ -262,7 +262,7 @@ H200_BYTES_S = 4.8e12  # ridge point 206 FLOP/byte
 
 
 def test_efficiency_does_not_import_torch():
-    code = "import sys, clsbench.efficiency; print('torch' in sys.modules)"
+    code = "import sys, clsbench.analysis.efficiency; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -1,4 +1,4 @@
-"""Tests of environment capture (``clsbench.results.environment``).
+"""Tests of environment capture (``clsbench.system.environment``).
 
 They run on a CPU-only machine: the GPU branch is driven by a fake ``pynvml`` module put into ``sys.modules``,
 which answers like NVML does (milliwatts, bytes, MHz, bytes for some strings) and raises its own ``NVMLError``
@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from clsbench.errors import InvalidInputError
-from clsbench.results import environment
-from clsbench.results.environment import KEY_FIELDS, collect_environment, environment_lines, get_field
+from clsbench.system import environment
+from clsbench.system.environment import KEY_FIELDS, collect_environment, environment_lines, get_field
 
 MIB = 2**20
 H200_MEMORY_BYTES = 143771 * MIB  # what NVML reports for an H200
@@ -722,7 +722,7 @@ def test_get_field() -> None:
 
 FORK_AFTER_COLLECTION = """
 import json, multiprocessing, torch
-from clsbench.results.environment import collect_environment
+from clsbench.system.environment import collect_environment
 
 env = collect_environment("cuda")
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import clsbench
-from clsbench.settings import Cell, StopRule
-from clsbench.worker import Job, execute
+from clsbench.core.plan import Cell, StopRule
+from clsbench.engine.worker import Job, execute
 
 pytestmark = pytest.mark.gpu
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clsbench.analysis import combine_host_cpu
-from clsbench.measure import hostcpu
+from clsbench.analysis.summary import combine_host_cpu
+from clsbench.system import hostcpu
 
 
 def _snap(wall: float, jiffies: tuple[int, ...] | None, cpu_s: float = 0.0, invol: int = 0) -> hostcpu.Snapshot:

@@ -18,7 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from clsbench.commands.report_cmds import register
+from clsbench.cli.report_cmds import register
 from clsbench.report import html as report_html
 from clsbench.report.html import MAX_POINTS_PER_CURVE, knee, render_report
 from clsbench.results import io as result_io

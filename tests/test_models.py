@@ -19,11 +19,11 @@ from clsbench.errors import InvalidInputError, UnknownModelError
 from clsbench.models import (
     ModelSpec,
     create_model,
-    custom_source,
     get_model_spec,
     list_models,
     register_model,
 )
+from clsbench.models.sources import custom_source
 
 SEED_SUITE = ["resnet50", "resnet101", "mobilenet_v3_large", "efficientnet_b0", "timm/vit_tiny_patch16_224"]
 TINY_SIDE = 64  # small enough to be fast, large enough for every seed-suite network's downsampling

@@ -2,7 +2,7 @@
 
 ``tests/data/result_v1.json`` is a schema-1 file written by ``tests/data/make_fixture.py`` (library code from
 hand-written repeat records). It must stay readable by every later clsbench, and its stored summaries must
-equal what :mod:`clsbench.analysis` recomputes from its raw samples.
+equal what :mod:`clsbench.analysis.summary` recomputes from its raw samples.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clsbench import analysis
+from clsbench.analysis.summary import build_measurement, stop_rule_text, summarize
+from clsbench.core.plan import Cell, StopRule
 from clsbench.errors import EXIT_FILE, ResultFileError
 from clsbench.results import io as result_io
 from clsbench.results.schema import SCHEMA_VERSION, BenchmarkResult, Measurement
-from clsbench.settings import Cell, StopRule
 
 FIXTURE = "result_v1.json"
 RULE = StopRule(warmup=1, min_iterations=3, min_seconds=0.0)
@@ -54,8 +54,8 @@ def result() -> BenchmarkResult:
     out = BenchmarkResult(environment=environment, settings={"repeats": 2},
                           created_utc="2026-01-02T03:04:05+00:00",
                           tool={"name": "clsbench", "version": "0.1.0"})
-    out = out.with_measurement(analysis.build_measurement(latency, records, RULE))
-    return out.with_measurement(analysis.build_measurement(train, failed, RULE))
+    out = out.with_measurement(build_measurement(latency, records, RULE))
+    return out.with_measurement(build_measurement(train, failed, RULE))
 
 
 def write_json(path: Path, data: object) -> Path:
@@ -260,12 +260,12 @@ def test_fixture_summaries_match_a_recomputation_from_raw_samples(data_dir: Path
     rules = {name: StopRule(**rule) for name, rule in result.settings["stop_rules"].items()}
     for m in result.measurements:
         label = m.cell.label()
-        summary, validity = analysis.summarize(list(m.repeats), m.workload)
+        summary, validity = summarize(list(m.repeats), m.workload)
         stored = {key: value for key, value in summary.items() if key in m.summary}  # new keys may be derived
         assert stored == {key: m.summary[key] for key in stored}, label
         assert validity == {key: m.validity[key] for key in validity}, label
-        assert m.validity["stop_rule"] == analysis.stop_rule_text(rules[m.workload]), label
-        rebuilt = analysis.build_measurement(m.cell, list(m.repeats), rules[m.workload])
+        assert m.validity["stop_rule"] == stop_rule_text(rules[m.workload]), label
+        rebuilt = build_measurement(m.cell, list(m.repeats), rules[m.workload])
         assert (rebuilt.status, rebuilt.reason, rebuilt.detail) == (m.status, m.reason, m.detail), label
     latency = result.measurements[0]
     assert latency.summary["latency_ms"]["n"] == 16

@@ -20,13 +20,13 @@ import psutil
 import pytest
 
 from clsbench import api
+from clsbench.core.plan import Cell, StopRule
+from clsbench.engine.runner import ProcessExecutor, ProgressEvent, RunInterrupted
+from clsbench.engine.worker import Job
 from clsbench.errors import EXIT_INTERRUPTED
 from clsbench.measure.clock import FakeClock
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
-from clsbench.runner import ProcessExecutor, ProgressEvent, RunInterrupted
-from clsbench.settings import Cell, StopRule
-from clsbench.worker import Job
 
 TESTS = Path(__file__).resolve().parent
 TINY = "clsbench_testmodels:tiny"
@@ -225,7 +225,8 @@ def test_overlap_stops_the_worker_preparing_ahead_while_the_current_one_is_timed
 SLOW_FORKSERVER_SCRIPT = """
     import json
 
-    from clsbench import api, runner
+    from clsbench import api
+    from clsbench.engine import runner
 
     # A forkserver that needs over 2 s to start, as importing torch, torchvision and timm can when cold.
     runner.PRELOAD_MODULES = [*runner.PRELOAD_MODULES, "slow_preload"]

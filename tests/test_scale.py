@@ -22,16 +22,22 @@ from click.testing import CliRunner, Result
 
 from clsbench.cli import main
 from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
+from clsbench.procedures.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
+from clsbench.procedures.scale.figures import efficiencies, scale_figures
+from clsbench.procedures.scale.files import PID_FILE
+from clsbench.procedures.scale.launch import LaunchOutcome, launch
+from clsbench.procedures.scale.merge import comm_figures, merge_launch
+from clsbench.procedures.scale.plan import (
+    parse_endpoint,
+    parse_gpus,
+    parse_strategies,
+    validate_gpu_counts,
+    validate_nodes,
+)
+from clsbench.procedures.scale.run import make_job
+from clsbench.procedures.scale.strategies import get_strategy
+from clsbench.procedures.scale.strategies.dp import CPU_TEST_ENV
 from clsbench.results import io as result_io
-from clsbench.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
-from clsbench.scale.analysis import efficiencies, scale_figures
-from clsbench.scale.files import PID_FILE
-from clsbench.scale.launch import LaunchOutcome, launch
-from clsbench.scale.merge import comm_figures, merge_launch
-from clsbench.scale.plan import parse_endpoint, parse_gpus, parse_strategies, validate_gpu_counts, validate_nodes
-from clsbench.scale.run import make_job
-from clsbench.scale.strategies import get_strategy
-from clsbench.scale.strategies.dp import CPU_TEST_ENV
 
 TESTS = Path(__file__).resolve().parent
 TINY = "clsbench_testmodels:tiny"
@@ -149,7 +155,7 @@ def test_single_node_launch_is_standalone_torchrun():
     assert "--standalone" in command and "--master-addr" not in command
     assert command[command.index("--nproc-per-node") + 1] == "2"
     assert command[command.index("--max-restarts") + 1] == "0"
-    assert command[-4:] == ["-m", "clsbench.scale.worker", "--job", "/jobs/launch-2/job.json"]
+    assert command[-4:] == ["-m", "clsbench.procedures.scale.rank", "--job", "/jobs/launch-2/job.json"]
     assert all(x["skipped"] and "CUDA GPUs" in x["skipped"] for x in launches[4:])  # DataParallel on a CPU
 
 
@@ -251,7 +257,7 @@ def test_a_processes_exception_is_classified_as_the_single_process_worker_does()
     import torch
 
     from clsbench.errors import ClsbenchError
-    from clsbench.scale.worker import ModelError, failure_record
+    from clsbench.procedures.scale.rank import ModelError, failure_record
 
     assert failure_record(ModelError("cannot import module 'x'"))["reason"] == "model_error"
     skipped = failure_record(ClsbenchError("this GPU does not support bfloat16"))
@@ -454,7 +460,7 @@ def test_two_nodes_merge_on_node_0_and_node_1_writes_nothing(tmp_path: Path, cpu
 
 
 def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path: Path, cpu_env: dict[str, Any]):
-    from clsbench.scale import ScaleInterrupted
+    from clsbench.procedures.scale import ScaleInterrupted
 
     calls: list[int] = []
 
@@ -477,7 +483,7 @@ ORPHAN_MAKER = """
 import os, subprocess, sys, time
 folder = sys.argv[1]
 # like torchrun: a child in a session of its own, which a kill of this process group would not reach
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "clsbench.scale.worker", folder],
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "clsbench.procedures.scale.rank", folder],
                          start_new_session=True)
 open(os.path.join(folder, "pid-0"), "w").write(str(child.pid))
 time.sleep(float(sys.argv[2]))
@@ -597,7 +603,7 @@ def test_the_dataparallel_process_through_its_cpu_test_hook(cpu_env: dict[str, A
     (repeat,) = m.repeats
     assert repeat["samples"]["images"] == repeat["validity"]["timed_iterations"] * 16  # one process, 2 x 8 images
     assert [r["batch_size"] for r in repeat["ranks"]] == [16]
-    assert repeat["launch"]["command"][1:3] == ["-m", "clsbench.scale.worker"]
+    assert repeat["launch"]["command"][1:3] == ["-m", "clsbench.procedures.scale.rank"]
     assert "CPU test hook" in repeat["distributed"]["note"]
     assert m.summary["comm_share"] is None and m.summary["gpus"] == 2
 

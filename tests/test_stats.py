@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from clsbench import stats
+from clsbench.analysis import stats
 
 
 def test_nearest_rank_percentiles_on_1_to_100():

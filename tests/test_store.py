@@ -1,4 +1,4 @@
-"""The SQLite index (clsbench.store) and its commands ``import`` and ``history``.
+"""The SQLite index (clsbench.results.store) and its commands ``import`` and ``history``.
 
 Fast and CPU-only: every test uses its own database under ``tmp_path``, given by the ``db`` argument, by
 ``--db`` or by ``$CLSBENCH_DB``. The result files are the committed fixture and H200 results; a CPU result and
@@ -19,10 +19,10 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from clsbench import store
-from clsbench.commands.store_cmds import TABLE_WIDTH, register
+from clsbench.cli.store_cmds import TABLE_WIDTH, register
 from clsbench.errors import EXIT_FILE, EXIT_INVALID_INPUT, InvalidInputError, ResultFileError
 from clsbench.results import io as result_io
+from clsbench.results import store
 from clsbench.results.schema import BenchmarkResult
 
 REPO = Path(__file__).resolve().parent.parent

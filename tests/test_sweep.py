@@ -22,12 +22,12 @@ from click.testing import CliRunner
 
 from clsbench import api
 from clsbench.cli import main
+from clsbench.core.plan import RunPlan
 from clsbench.errors import InvalidInputError
 from clsbench.measure.clock import FakeClock
+from clsbench.procedures.sweep import AUTO_MIN_GAIN, analyze_sweep, parse_batch_sizes, render_sweep, sweep
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
-from clsbench.settings import RunPlan
-from clsbench.sweep import AUTO_MIN_GAIN, analyze_sweep, parse_batch_sizes, render_sweep, sweep
 
 TINY = "clsbench_testmodels:tiny"
 
@@ -102,7 +102,7 @@ def env() -> dict[str, Any]:
 
 
 def invoke_group(*args: str) -> Any:
-    from clsbench.commands.sweep_cmds import register
+    from clsbench.cli.sweep_cmds import register
 
     group = click.Group()
     register(group)
@@ -308,7 +308,7 @@ def test_cli_sweep_inline_prints_the_knee(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "knee: batch 4 (4,000 img/s, 100% of the best 4,000 img/s at batch 4" in result.stdout
     assert "latency-throughput curve" in result.stdout
-    from clsbench import store
+    from clsbench.results import store
 
     assert len(store.history()) == 1  # indexed in the (private) history, as `run` does
     again = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-sizes", "1", "-o", str(path))

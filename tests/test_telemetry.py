@@ -1,4 +1,4 @@
-"""Tests of GPU telemetry (``clsbench.telemetry``) and the pre-flight checks (``clsbench.preflight``).
+"""Tests of GPU telemetry (``clsbench.system.telemetry``) and the pre-flight checks (``clsbench.system.preflight``).
 
 They run on a CPU-only machine. Summaries are checked on scripted records with exact numbers; the NVML sampler
 and the pre-flight checks run against a fake ``pynvml`` module put into ``sys.modules``, which answers like NVML
@@ -18,22 +18,13 @@ from typing import Any
 import pytest
 import torch
 
-from clsbench import preflight
+from clsbench.analysis.telemetry import SUMMARY_KEYS, THROTTLE_MIN_FRACTION, summarize_telemetry
 from clsbench.errors import InvalidInputError
-from clsbench.preflight import GPU_HOT_C, preflight_checks
-from clsbench.telemetry import (
-    SERIES,
-    THROTTLE_MIN_FRACTION,
-    FakeSource,
-    NoneSource,
-    TelemetrySource,
-    make_source,
-    reason_names,
-    summarize_telemetry,
-)
-from clsbench.telemetry.base import REASON_BITS
-from clsbench.telemetry.nvml import NvmlSource
-from clsbench.telemetry.summary import SUMMARY_KEYS
+from clsbench.results.telemetry import REASON_BITS, SERIES, reason_names
+from clsbench.system import preflight
+from clsbench.system.preflight import GPU_HOT_C, preflight_checks
+from clsbench.system.telemetry import FakeSource, NoneSource, TelemetrySource, make_source
+from clsbench.system.telemetry.nvml import NvmlSource
 
 SW_POWER_CAP = 0x4
 HW_THERMAL_SLOWDOWN = 0x40

@@ -19,10 +19,9 @@ from click.testing import CliRunner
 
 from clsbench import api
 from clsbench.cli import main
+from clsbench.core.plan import RunPlan
 from clsbench.errors import InvalidInputError
-from clsbench.results import io as result_io
-from clsbench.settings import RunPlan
-from clsbench.tune import (
+from clsbench.procedures.tune import (
     OUTPUT_RTOL,
     NoConfigurationError,
     analyze_tune,
@@ -32,6 +31,7 @@ from clsbench.tune import (
     render_tune,
     tune,
 )
+from clsbench.results import io as result_io
 from test_sweep import load_costed
 
 TINY = "clsbench_testmodels:tiny"
@@ -155,7 +155,7 @@ def test_the_correctness_guard_rejects_a_mode_beyond_its_tolerance(costed: Any, 
 def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dict[str, Any],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # +cudagraph stands in for the compile variants: on a CPU the runner records it as skipped, without a worker.
-    monkeypatch.setattr("clsbench.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
     outcome = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16", "amp-bf16+cl"], batch_sizes=[2],
                        compile_variants=True, max_autotune=False)
     pruned = {p["mode"]: p["reason"] for p in outcome.result.settings["tune"]["pruned"]}
@@ -176,15 +176,15 @@ def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dic
 
 def test_max_autotune_phase_tries_only_the_best_precision(costed: Any, env: dict[str, Any],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("clsbench.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
     calls = []
-    original = __import__("clsbench.tune", fromlist=["_variant"])._variant
+    original = __import__("clsbench.procedures.tune", fromlist=["_variant"])._variant
 
     def variant(base: str, suffix: str) -> str | None:
         calls.append(suffix)
         return original(base, "+cl+cudagraph" if suffix == "+compile:max-autotune" else suffix)
 
-    monkeypatch.setattr("clsbench.tune._variant", variant)
+    monkeypatch.setattr("clsbench.procedures.tune._variant", variant)
     outcome = run_tune(costed, env, modes=["fp32", "amp-bf16"], batch_sizes=[2], compile_variants=True)
     phases = [p["phase"] for p in outcome.result.settings["tune"]["phases"]]
     assert phases == ["eager", "compile", "max-autotune"]
@@ -235,7 +235,7 @@ def test_bad_input_is_refused_before_measuring(kwargs: dict[str, Any], tmp_path:
 
 
 def invoke_group(*args: str) -> Any:
-    from clsbench.commands.sweep_cmds import register
+    from clsbench.cli.sweep_cmds import register
 
     group = click.Group()
     register(group)
@@ -290,7 +290,7 @@ def test_variants_choose_the_compile_phase_candidates(costed: Any, env: dict[str
 
 
 def test_variants_bad_input() -> None:
-    from clsbench.tune import parse_variants
+    from clsbench.procedures.tune import parse_variants
 
     assert parse_variants("train", None) == ("+compile",)
     assert parse_variants("infer-latency", ["+compile+cudagraph", "cudagraph"]) == ("+compile+cudagraph",

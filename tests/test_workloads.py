@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from clsbench.core.plan import Cell, StopRule
+from clsbench.engine.worker import Job, execute
 from clsbench.measure.clock import FakeClock, make_clock
-from clsbench.settings import Cell, StopRule
-from clsbench.worker import Job, execute
 from clsbench.workloads.base import StopWatch
 
 RULE = StopRule(warmup=2, min_iterations=5, min_seconds=0.0)

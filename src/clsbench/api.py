@@ -10,12 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import DeviceUnavailableError, InvalidInputError, ResultFileError
-from .measure.clock import Clock
-from .results import io as result_io
-from .results.schema import BenchmarkResult
-from .runner import ProgressCallback, check_resume_compatible, new_result, run_plan
-from .settings import (
+from clsbench.core.plan import (
     WORKLOADS,
     Cell,
     DataSettings,
@@ -25,7 +20,12 @@ from .settings import (
     validate_batch_size,
     validate_workload,
 )
-from .suites import default_suite_name, get_suite, resolve_modes
+from clsbench.core.suites import default_suite_name, get_suite, resolve_modes
+from clsbench.engine.runner import ProgressCallback, check_resume_compatible, new_result, run_plan
+from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
+from clsbench.measure.clock import Clock
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult
 
 DEFAULT_RESULTS_DIR = Path("clsbench-results")
 
@@ -101,8 +101,8 @@ def plan_run(
     carries the settings, and overlapped preparation is turned off (building the next model would take CPU time
     from the pipeline being measured).
     """
-    from .models import get_model_spec
-    from .modes import parse_mode
+    from clsbench.models import get_model_spec
+    from clsbench.modes import parse_mode
 
     resolved_device = resolve_device(device)
     if suite is None and not models:
@@ -135,7 +135,7 @@ def plan_run(
             cells.append(Cell(model, workload, mode, size, resolved_device, input_size))
 
     if data is not None:
-        from .data.plan import prepare_data_settings
+        from clsbench.data.plan import prepare_data_settings
 
         data, _ = prepare_data_settings(data, [cell.batch_size for cell in cells])
         cells = [dataclasses.replace(cell, data=data) for cell in cells]
@@ -178,8 +178,8 @@ def default_output_path(device: str, directory: Path = DEFAULT_RESULTS_DIR) -> P
 def environment(device: str = "cpu") -> dict[str, Any]:
     """The environment that would be recorded for a run on ``device``, with the pre-flight checks under
     ``preflight`` (read-only: clsbench reports the GPU's state and never changes it)."""
-    from .preflight import preflight_checks
-    from .results.environment import collect_environment
+    from clsbench.system.environment import collect_environment
+    from clsbench.system.preflight import preflight_checks
 
     facts = collect_environment(device)
     facts["preflight"] = preflight_checks(device)
@@ -203,7 +203,7 @@ def run(
 ) -> BenchmarkResult:
     """Measure ``plan``, saving to ``output`` after every measurement; refuse to overwrite an existing file.
 
-    On a GPU, ``probe`` first measures the matmul and copy ceilings (clsbench.probe) in a separate process and
+    On a GPU, ``probe`` first measures the matmul and copy ceilings (clsbench.system.probe) in a separate process and
     stores them in the environment, so MFU can be stated against measured as well as datasheet peaks.
     """
     path = Path(output) if output is not None else None
@@ -212,7 +212,7 @@ def run(
     device = plan.cells[0].device if plan.cells else "cpu"
     facts = env if env is not None else environment(device)
     if probe and device.startswith("cuda") and "probe" not in facts:
-        from .probe import probe_in_subprocess
+        from clsbench.system.probe import probe_in_subprocess
 
         facts = {**facts, "probe": probe_in_subprocess(device)}
     result = new_result(plan, facts)
@@ -244,7 +244,7 @@ def resume(
     current = env if env is not None else environment(device)
     if not force:
         check_resume_compatible(result, current, str(path))
-        from .data.plan import check_data_unchanged
+        from clsbench.data.plan import check_data_unchanged
 
         check_data_unchanged((cell.data for cell in plan.cells), str(path))
     return run_plan(plan, result, path, isolation=isolation, clock=clock, progress=progress)
@@ -256,7 +256,7 @@ def load(path: str | Path) -> BenchmarkResult:
 
 
 def list_models(pattern: str = "*") -> list[str]:
-    from .models import list_models as _list
+    from clsbench.models import list_models as _list
 
     return _list(pattern)
 

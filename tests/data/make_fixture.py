@@ -2,7 +2,7 @@
 
 The repeat records below are written by hand, in the shape the worker produces (on an H200: CUDA-event
 iteration times, NVML memory readings); everything derived from them (status, summary, validity) comes from
-the library itself (:func:`clsbench.analysis.build_measurement`), and the file is written by
+the library itself (:func:`clsbench.analysis.summary.build_measurement`), and the file is written by
 :func:`clsbench.results.io.save`. Never edit the JSON by hand: change this script and run it::
 
     .venv/bin/python tests/data/make_fixture.py
@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clsbench import analysis
+from clsbench.analysis.summary import build_measurement
+from clsbench.core.plan import Cell, RunPlan, StopRule
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
-from clsbench.settings import Cell, RunPlan, StopRule
 
 OUTPUT = Path(__file__).with_name("result_v1.json")
 CREATED_UTC = "2026-11-30T12:00:00+00:00"
@@ -216,7 +216,7 @@ def build() -> BenchmarkResult:
     result = BenchmarkResult(environment=ENVIRONMENT, settings=plan.to_dict(), created_utc=CREATED_UTC,
                              tool=TOOL)
     for cell, records in cells_and_records:
-        measurement = analysis.build_measurement(cell, records, plan.stop_rule(cell.workload))
+        measurement = build_measurement(cell, records, plan.stop_rule(cell.workload))
         result = result.with_measurement(measurement)
     return result
 

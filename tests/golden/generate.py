@@ -70,7 +70,7 @@ def _run(out: Path) -> None:
 
 def _sweep(out: Path) -> None:
     from clsbench.measure.clock import FakeClock
-    from clsbench.sweep import sweep
+    from clsbench.procedures.sweep import sweep
 
     sweep(TINY, "infer-throughput", "fp32", "cpu", "1,2,4", out, repeats=2, warmup=1, iterations=2, min_time=0.0,
           isolation="inline", clock=FakeClock(), env=ENV, probe=False)
@@ -78,7 +78,7 @@ def _sweep(out: Path) -> None:
 
 def _tune(out: Path) -> None:
     from clsbench.measure.clock import FakeClock
-    from clsbench.tune import tune
+    from clsbench.procedures.tune import tune
 
     tune(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4], output=out, repeats=1,
          warmup=1, iterations=2, min_time=0.0, compile_variants=False, isolation="inline",
@@ -87,8 +87,8 @@ def _tune(out: Path) -> None:
 
 def _diagnose(out: Path, scratch: Path) -> None:
     from clsbench.data.make import MakeSpec, make_dataset
-    from clsbench.diagnose import diagnose
     from clsbench.measure.clock import FakeClock
+    from clsbench.procedures.diagnose import diagnose
 
     data = scratch / "ds"
     make_dataset(data, MakeSpec(images=16, classes=2, seed=3, width=40, height=30), jobs=1)
@@ -97,9 +97,8 @@ def _diagnose(out: Path, scratch: Path) -> None:
 
 
 def _scale(out: Path) -> None:
+    from clsbench.procedures.scale import plan_scale, run_scale
     from golden.fake_launch import FakeLauncher
-
-    from clsbench.scale import plan_scale, run_scale
 
     plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=2)
     run_scale(plan, out, env=ENV, runner=FakeLauncher())

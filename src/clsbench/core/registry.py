@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from fnmatch import fnmatchcase
 from typing import Generic, TypeVar, overload
 
-from ..errors import InvalidInputError
+from clsbench.errors import InvalidInputError
 
 T = TypeVar("T")
 

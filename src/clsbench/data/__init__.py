@@ -8,7 +8,7 @@ One small interface per axis (:mod:`clsbench.data.base`), one module per kind:
 * pipelines: ``cpu`` (decode and augment in DataLoader workers), ``gpu`` (decode with nvJPEG on the GPU in
   batches, augment there, on a side stream), ``dali`` (NVIDIA DALI, when installed).
 
-This package imports nothing heavy at import time: :mod:`clsbench.settings` imports its :class:`DataSettings`, and
+This package imports nothing heavy at import time: :mod:`clsbench.core.plan` imports its :class:`DataSettings`, and
 the CLI lists the names without importing torch.
 """
 
@@ -16,25 +16,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import PIPELINES, SOURCES, DataSettings
+from clsbench.core.data_settings import PIPELINES, SOURCES, DataSettings
 
 __all__ = ["PIPELINES", "SOURCES", "DataSettings", "get_pipeline", "get_source"]
 
 
 def get_source(name: str) -> Any:
     """The source module's object for ``name`` (one of :data:`SOURCES`)."""
-    from ..errors import InvalidInputError
+    from clsbench.errors import InvalidInputError
 
     if name == "synthetic":
-        from .synthetic import SyntheticSource
+        from clsbench.data.sources.synthetic import SyntheticSource
 
         return SyntheticSource()
     if name == "folder":
-        from .folder import FolderSource
+        from clsbench.data.sources.folder import FolderSource
 
         return FolderSource()
     if name == "memory":
-        from .memory import MemorySource
+        from clsbench.data.sources.memory import MemorySource
 
         return MemorySource()
     raise InvalidInputError(f"unknown data source {name!r}", "choose from: " + ", ".join(SOURCES))
@@ -42,18 +42,18 @@ def get_source(name: str) -> Any:
 
 def get_pipeline(name: str) -> Any:
     """The pipeline object for ``name`` (one of :data:`PIPELINES`)."""
-    from ..errors import InvalidInputError
+    from clsbench.errors import InvalidInputError
 
     if name == "cpu":
-        from .cpu_pipeline import CpuPipeline
+        from clsbench.data.pipelines.cpu import CpuPipeline
 
         return CpuPipeline()
     if name == "gpu":
-        from .gpu_pipeline import GpuPipeline
+        from clsbench.data.pipelines.gpu import GpuPipeline
 
         return GpuPipeline()
     if name == "dali":
-        from .dali_pipeline import DaliPipeline
+        from clsbench.data.pipelines.dali import DaliPipeline
 
         return DaliPipeline()
     raise InvalidInputError(f"unknown pipeline {name!r}", "choose from: " + ", ".join(PIPELINES))

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 import torch
 
-from .config import DataSettings
-from .scan import DatasetIndex
+from clsbench.core.data_settings import DataSettings
+from clsbench.data.scan import DatasetIndex
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from ..errors import InvalidInputError
+from clsbench.errors import InvalidInputError
 
 
 class DataError(InvalidInputError):

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInputError, ResultFileError
+from clsbench.errors import InvalidInputError, ResultFileError
 
 MANIFEST_NAME = "clsbench-dataset.json"
 MANIFEST_FORMAT = 1
@@ -345,7 +345,7 @@ def write_manifest(root: Path, spec: MakeSpec, result: MakeResult) -> None:
     import numpy
     import PIL
 
-    from ..results.io import write_text_atomic
+    from clsbench.results.io import write_text_atomic
 
     manifest = {
         "format": MANIFEST_FORMAT,

@@ -6,10 +6,10 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..errors import ResultFileError
-from .config import DataSettings
-from .errors import DataError
-from .scan import DatasetIndex, scan_folder
+from clsbench.core.data_settings import DataSettings
+from clsbench.data.errors import DataError
+from clsbench.data.scan import DatasetIndex, scan_folder
+from clsbench.errors import ResultFileError
 
 
 def prepare_data_settings(settings: DataSettings, batch_sizes: Sequence[int],

@@ -26,7 +26,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import DataError
+from clsbench.data.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 #: Bytes read from the end of each file to find its end marker.

@@ -87,7 +87,7 @@ def count_model_costs(
     meta device attention runs as SDPA's math path, so the ``heads x tokens x tokens`` score and softmax
     tensors count as traffic, which a flash-attention kernel never writes (about 20% of ViT-B/16's figure).
     Parameters are counted as read once per forward pass; a batch of B images reads them once for all B
-    (divide ``param_bytes`` by B, see :func:`clsbench.efficiency.min_bytes_per_image`).
+    (divide ``param_bytes`` by B, see :func:`clsbench.analysis.efficiency.min_bytes_per_image`).
 
     Bytes are ``elements * bytes_per_element``, whatever dtype the model happens to be stored in: what
     matters is the precision the mode computes in (4 for fp32/tf32, 2 for fp16/bf16, AMP included: autocast

@@ -3,9 +3,9 @@
 A model name is resolved by asking each source in turn (:func:`sources`); the first that knows the name
 returns a :class:`ModelSpec`, which builds the network. The sources and their naming rules:
 
-- ``torchvision`` (:mod:`clsbench.models.torchvision_source`): the plain name, e.g. ``resnet50``.
-- ``timm`` (:mod:`clsbench.models.timm_source`): ``timm/`` + timm's name, e.g. ``timm/vit_tiny_patch16_224``.
-- ``custom`` (:mod:`clsbench.models.custom_source`): ``package.module:function``, or a name registered with
+- ``torchvision`` (:mod:`clsbench.models.sources.torchvision_source`): the plain name, e.g. ``resnet50``.
+- ``timm`` (:mod:`clsbench.models.sources.timm_source`): ``timm/`` + timm's name, e.g. ``timm/vit_tiny_patch16_224``.
+- ``custom`` (:mod:`clsbench.models.sources.custom_source`): ``package.module:function``, or a name registered with
   :func:`register_model`.
 
 Weights are never downloaded: a benchmark measures speed, which random weights give as well as trained
@@ -119,9 +119,9 @@ class ModelSource(Protocol):
 @functools.cache
 def sources() -> tuple[ModelSource, ...]:
     """The sources, in the order a name is looked up. Imported here, not at the top, to avoid a cycle."""
-    from clsbench.models.custom_source import CustomSource
-    from clsbench.models.timm_source import TimmSource
-    from clsbench.models.torchvision_source import TorchvisionSource
+    from clsbench.models.sources.custom_source import CustomSource
+    from clsbench.models.sources.timm_source import TimmSource
+    from clsbench.models.sources.torchvision_source import TorchvisionSource
 
     return (TorchvisionSource(), TimmSource(), CustomSource())
 
@@ -186,7 +186,7 @@ def register_model(name: str, *, input_size: int = DEFAULT_INPUT_SIZE) -> Callab
     Raises:
         InvalidInputError: a malformed name or input size, or a name already taken.
     """
-    from clsbench.models import custom_source
+    from clsbench.models.sources import custom_source
 
     if not isinstance(name, str) or not name or name != name.strip() or any(c.isspace() for c in name):
         raise InvalidInputError(f"invalid model name {name!r}", "use a non-empty name without spaces")

@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidInputError
-from .base import ModeComponent, ModeContext, Prepared
-from .channels_last import ChannelsLast
-from .compile import COMPILE_MODES, Compile
-from .cudagraph import CudaGraph
-from .precision import PRECISIONS
+from clsbench.errors import InvalidInputError
+from clsbench.modes.base import ModeComponent, ModeContext, Prepared
+from clsbench.modes.channels_last import ChannelsLast
+from clsbench.modes.compile import COMPILE_MODES, Compile
+from clsbench.modes.cudagraph import CudaGraph
+from clsbench.modes.precision import PRECISIONS
 
 __all__ = ["ExecutionMode", "ModeContext", "Prepared", "parse_mode", "known_mode_tokens"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .base import ModeContext, Prepared
+from clsbench.modes.base import ModeContext, Prepared
 
 
 class ChannelsLast:

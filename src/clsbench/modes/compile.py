@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .base import ModeContext, Prepared
+from clsbench.modes.base import ModeContext, Prepared
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

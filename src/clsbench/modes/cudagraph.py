@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .base import ModeContext, Prepared
+from clsbench.modes.base import ModeContext, Prepared
 
 #: Warm-up calls before capture; PyTorch's CUDA-graph notes recommend a few on a side stream.
 CAPTURE_WARMUP_CALLS = 3

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .base import ModeContext, Prepared
+from clsbench.modes.base import ModeContext, Prepared
 
 
 def set_tf32(enabled: bool) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Exports of stored results and of comparisons: flat rows as CSV, JSON and Markdown, comparisons as text too.
 
-Every function here reads stored results (or a :class:`~clsbench.compare.Comparison` built from them) and
+Every function here reads stored results (or a :class:`~clsbench.analysis.compare.Comparison` built from them) and
 returns text; nothing is measured, and nothing is written except by :func:`write_text`.
 
 **Flat rows** (:data:`COLUMNS`): one row per measurement, units in the column names (``_ms``, ``_bytes``,
@@ -8,7 +8,7 @@ returns text; nothing is measured, and nothing is written except by :func:`write
 Figures are written unrounded (CSV writes Python's shortest round-trip form of each float), so pandas'
 ``read_csv`` gets exactly what the result file holds. Definitions are those of ``clsbench show``: img/s is the
 median over repeats, each latency statistic the median over repeats of that statistic within a repeat,
-percentiles are nearest-rank (:mod:`clsbench.stats`).
+percentiles are nearest-rank (:mod:`clsbench.analysis.stats`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..compare import (
+from clsbench.analysis.compare import (
     VERDICT_FASTER,
     VERDICT_NA,
     VERDICT_NOT_TESTABLE,
@@ -32,11 +32,11 @@ from ..compare import (
     RunInfo,
     format_ratio,
 )
-from ..errors import InvalidInputError, ResultFileError
-from ..results.environment import get_field
-from ..results.io import _jsonable, write_text_atomic
-from ..results.schema import BenchmarkResult, Measurement
-from ..significance import format_p
+from clsbench.analysis.significance import format_p
+from clsbench.errors import InvalidInputError, ResultFileError
+from clsbench.results.io import _jsonable, write_text_atomic
+from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.system.environment import get_field
 
 #: Formats of ``show`` and ``compare``.
 FORMATS = ("table", "json", "csv", "markdown")

@@ -17,7 +17,7 @@ How it stays self-contained and safe:
   changing what the eye sees at these chart sizes.
 
 Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
-every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.stats.percentile`), which
+every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`), which
 can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
 """
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from .. import analysis
-from ..errors import InvalidInputError
-from ..results.schema import BenchmarkResult, Measurement
-from . import table
-from .table import fmt_ms, fmt_rate
+from clsbench.analysis.summary import drift_is_time_varying
+from clsbench.errors import InvalidInputError
+from clsbench.report import table
+from clsbench.report.table import fmt_ms, fmt_rate
+from clsbench.results.schema import BenchmarkResult, Measurement
 
 #: A sweep's knee: the smallest batch size whose throughput reaches this fraction of the sweep's best. 90% is the
 #: usual "diminishing returns" cut: beyond it, a larger batch buys at most another 10% while costing memory and
@@ -399,7 +399,7 @@ def _wall_samples(m: Measurement) -> list[float]:
 
 def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
     """Per model: the CDF of every repeat's raw per-request wall time pooled, one curve per (run, mode, batch)."""
-    from ..stats import percentile
+    from clsbench.analysis.stats import percentile
 
     many = len(runs) > 1
     curves: dict[str, list[tuple[str, list[float]]]] = {}
@@ -502,9 +502,9 @@ def _roofline(runs: list[_Run], figs: _Figures) -> tuple[list[dict[str, Any]], l
     """Per run with FLOPs: log-log roofline, a point per measurement at (intensity, achieved TFLOP/s).
 
     Ceilings per precision unit: solid from ``clsbench probe`` (measured matmul peak, measured copy bandwidth),
-    dashed from the datasheet table (:mod:`clsbench.measure.peaks`).
+    dashed from the datasheet table (:mod:`clsbench.analysis.peaks`).
     """
-    from ..measure.peaks import lookup_gpu
+    from clsbench.analysis.peaks import lookup_gpu
 
     charts, notes = [], []
     for run in runs:
@@ -625,7 +625,7 @@ def _warnings(runs: list[_Run]) -> list[dict[str, Any]]:
                         "repeats")
                 drift = _num(s.get("within_repeat_drift_pct_max"))
                 if drift is not None and spread is not None:
-                    cause = ("time-varying cause" if analysis.drift_is_time_varying(drift, spread)
+                    cause = ("time-varying cause" if drift_is_time_varying(drift, spread)
                              else "steady repeats: per-process cause")
                     text += f"; up to {drift:.1f}% within a repeat ({cause})"
                 items["UNSTABLE"].append({"run": run.tag, "label": _label(m), "text": text})
@@ -640,7 +640,7 @@ def _warnings(runs: list[_Run]) -> list[dict[str, Any]]:
                                       "text": f"stop rule not met ({v.get('stop_rule', '')})"})
         checks = run.result.environment.get("preflight")
         for check in checks if isinstance(checks, list) else ():
-            # Pre-flight statuses are ok | warn | info | unavailable (clsbench.preflight); only "warn" is a problem.
+            # Pre-flight statuses are ok | warn | info | unavailable (clsbench.system.preflight); only "warn" is a problem.
             if isinstance(check, dict) and check.get("status") == "warn":
                 items["PRE-FLIGHT"].append({"run": run.tag, "label": str(check.get("check")),
                                             "text": f"{check.get('status')}: {check.get('message')}"})

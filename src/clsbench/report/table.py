@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from ..results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import BenchmarkResult, Measurement
 
 MIB = 1024 * 1024
 COLUMNS = ("model", "workload", "mode", "batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n", "status")
@@ -52,7 +52,7 @@ def workload_text(m: Measurement) -> str:
     """The workload, with the data settings of a real-data measurement: ``train [folder cpu w8 pin]``."""
     if m.data is None:
         return m.workload
-    from ..data.config import data_label
+    from clsbench.core.data_settings import data_label
 
     return f"{m.workload} [{data_label(m.data)}]"
 
@@ -195,7 +195,7 @@ def render(result: BenchmarkResult) -> str:
                   "`clsbench probe` peak)", ""]
         lines.extend(render_rows(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured]))
     if any(m.data is not None for m in measured):
-        from ..data.analysis import data_section
+        from clsbench.analysis.data import data_section
 
         lines += data_section(measured)
     notes = warnings(measurements)

@@ -9,8 +9,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..errors import ResultFileError
-from .schema import BenchmarkResult
+from clsbench.errors import ResultFileError
+from clsbench.results.schema import BenchmarkResult
 
 
 def _jsonable(value: Any) -> Any:

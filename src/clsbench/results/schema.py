@@ -6,7 +6,7 @@ A file holds one ``clsbench run``::
      "settings": {...}, "measurements": [{...}, ...]}
 
 Each measurement keeps the raw samples of every repeat (``repeats[i]["samples"]``) next to its ``summary``, which
-is derived from them by :mod:`clsbench.analysis` and can be recomputed at any time.
+is derived from them by :mod:`clsbench.analysis.summary` and can be recomputed at any time.
 
 History of ``schema_version``:
 
@@ -23,9 +23,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..data.config import DataSettings, data_label
-from ..errors import ResultFileError
-from ..settings import Cell
+from clsbench.core.data_settings import DataSettings, data_label
+from clsbench.core.plan import Cell
+from clsbench.errors import ResultFileError
 
 SCHEMA_VERSION = 1
 #: Versions this clsbench can read; anything else is rejected by name.

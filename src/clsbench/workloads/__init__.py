@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..errors import InvalidInputError
-from .base import NonFiniteLossError, Workload, WorkloadContext, WorkloadOutput
-from .infer_latency import InferLatency
-from .infer_throughput import InferThroughput
-from .train import Train
+from clsbench.errors import InvalidInputError
+from clsbench.workloads.base import NonFiniteLossError, Workload, WorkloadContext, WorkloadOutput
+from clsbench.workloads.infer_latency import InferLatency
+from clsbench.workloads.infer_throughput import InferThroughput
+from clsbench.workloads.train import Train
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (InferLatency(), InferThroughput(), Train())}
 

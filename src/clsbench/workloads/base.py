@@ -1,7 +1,7 @@
 """The workload interface and what the workloads share: the stop rule and block planning.
 
 A workload runs inside a worker process on a model already prepared for its mode, and returns raw samples.
-It never summarises: statistics are derived later (``clsbench.analysis``) from what it returns.
+It never summarises: statistics are derived later (``clsbench.analysis.summary``) from what it returns.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import torch
 
-from ..measure.clock import NS_PER_S, Clock
-from ..modes.base import Prepared
-from ..settings import Cell, StopRule, TrainSettings
+from clsbench.core.plan import Cell, StopRule, TrainSettings
+from clsbench.measure.clock import NS_PER_S, Clock
+from clsbench.modes.base import Prepared
 
 #: Planned timed blocks are sized for this much more than the remaining minimum time, so that one block usually
 #: satisfies the stop rule despite small differences between warm-up and timed iterations.
@@ -40,7 +40,7 @@ class WorkloadContext:
     data_seed: int
     train: TrainSettings
     compiled: bool = False
-    telemetry: Any = None  # a clsbench.telemetry TelemetrySource sampling only the timed region, or None
+    telemetry: Any = None  # a clsbench.system.telemetry TelemetrySource sampling only the timed region, or None
     profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
     host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
     host_cpu: dict[str, Any] | None = None  # set at the region's end: contention and calibration (measure/hostcpu.py)
@@ -49,7 +49,7 @@ class WorkloadContext:
     _calibration_before_us: float | None = None
 
     def timed_region_started(self) -> None:
-        from ..measure import hostcpu
+        from clsbench.system import hostcpu
 
         if self.gate is not None:
             self.gate("timed")
@@ -66,7 +66,7 @@ class WorkloadContext:
     def timed_region_ended(self) -> dict[str, Any] | None:
         telemetry = self.telemetry.stop() if self.telemetry is not None else None
         if self._host_start is not None:
-            from ..measure import hostcpu
+            from clsbench.system import hostcpu
 
             try:
                 host = hostcpu.contention(self._host_start, hostcpu.snapshot())
@@ -85,7 +85,7 @@ class WorkloadContext:
         """GPU busy time per iteration, from a short profile after the timed region (CUDA only)."""
         if self.device.type != "cuda" or not self.profile_busy:
             return None
-        from ..measure.busy import gpu_busy_per_iteration
+        from clsbench.measure.busy import gpu_busy_per_iteration
 
         t0 = time.perf_counter()
         busy = gpu_busy_per_iteration(run_once)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from ..measure.clock import NS_PER_MS, NS_PER_S
-from ..measure.device import synchronize
-from .base import StopWatch, WorkloadContext, WorkloadOutput
+from clsbench.measure.clock import NS_PER_MS, NS_PER_S
+from clsbench.measure.device import synchronize
+from clsbench.workloads.base import StopWatch, WorkloadContext, WorkloadOutput
 
 #: Distinct host inputs cycled through, so no request reuses the previous request's buffer.
 HOST_INPUT_POOL = 8

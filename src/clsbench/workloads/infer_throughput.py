@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ..measure.device import synchronize
-from .base import WorkloadContext, WorkloadOutput
-from .loop import run_timed_loop
+from clsbench.measure.device import synchronize
+from clsbench.workloads.base import WorkloadContext, WorkloadOutput
+from clsbench.workloads.loop import run_timed_loop
 
 
 class InferThroughput:

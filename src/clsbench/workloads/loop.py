@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import stats
-from ..measure.clock import NS_PER_MS, NS_PER_S
-from ..measure.device import EventTimeline, synchronize
-from .base import StopWatch, WorkloadContext, WorkloadOutput
+from clsbench.analysis import stats
+from clsbench.measure.clock import NS_PER_MS, NS_PER_S
+from clsbench.measure.device import EventTimeline, synchronize
+from clsbench.workloads.base import StopWatch, WorkloadContext, WorkloadOutput
 
 #: Warm-up iterations used to estimate the time of one timed iteration (median of the last few).
 ESTIMATE_WINDOW = 5

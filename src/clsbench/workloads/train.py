@@ -11,12 +11,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..measure.clock import NS_PER_S
-from ..measure.device import synchronize
-from ..modes.base import Prepared
-from ..settings import TrainSettings
-from .base import NonFiniteLossError, WorkloadContext, WorkloadOutput
-from .loop import run_timed_loop
+from clsbench.core.plan import TrainSettings
+from clsbench.measure.clock import NS_PER_S
+from clsbench.measure.device import synchronize
+from clsbench.modes.base import Prepared
+from clsbench.workloads.base import NonFiniteLossError, WorkloadContext, WorkloadOutput
+from clsbench.workloads.loop import run_timed_loop
 
 
 def make_optimizer(model: torch.nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:

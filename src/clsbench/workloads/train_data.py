@@ -41,15 +41,15 @@ from typing import Any
 
 import torch
 
-from .. import stats
-from ..data import get_pipeline, get_source
-from ..data.base import BatchSpec
-from ..data.errors import DataError, PipelineUnsupportedError
-from ..measure.clock import NS_PER_MS, NS_PER_S
-from ..measure.device import synchronize
-from .base import NonFiniteLossError, StopWatch, WorkloadContext, WorkloadOutput
-from .loop import ESTIMATE_WINDOW
-from .train import make_optimizer, train_step
+from clsbench.analysis import stats
+from clsbench.data import get_pipeline, get_source
+from clsbench.data.base import BatchSpec
+from clsbench.data.errors import DataError, PipelineUnsupportedError
+from clsbench.measure.clock import NS_PER_MS, NS_PER_S
+from clsbench.measure.device import synchronize
+from clsbench.workloads.base import NonFiniteLossError, StopWatch, WorkloadContext, WorkloadOutput
+from clsbench.workloads.loop import ESTIMATE_WINDOW
+from clsbench.workloads.train import make_optimizer, train_step
 
 #: Taking a batch that takes at least this long means nothing was prepared ahead any more (the drain stops).
 DRAIN_WAIT_S = 0.002

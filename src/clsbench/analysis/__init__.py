@@ -1,0 +1,1 @@
+"""Pure derivations from stored results: statistics, summaries, efficiency, comparisons, warnings (no torch)."""

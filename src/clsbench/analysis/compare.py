@@ -1,0 +1,580 @@
+"""Compare stored runs: matched measurements, speed-ups, whether each difference is significant, and what differs.
+
+Reads :class:`~clsbench.results.schema.BenchmarkResult` objects only (files, or runs from the store), so a
+comparison can be redone from files alone on any machine.
+
+* **Matching.** Measurements are matched by ``(model, workload, mode, batch_size)``, deliberately *not* by
+  device: comparing an H200 with a CPU or with another GPU is the point.
+* **The figure.** ``train`` and ``infer-throughput``: img/s (higher is better), one value per repeat from
+  ``summary["throughput_img_s_by_repeat"]``. ``infer-latency``: p50 request latency in ms (lower is better), one
+  value per repeat: the nearest-rank p50 (:func:`clsbench.analysis.stats.percentile`) of that repeat's raw ``wall_ms``
+  samples. The figure shown is the median over repeats, as in ``clsbench show``.
+* **The ratio** of every run against the first is a *speed-up*: ``> 1`` means faster than the first run.
+  For throughput it is ``other / first``; for latency it is inverted, ``first / other``, so that ``> 1`` still
+  means faster.
+* **The verdict** comes from :func:`clsbench.analysis.significance.welch_t_test` (Welch's two-sided t-test on the
+  per-repeat values, level ``alpha``, default 0.05): ``faster``, ``slower``, or ``not significant`` when the
+  difference is inside the repeat-to-repeat noise; ``not testable`` with fewer than two repeats on a side; ``n/a``
+  when either cell has no figure (failed, skipped or missing).
+* **Environment.** The facts of :data:`clsbench.system.environment.KEY_FIELDS` that differ between runs are
+  listed. Runs on different hardware are expected; runs on the *same* hardware (same GPU name, or same CPU model
+  for CPU runs) whose software or settings differ get a warning: a difference may come from either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clsbench.analysis import stats
+from clsbench.analysis.significance import DEFAULT_ALPHA, TEST_NAME, TestResult, welch_t_test
+from clsbench.core.plan import WORKLOADS
+from clsbench.errors import InvalidInputError
+from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.system.environment import KEY_FIELDS, get_field
+
+#: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
+LATENCY_WORKLOADS = frozenset({"infer-latency"})
+#: Facts that identify the hardware; the other KEY_FIELDS are software or settings.
+HARDWARE_FIELDS = ("gpu.name", "cpu.model")
+#: Run labels used in table headers; the legend maps each to its file.
+RUN_LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+VERDICT_FASTER = "faster"
+VERDICT_SLOWER = "slower"
+VERDICT_NOT_SIGNIFICANT = "not significant"
+VERDICT_NOT_TESTABLE = "not testable"
+VERDICT_NA = "n/a"
+
+Key = tuple[str, str, str, int]  # model, workload, mode, batch_size
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One compared run: its name (file or run id), table label, hardware and devices."""
+
+    name: str
+    label: str
+    hardware: str
+    devices: tuple[str, ...]
+    torch: str | None
+    created_utc: str
+
+
+@dataclass(frozen=True)
+class CellValue:
+    """One run's figure for one matched row.
+
+    Attributes:
+        status: ``ok``, ``failed``, ``skipped`` or ``missing`` (the run has no such measurement).
+        reason: the failure or skip reason from the result file.
+        value: the figure (median over repeats); None unless ok.
+        values: the per-repeat figures the significance test uses.
+        unstable: the measurement was flagged UNSTABLE (spread over repeats above the limit).
+        device: the device the measurement ran on.
+    """
+
+    status: str
+    reason: str | None = None
+    value: float | None = None
+    values: tuple[float, ...] = ()
+    unstable: bool = False
+    device: str | None = None
+
+    @property
+    def cv_pct(self) -> float | None:
+        """Standard deviation over repeats relative to their mean, in percent (None below two repeats)."""
+        if len(self.values) < 2:
+            return None
+        mean = stats.mean(self.values)
+        return stats.stdev(self.values) / mean * 100.0 if mean else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "value": self.value, "values": list(self.values),
+                "cv_pct": self.cv_pct, "unstable": self.unstable, "device": self.device}
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A run against the first run for one row.
+
+    Attributes:
+        speedup: > 1 means faster than the first run (latency inverted); None when either figure is missing.
+        verdict: ``faster``, ``slower``, ``not significant``, ``not testable`` or ``n/a``.
+        test: the Welch's t-test behind the verdict (None when there was nothing to test).
+    """
+
+    speedup: float | None
+    verdict: str
+    test: TestResult | None = None
+
+    @property
+    def slowdown_pct(self) -> float | None:
+        """How much more time per image (or per request) than the first run, in percent; > 0 is slower.
+
+        ``(1 / speedup - 1) * 100``: a throughput that falls from 100 to 90 img/s is 11.1% slower, a latency
+        that rises from 10 to 11 ms is 10% slower (pyperf's "1.11x slower").
+        """
+        if not self.speedup:
+            return None
+        return (1.0 / self.speedup - 1.0) * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"speedup": self.speedup, "slowdown_pct": self.slowdown_pct, "verdict": self.verdict,
+                "test": self.test.to_dict() if self.test else None}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One matched (model, workload, mode, batch size): each run's figure and each later run's ratio."""
+
+    model: str
+    workload: str
+    mode: str
+    batch_size: int
+    cells: tuple[CellValue, ...]
+    ratios: tuple[Ratio, ...]  # one per run after the first
+
+    @property
+    def key(self) -> Key:
+        return (self.model, self.workload, self.mode, self.batch_size)
+
+    def label(self) -> str:
+        return f"{self.model} {self.workload} {self.mode} bs{self.batch_size}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "workload": self.workload, "mode": self.mode, "batch_size": self.batch_size,
+                "cells": [c.to_dict() for c in self.cells], "ratios": [r.to_dict() for r in self.ratios]}
+
+
+@dataclass(frozen=True)
+class WorkloadTable:
+    """All rows of one workload and the figure they compare."""
+
+    workload: str
+    metric: str  # "throughput_img_s" or "latency_p50_ms"
+    higher_is_better: bool
+    rows: tuple[Row, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "metric": self.metric, "higher_is_better": self.higher_is_better,
+                "rows": [r.to_dict() for r in self.rows]}
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    """A key environment fact whose value is not the same in every run (one value per run)."""
+
+    field: str
+    values: tuple[Any, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class CrossRunFigures:
+    """One run's figures for one model in the cross-GPU view."""
+
+    train_img_s: float | None = None
+    train_batch_size: int | None = None
+    latency_p50_ms: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory_kind: str | None = None  # "allocated" (torch, GPU) or "host_rss" (CPU)
+    power_avg_w: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CrossRow:
+    """A row of the cross-GPU view: a model in a mode, its figures per run, the second run against the first.
+
+    The train figure is the training throughput; the latency is the p50 at batch 1; peak memory and average
+    power are those of the training measurement (torch's peak allocation on a GPU, the worker's peak RSS on a CPU).
+    """
+
+    model: str
+    mode: str
+    runs: tuple[CrossRunFigures, ...]
+    train_ratio: Ratio | None = None
+    latency_ratio: Ratio | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "mode": self.mode, "runs": [r.to_dict() for r in self.runs],
+                "train_ratio": self.train_ratio.to_dict() if self.train_ratio else None,
+                "latency_ratio": self.latency_ratio.to_dict() if self.latency_ratio else None}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything ``clsbench compare`` shows, as data: render it with :mod:`clsbench.report.export`."""
+
+    runs: tuple[RunInfo, ...]
+    alpha: float
+    env_differences: tuple[EnvDifference, ...]
+    warnings: tuple[str, ...]
+    tables: tuple[WorkloadTable, ...]
+    cross: tuple[CrossRow, ...]
+    test: str = TEST_NAME
+
+    def rows(self) -> list[Row]:
+        return [row for table in self.tables for row in table.rows]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "alpha": self.alpha,
+            "ratio": "speed-up against the first run: > 1 is faster (latency inverted: first / other)",
+            "runs": [dataclasses.asdict(r) for r in self.runs],
+            "env_differences": [d.to_dict() for d in self.env_differences],
+            "warnings": list(self.warnings),
+            "tables": [t.to_dict() for t in self.tables],
+            "cross_gpu": [c.to_dict() for c in self.cross],
+        }
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A significant slowdown beyond the gate's threshold."""
+
+    row: Row
+    run: RunInfo
+    ratio: Ratio
+    baseline: str = "the baseline"
+
+    def describe(self) -> str:
+        """E.g. ``resnet50 train fp32 bs32: B (new.json) is 25.0% slower than A (1.25x the time per image;
+        significant at alpha=0.05 (Welch's t-test (two-sided), p=0.0012))``."""
+        test = self.ratio.test
+        unit = "latency" if self.row.workload in LATENCY_WORKLOADS else "time per image"
+        significance = f"; {test.describe()}" if test else ""
+        return (f"{self.row.label()}: {self.run.label} ({self.run.name}) is {self.ratio.slowdown_pct:.1f}% slower "
+                f"than {self.baseline} ({format_ratio(1 / self.ratio.speedup)} the {unit}{significance})")
+
+
+def format_ratio(value: float) -> str:
+    """A ratio as people read it: three significant digits, trailing zeros kept (1.10x, 0.0183x), whole from 100."""
+    return f"{value:.0f}x" if value >= 100 else f"{value:#.3g}x"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Figures of one measurement
+
+
+def metric_of(workload: str) -> tuple[str, bool]:
+    """The figure compared for ``workload`` and whether higher is better."""
+    if workload in LATENCY_WORKLOADS:
+        return "latency_p50_ms", False
+    return "throughput_img_s", True
+
+
+def per_repeat_values(m: Measurement) -> list[float]:
+    """The figure of each ok repeat: p50 of its ``wall_ms`` (infer-latency), else its img/s; finite values only."""
+    ok = [r for r in m.repeats if r.get("status") == "ok" and isinstance(r.get("samples"), dict)]
+    values: list[float] = []
+    if m.workload in LATENCY_WORKLOADS:
+        values = [stats.percentile(r["samples"]["wall_ms"], 50.0) for r in ok if r["samples"].get("wall_ms")]
+    elif m.summary.get("throughput_img_s_by_repeat"):
+        values = list(m.summary["throughput_img_s_by_repeat"])
+    else:
+        for r in ok:
+            images, wall_s = r["samples"].get("images"), r["samples"].get("wall_s")
+            if images and wall_s:
+                values.append(images / wall_s)
+    return [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def figure_of(m: Measurement) -> float | None:
+    """The figure ``clsbench show`` prints: median img/s over repeats, or median over repeats of p50 latency."""
+    if m.workload in LATENCY_WORKLOADS:
+        value = (m.summary.get("latency_ms") or {}).get("p50")
+    else:
+        value = m.summary.get("throughput_img_s")
+    if value is None:
+        values = per_repeat_values(m)
+        value = stats.median(values) if values else None
+    return value
+
+
+def cell_of(m: Measurement | None) -> CellValue:
+    if m is None:
+        return CellValue(status="missing")
+    if m.status != "ok":
+        return CellValue(status=m.status, reason=m.reason, device=m.device)
+    value = figure_of(m)
+    if value is None:
+        return CellValue(status="missing", reason="no figure recorded", device=m.device)
+    return CellValue(status="ok", value=value, values=tuple(per_repeat_values(m)),
+                     unstable=bool(m.summary.get("unstable")), device=m.device)
+
+
+def ratio_of(base: CellValue, other: CellValue, higher_is_better: bool, alpha: float) -> Ratio:
+    """Speed-up of ``other`` against ``base`` and its verdict (see the module docstring)."""
+    if base.status != "ok" or other.status != "ok" or not base.value or not other.value:
+        return Ratio(None, VERDICT_NA)
+    speedup = other.value / base.value if higher_is_better else base.value / other.value
+    test = welch_t_test(other.values, base.values, alpha)
+    if not test.testable:
+        return Ratio(speedup, VERDICT_NOT_TESTABLE, test)
+    if not test.significant:
+        return Ratio(speedup, VERDICT_NOT_SIGNIFICANT, test)
+    # The test is about means: its sign sets the direction (t > 0: other's figure is larger).
+    larger = test.t is not None and test.t > 0
+    return Ratio(speedup, VERDICT_FASTER if larger == higher_is_better else VERDICT_SLOWER, test)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Runs and environments
+
+
+def _hardware(result: BenchmarkResult) -> tuple[str, str]:
+    """("gpu" | "cpu", name) of the hardware the run measured."""
+    devices = {m.device for m in result.measurements} or {str(result.environment.get("device") or "cpu")}
+    if any(d.startswith("cuda") for d in devices):
+        return "gpu", str(get_field(result.environment, "gpu.name") or "unknown GPU")
+    return "cpu", str(get_field(result.environment, "cpu.model") or "unknown CPU")
+
+
+def _run_info(result: BenchmarkResult, name: str, label: str) -> RunInfo:
+    devices = tuple(sorted({m.device for m in result.measurements}))
+    return RunInfo(name=name, label=label, hardware=_hardware(result)[1], devices=devices,
+                   torch=get_field(result.environment, "software.torch"), created_utc=result.created_utc)
+
+
+def environment_differences(results: Sequence[BenchmarkResult]) -> list[EnvDifference]:
+    """The KEY_FIELDS whose values are not all equal across ``results``, in KEY_FIELDS order."""
+    out = []
+    for path in KEY_FIELDS:
+        values = tuple(get_field(r.environment, path) for r in results)
+        if len(set(map(repr, values))) > 1:
+            out.append(EnvDifference(path, values))
+    return out
+
+
+def same_hardware_warnings(results: Sequence[BenchmarkResult], labels: Sequence[str]) -> list[str]:
+    """One warning per pair of runs on the same GPU (or CPU) whose software or settings differ."""
+    out = []
+    for j in range(1, len(results)):
+        for i in range(j):
+            kind_i, hw_i = _hardware(results[i])
+            kind_j, hw_j = _hardware(results[j])
+            if (kind_i, hw_i) != (kind_j, hw_j) or hw_i.startswith("unknown"):
+                continue
+            relevant = [p for p in KEY_FIELDS if p not in HARDWARE_FIELDS and (kind_i == "gpu" or
+                                                                                not p.startswith("gpu."))]
+            changed = []
+            for path in relevant:
+                a, b = get_field(results[i].environment, path), get_field(results[j].environment, path)
+                if a != b:
+                    changed.append(f"{path} {a} -> {b}")
+            if changed:
+                what = "GPU" if kind_i == "gpu" else "CPU"
+                out.append(f"{labels[i]} and {labels[j]} ran on the same {what} ({hw_i}) with different software or "
+                           f"settings ({'; '.join(changed)}): a difference may come from either")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The comparison
+
+
+def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key, Measurement]:
+    """Measurements by matching key; a key measured on several devices in one run keeps the first, with a warning."""
+    index: dict[Key, Measurement] = {}
+    with_data: list[Key] = []  # keys held several times because of real-data settings (e.g. a diagnose file)
+    for m in result.measurements:
+        key = (m.model, m.workload, m.mode, m.batch_size)
+        if key in index and (m.data is not None or index[key].data is not None):
+            if index[key].data is not None and m.data is None:
+                index[key] = m  # compare the synthetic-data measurement when there is one
+            if key not in with_data:
+                with_data.append(key)
+            continue
+        if key in index:
+            warnings.append(f"{label} has {m.model} {m.workload} {m.mode} bs{m.batch_size} on several devices "
+                            f"({index[key].device}, {m.device}); comparing the one on {index[key].device}")
+            continue
+        index[key] = m
+    for key in with_data:
+        kept = index[key]
+        which = "the synthetic-data one" if kept.data is None else "the first"
+        warnings.append(f"{label} has {key[0]} {key[1]} {key[2]} bs{key[3]} with several data settings; comparing "
+                        f"{which} (compare does not match data settings)")
+    return index
+
+
+def _describe_keys(keys: Sequence[Key], limit: int = 3) -> str:
+    if not keys:
+        return "no measurements"
+    shown = ", ".join(f"{k[0]} {k[1]} {k[2]} bs{k[3]}" for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _workload_order(workload: str) -> tuple[int, str]:
+    return (WORKLOADS.index(workload) if workload in WORKLOADS else len(WORKLOADS), workload)
+
+
+def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float = DEFAULT_ALPHA) -> Comparison:
+    """Match the measurements of ``results`` and compare every run against the first.
+
+    Args:
+        results: two or more runs; the first is the baseline every ratio is taken against.
+        names: one name per run (file path or run id), shown in the legend.
+        alpha: significance level of Welch's t-test (p < alpha is significant).
+
+    Returns:
+        The comparison as data (see :class:`Comparison`).
+
+    Raises:
+        InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha``, or a run
+            that has no measurement in common with the first.
+    """
+    if len(results) < 2:
+        raise InvalidInputError("compare needs at least two runs", "e.g. clsbench compare baseline.json new.json")
+    if len(names) != len(results):
+        raise InvalidInputError(f"{len(names)} names for {len(results)} runs")
+    if len(results) > len(RUN_LABELS):
+        raise InvalidInputError(f"compare takes at most {len(RUN_LABELS)} runs, got {len(results)}")
+    if not 0.0 < alpha < 1.0:
+        raise InvalidInputError(f"alpha must lie between 0 and 1, got {alpha:g}", "e.g. --alpha 0.05")
+    labels = [RUN_LABELS[i] for i in range(len(results))]
+    warnings: list[str] = []
+    indexes = [_index(r, label, warnings) for r, label in zip(results, labels, strict=True)]
+
+    for i in range(1, len(results)):
+        if not set(indexes[i]) & set(indexes[0]):
+            raise InvalidInputError(
+                f"{names[i]} and {names[0]} have no measurement in common (matched by model, workload, mode and "
+                f"batch size): {names[0]} has {_describe_keys(list(indexes[0]))}; {names[i]} has "
+                f"{_describe_keys(list(indexes[i]))}",
+                "compare runs of the same suite, e.g. `clsbench run --suite seed` on each machine",
+            )
+
+    keys: list[Key] = []
+    for index in indexes:
+        keys.extend(k for k in index if k not in keys)
+    tables = []
+    for workload in sorted({k[1] for k in keys}, key=_workload_order):
+        metric, higher = metric_of(workload)
+        rows = []
+        for key in (k for k in keys if k[1] == workload):
+            cells = tuple(cell_of(index.get(key)) for index in indexes)
+            ratios = tuple(ratio_of(cells[0], cell, higher, alpha) for cell in cells[1:])
+            rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios))
+        tables.append(WorkloadTable(workload, metric, higher, tuple(rows)))
+
+    runs = tuple(_run_info(r, n, label) for r, n, label in zip(results, names, labels, strict=True))
+    warnings.extend(same_hardware_warnings(results, labels))
+    return Comparison(
+        runs=runs,
+        alpha=alpha,
+        env_differences=tuple(environment_differences(results)),
+        warnings=tuple(warnings),
+        tables=tuple(tables),
+        cross=tuple(cross_gpu_rows(tables, indexes)),
+    )
+
+
+def _pick_train(rows: list[Row]) -> Row | None:
+    """Of a model's training rows in one mode, the batch size with the most runs ok (the first on a tie)."""
+    if not rows:
+        return None
+    return max(rows, key=lambda r: sum(c.status == "ok" for c in r.cells))
+
+
+def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, Measurement]]) -> list[CrossRow]:
+    """The seed articles' table: per model and mode, training img/s, p50 latency at batch 1, peak memory and power.
+
+    Rows exist for every (model, mode) with an ok training or batch-1 latency measurement in some run.
+    """
+    by_workload = {t.workload: t for t in tables}
+    train_rows = list(by_workload["train"].rows) if "train" in by_workload else []
+    latency_rows = [r for r in by_workload["infer-latency"].rows if r.batch_size == 1] \
+        if "infer-latency" in by_workload else []
+    order: list[tuple[str, str]] = []
+    for r in train_rows + latency_rows:
+        if (r.model, r.mode) not in order:
+            order.append((r.model, r.mode))
+    out = []
+    for model, mode in order:
+        train = _pick_train([r for r in train_rows if (r.model, r.mode) == (model, mode)])
+        latency = next((r for r in latency_rows if (r.model, r.mode) == (model, mode)), None)
+        figures = []
+        for i, index in enumerate(indexes):
+            m_train = index.get(train.key) if train else None
+            memory, kind = _peak_memory(m_train)
+            figures.append(CrossRunFigures(
+                train_img_s=train.cells[i].value if train else None,
+                train_batch_size=train.batch_size if train and train.cells[i].status == "ok" else None,
+                latency_p50_ms=latency.cells[i].value if latency else None,
+                peak_memory_bytes=memory,
+                peak_memory_kind=kind,
+                power_avg_w=_power(m_train),
+            ))
+        if all(f == CrossRunFigures() for f in figures):
+            continue  # nothing measured in any run (failed or skipped everywhere)
+        out.append(CrossRow(
+            model=model, mode=mode, runs=tuple(figures),
+            train_ratio=train.ratios[0] if train and train.ratios else None,
+            latency_ratio=latency.ratios[0] if latency and latency.ratios else None,
+        ))
+    return out
+
+
+def _peak_memory(m: Measurement | None) -> tuple[int | None, str | None]:
+    if m is None or m.status != "ok":
+        return None, None
+    if m.summary.get("peak_memory_allocated_bytes") is not None:
+        return m.summary["peak_memory_allocated_bytes"], "allocated"
+    if m.summary.get("host_peak_rss_bytes") is not None:
+        return m.summary["host_peak_rss_bytes"], "host_rss"
+    return None, None
+
+
+def _power(m: Measurement | None) -> float | None:
+    if m is None or m.status != "ok":
+        return None
+    return (m.summary.get("telemetry") or {}).get("power_avg_w")
+
+
+def regressions(comparison: Comparison, threshold_pct: float) -> list[Regression]:
+    """The significant slowdowns beyond ``threshold_pct``: the regression gate of ``compare --fail-if-slower``.
+
+    A row counts when a later run's verdict against the first is ``slower`` (Welch's t-test, p < alpha) and
+    its :attr:`Ratio.slowdown_pct` exceeds ``threshold_pct``. Differences inside the noise, untestable ones and
+    cells without a figure never count.
+    """
+    if threshold_pct < 0:
+        raise InvalidInputError(f"the slowdown threshold must be >= 0%, got {threshold_pct:g}%", "e.g. 5%")
+    out = []
+    for row in comparison.rows():
+        for run, ratio in zip(comparison.runs[1:], row.ratios, strict=True):
+            slowdown = ratio.slowdown_pct
+            if ratio.verdict == VERDICT_SLOWER and slowdown is not None and slowdown > threshold_pct:
+                out.append(Regression(row, run, ratio, baseline=comparison.runs[0].label))
+    return out
+
+
+def lost_measurements(comparison: Comparison) -> list[str]:
+    """What the regression gate cannot judge, in words: measurements ok in the first run that failed or were
+    skipped in a later one (one line each), and how many are missing from each later run (one line per run)."""
+    out = []
+    missing = dict.fromkeys((run.label for run in comparison.runs[1:]), 0)
+    for row in comparison.rows():
+        if row.cells[0].status != "ok":
+            continue
+        for run, cell in zip(comparison.runs[1:], row.cells[1:], strict=True):
+            if cell.status == "missing":
+                missing[run.label] += 1
+            elif cell.status != "ok":
+                reason = f": {cell.reason}" if cell.reason else ""
+                out.append(f"{row.label()}: ok in {comparison.runs[0].label}, {cell.status}{reason} in {run.label}")
+    for label, count in missing.items():
+        if count:
+            out.append(f"{count} measurement(s) ok in {comparison.runs[0].label} are missing from {label}")
+    return out

@@ -1,0 +1,153 @@
+"""Real-data figures of a measurement, derived from its stored repeats (pure: reads records only), and their table.
+
+Per repeat (from ``samples``):
+
+* ``data_wait_fraction`` = sum(``data_wait_ms``) / (``wall_s`` x 1000): the share of the timed wall time the
+  training loop spent waiting for the pipeline to deliver a prepared batch;
+* ``copy_fraction`` = sum(``copy_ms``) / (``wall_s`` x 1000): the share spent placing batches on the device (the cpu
+  pipeline's copy call, which from unpinned memory also waits for the previous step);
+* ``epoch_start_wait_fraction`` = sum(``epoch_start_wait_ms``) / (``wall_s`` x 1000): the part of the data wait
+  spent on the first batch of an epoch begun inside the timed region (cpu pipeline: the DataLoader starts over);
+* ``idle_fraction`` = sum(``idle_ms``) / sum(``iteration_ms``) on a GPU (CUDA events: the share of the event span in
+  which the training stream had no step running); on the CPU, where the step runs synchronously, the data-wait
+  plus copy fraction;
+* ``step_ms_mean``: mean of ``step_ms`` (GPU time of a step between events on a GPU; host time on the CPU).
+
+The measurement's figures are the median over its ok repeats; counts (decode failures, epochs) the maximum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clsbench.analysis import stats
+from clsbench.core.data_settings import data_label
+
+
+def repeat_figures(record: dict[str, Any]) -> dict[str, float | None]:
+    samples = record.get("samples") or {}
+    wall_s = samples.get("wall_s") or 0.0
+    wait = samples.get("data_wait_ms") or []
+    copy = samples.get("copy_ms") or []
+    wait_fraction = sum(wait) / (wall_s * 1000.0) if wall_s > 0 else None
+    copy_fraction = sum(copy) / (wall_s * 1000.0) if wall_s > 0 else None
+    starts = samples.get("epoch_start_wait_ms") or []
+    start_fraction = sum(starts) / (wall_s * 1000.0) if wall_s > 0 else None
+    idle = samples.get("idle_ms")
+    iterations = samples.get("iteration_ms") or []
+    if idle is not None:
+        span = sum(iterations)
+        idle_fraction = sum(idle) / span if span > 0 else None
+    else:
+        idle_fraction = None if wait_fraction is None else wait_fraction + (copy_fraction or 0.0)
+    steps = samples.get("step_ms") or []
+    return {
+        "data_wait_fraction": wait_fraction,
+        "copy_fraction": copy_fraction,
+        "epoch_start_wait_fraction": start_fraction,
+        "epoch_starts": len(starts),
+        "idle_fraction": idle_fraction,
+        "step_ms_mean": sum(steps) / len(steps) if steps else None,
+    }
+
+
+def _median(values: Sequence[Any]) -> float | None:
+    present = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return stats.median(present) if present else None
+
+
+def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``summary.data`` block of a real-data measurement (None when no ok repeat carries data facts)."""
+    records = [r for r in ok if r.get("data")]
+    if not records:
+        return None
+    first = records[0]["data"]
+    per_repeat = [repeat_figures(r) for r in records]
+    dataset = first.get("dataset") or {}
+    source = [r["data"].get("source") or {} for r in records]
+    timings = [r.get("timings") or {} for r in records]
+    failures: list[str] = []
+    for r in records:
+        for name in r["data"].get("decode_failures") or []:
+            if name not in failures:
+                failures.append(name)
+    return {
+        "label": data_label(first.get("settings")),
+        "pipeline": (first.get("settings") or {}).get("pipeline"),
+        "source": (first.get("settings") or {}).get("source"),
+        "images": dataset.get("images"),
+        "classes": dataset.get("classes"),
+        "bytes": dataset.get("bytes"),
+        "skipped_n": dataset.get("skipped_n"),
+        "data_wait_fraction": _median([p["data_wait_fraction"] for p in per_repeat]),
+        "copy_fraction": _median([p["copy_fraction"] for p in per_repeat]),
+        "epoch_start_wait_fraction": _median([p["epoch_start_wait_fraction"] for p in per_repeat]),
+        "timed_epoch_starts": max(int(p["epoch_starts"] or 0) for p in per_repeat),
+        "idle_fraction": _median([p["idle_fraction"] for p in per_repeat]),
+        "idle_method": first.get("idle_method"),
+        "step_ms_mean": _median([p["step_ms_mean"] for p in per_repeat]),
+        "data_setup_s": _median([t.get("data_setup_s") for t in timings]),
+        "data_startup_s": _median([t.get("data_startup_s") for t in timings]),
+        "cache_prime_s": _median([s.get("cache_prime_s") for s in source]),
+        "load_s": _median([s.get("load_s") for s in source]),
+        "drained_batches": _median([r["data"].get("drained_batches") for r in records]),
+        "epochs_started": max((r["data"].get("pipeline") or {}).get("epochs_started") or 0 for r in records),
+        "decode_failures_n": max(r["data"].get("decode_failures_n") or 0 for r in records),
+        "decode_failures": failures[:20],
+    }
+
+
+DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "epoch start", "copy", "idle", "idle by",
+                "start-up s", "set-up s", "skipped", "undecodable")
+DATA_RIGHT = {"batch", "img/s", "data wait", "epoch start", "copy", "idle", "start-up s", "set-up s", "skipped",
+              "undecodable"}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
+    """One row per ok real-data measurement for the table's data-pipeline section."""
+    from clsbench.report.table import fmt_rate
+
+    rows = []
+    for m in measurements:
+        d = (m.summary or {}).get("data")
+        if m.status != "ok" or not d:
+            continue
+        idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
+        rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",
+                     fmt_rate(m.summary.get("throughput_img_s")), _pct(d.get("data_wait_fraction")),
+                     _pct(d.get("epoch_start_wait_fraction")), _pct(d.get("copy_fraction")),
+                     _pct(d.get("idle_fraction")), idle_by,
+                     _seconds(d.get("data_startup_s")), _seconds(d.get("data_setup_s")),
+                     str(d.get("skipped_n") if d.get("skipped_n") is not None else "-"),
+                     str(d.get("decode_failures_n") or 0)))
+    return rows
+
+
+def data_section(measurements: Sequence[Any]) -> list[str]:
+    """The lines of the table's data-pipeline section (empty when no measurement used real data)."""
+    from clsbench.report.table import render_rows
+
+    rows = data_rows(measurements)
+    if not rows:
+        return []
+    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch, of "
+             "which epoch start: the first batch of an epoch begun while timing; copy: placing it on the device; "
+             "idle: GPU idle between steps from CUDA events, on a CPU wait + copy; start-up: workers' start to the "
+             "first batch, outside the timed region)", ""]
+    lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
+    for m in measurements:
+        d = (m.summary or {}).get("data") or {}
+        if d.get("decode_failures_n"):
+            names = ", ".join(d.get("decode_failures") or [])
+            lines.append(f"warning: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: "
+                         f"{d['decode_failures_n']} image(s) failed to decode and were replaced: {names}")
+    return lines

@@ -1,0 +1,335 @@
+"""From repeat records to a measurement: status, summary and validity. Pure; reads only the records.
+
+Definitions (docs/methodology.md has the long form):
+
+* throughput of a repeat = images in the timed region / wall seconds of the timed region; the measurement's
+  ``throughput_img_s`` is the median over its repeats;
+* ``latency_ms``: per request wall time (infer-latency) or per iteration time (infer-throughput, train); each
+  statistic is the median over repeats of that statistic within each repeat; ``n`` is the total sample count;
+* ``spread_pct`` = (max - min) / median over repeats of the *stability metric*: p50 request latency for
+  infer-latency, throughput otherwise; above :data:`clsbench.analysis.stats.UNSTABLE_SPREAD_PCT` the figure is UNSTABLE.
+* ``within_repeat_drift_pct`` = median over repeats of :func:`clsbench.analysis.stats.segment_drift_pct` of the series
+  behind the stability metric (request wall times for infer-latency, iteration times otherwise): how far the
+  speed moved *inside* one process; ``within_repeat_drift_pct_max`` is the largest per-repeat value, which picks
+  the UNSTABLE advice (:func:`unstable_advice`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clsbench.analysis import stats
+from clsbench.core.plan import Cell, StopRule
+from clsbench.results.schema import Measurement
+
+UNSTABLE_ADVICE = (
+    "results moved by more than {limit:.0f}% between fresh processes: stop other work on this GPU/CPU, check clocks "
+    "and temperature (`clsbench env`), and raise --min-time or --repeats"
+)
+
+#: An UNSTABLE spread is put down to a time-varying cause when the largest drift within any one repeat
+#: (``within_repeat_drift_pct_max``) reaches the UNSTABLE limit itself or this share of the spread between repeats:
+#: ``drift_max >= min(UNSTABLE_SPREAD_PCT, DRIFT_SHARE_OF_SPREAD * spread)``; otherwise to a per-process cause.
+#: The largest, not the median, because one repeat that slowed down while it ran is enough to make the spread (on
+#: the H200: repeats drifting 1.6%, 28.6% and 6.5%, the second also the slow one), whereas a per-process cause such
+#: as cuDNN autotuning is settled before the timed region and leaves every repeat steady.
+DRIFT_SHARE_OF_SPREAD = 0.5
+
+TIME_VARYING_ADVICE = (
+    "results moved by more than {limit:.0f}% between fresh processes and by up to {drift:.1f}% within a repeat, so "
+    "the cause varies over time (host CPU shared or throttled, other work on the GPU or CPU, clocks moving with "
+    "temperature or power) and fresh processes cannot remove it. Run on a quiet, dedicated host and check clocks "
+    "(`clsbench env`); for a launch-bound cell take the host out of the loop with a `+cudagraph` (inference) or "
+    "`+compile` mode, or raise --min-time so each repeat averages over the changes"
+)
+
+PER_PROCESS_ADVICE = (
+    "results moved by more than {limit:.0f}% between fresh processes while each repeat was steady (at most "
+    "{drift:.1f}% within a repeat), so the cause is fixed per process (e.g. cuDNN autotuning picking different "
+    "algorithms, memory or CPU placement). Raise --repeats so the median rests on more processes, and rerun with "
+    "--no-cudnn-benchmark to test whether autotuning is the cause"
+)
+
+
+def _throughput(record: dict[str, Any]) -> float | None:
+    samples = record["samples"]
+    wall_s = samples.get("wall_s") or 0.0
+    return samples["images"] / wall_s if wall_s > 0 else None
+
+
+def _latency_samples(workload: str, record: dict[str, Any]) -> list[float]:
+    samples = record["samples"]
+    return samples["wall_ms"] if workload == "infer-latency" else samples["iteration_ms"]
+
+
+def _median_of(records: list[dict[str, Any]], section: str, key: str) -> float | None:
+    values = [r.get(section, {}).get(key) for r in records]
+    values = [v for v in values if v is not None]
+    return stats.median(values) if values else None
+
+
+def _max_of(records: list[dict[str, Any]], section: str, key: str) -> int | None:
+    values = [r.get(section, {}).get(key) for r in records]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def drift_is_time_varying(drift_max: float, spread: float) -> bool:
+    """Whether the largest drift within a repeat explains an UNSTABLE spread (see :data:`DRIFT_SHARE_OF_SPREAD`)."""
+    return drift_max >= min(stats.UNSTABLE_SPREAD_PCT, DRIFT_SHARE_OF_SPREAD * spread)
+
+
+def unstable_advice(spread: float | None, drift_max: float | None) -> str:
+    """What to do about an UNSTABLE figure: a time-varying cause, a per-process cause, or the generic text when the
+    drift within repeats is unknown (every repeat too short to cut into segments, or an old file)."""
+    limit = stats.UNSTABLE_SPREAD_PCT
+    if drift_max is None or spread is None:
+        return UNSTABLE_ADVICE.format(limit=limit)
+    template = TIME_VARYING_ADVICE if drift_is_time_varying(drift_max, spread) else PER_PROCESS_ADVICE
+    return template.format(limit=limit, drift=drift_max)
+
+
+def stop_rule_text(rule: StopRule | dict[str, Any]) -> str:
+    r = rule if isinstance(rule, dict) else rule.to_dict()
+    text = f"warm-up >= {r['warmup']} it"
+    if r.get("warmup_seconds"):
+        text += f" and >= {r['warmup_seconds']:g} s"
+    text += f"; timed >= {r['min_iterations']} it and >= {r['min_seconds']:g} s"
+    if r.get("max_iterations") is not None:
+        text += f"; max {r['max_iterations']} it"
+    if r.get("max_seconds") is not None:
+        text += f"; max {r['max_seconds']:g} s"
+    return text
+
+
+def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Summary and validity of the ``ok`` records of one measurement (empty summary when none is ok)."""
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return {}, {"valid": False, "repeats_ok": 0, "repeats_run": len(records)}
+    throughputs = [t for t in (_throughput(r) for r in ok) if t is not None]
+    latency = stats.combine_repeats([stats.describe(_latency_samples(workload, r)) for r in ok])
+    summary: dict[str, Any] = {
+        "throughput_img_s": stats.median(throughputs) if throughputs else None,
+        "throughput_img_s_by_repeat": throughputs,
+        "latency_ms": latency,
+        "latency_kind": "request_wall" if workload == "infer-latency" else "iteration",
+    }
+    gpu = [r["samples"].get("gpu_ms") for r in ok]
+    if workload == "infer-latency" and all(gpu):
+        summary["gpu_latency_ms"] = stats.combine_repeats([stats.describe(g) for g in gpu])
+    for key in ("peak_memory_allocated_bytes", "peak_memory_reserved_bytes", "device_memory_used_bytes",
+                "host_peak_rss_bytes"):
+        summary[key] = _max_of(ok, "memory", key)
+    for key in ("first_iteration_s", "compile_s", "setup_s", "prepare_s"):
+        summary[key] = _median_of(ok, "timings", key)
+    if workload == "infer-latency":
+        per_repeat = [stats.describe(r["samples"]["wall_ms"]).p50 for r in ok]
+        summary["spread_metric"] = "latency_ms.p50"
+    else:
+        per_repeat = throughputs
+        summary["spread_metric"] = "throughput_img_s"
+    spread = stats.spread_pct(per_repeat)
+    summary["spread_pct"] = spread
+    summary["unstable"] = spread is not None and spread > stats.UNSTABLE_SPREAD_PCT
+    drifts = [d for d in (stats.segment_drift_pct(_latency_samples(workload, r)) for r in ok) if d is not None]
+    summary["within_repeat_drift_pct"] = stats.median(drifts) if drifts else None
+    summary["within_repeat_drift_pct_max"] = max(drifts) if drifts else None
+    summary["repeats"] = len(ok)
+
+    stop_met = all(r.get("validity", {}).get("stop_rule_met", False) for r in ok)
+    validity = {
+        "valid": stop_met and len(ok) == len(records),
+        "stop_rule_met": stop_met,
+        "repeats_ok": len(ok),
+        "repeats_run": len(records),
+        "stable": not summary["unstable"],
+    }
+    if summary["unstable"]:
+        validity["advice"] = unstable_advice(spread, summary["within_repeat_drift_pct_max"])
+    return summary, validity
+
+
+def _median_or_none(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return stats.median(present) if present else None
+
+
+def combine_telemetry(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """Summarise each repeat's telemetry, then take the median over repeats of every figure.
+
+    Throttling is reported from the repeat that throttled most: a throttled repeat is not averaged away.
+    """
+    from clsbench.analysis.telemetry import summarize_telemetry
+
+    per_repeat = [
+        summarize_telemetry(r.get("telemetry"), images=r["samples"].get("images"), wall_s=r["samples"].get("wall_s"))
+        for r in ok
+    ]
+    if not per_repeat:
+        return {}
+    from clsbench.results.telemetry import THROTTLE_REASONS
+
+    combined: dict[str, Any] = {}
+    for key in per_repeat[0]:
+        values = [p.get(key) for p in per_repeat]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not numbers:
+            combined[key] = next((v for v in values if v is not None), None)
+        elif key == "samples_n":
+            combined[key] = min(numbers)  # the thinnest repeat's count
+        elif key.endswith(("_max_c", "_peak_w")):
+            combined[key] = max(numbers)  # a peak over the measurement is the largest peak of any repeat
+        else:
+            combined[key] = stats.median(numbers)
+
+    def throttling(p: dict[str, Any]) -> float:
+        return sum(f for name, f in (p.get("throttle_reasons") or {}).items() if name in THROTTLE_REASONS)
+
+    worst = max(per_repeat, key=throttling)
+    combined["throttle_reasons"] = worst.get("throttle_reasons")
+    combined["throttle_summary"] = worst.get("throttle_summary")
+    flags = [p.get("throttled") for p in per_repeat]
+    combined["throttled"] = True if any(flags) else (None if all(f is None for f in flags) else False)
+    return combined
+
+
+def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: int, throughput: float | None,
+               environment: dict[str, Any]) -> dict[str, Any]:
+    """FLOPs, achieved TFLOP/s, MFU against datasheet and measured peaks, intensity and the roofline verdict."""
+    from clsbench.analysis import efficiency as eff
+    from clsbench.analysis.peaks import lookup_gpu, precision_key
+
+    costs = next((r.get("costs") for r in ok if r.get("costs") and not r["costs"].get("unavailable")), None)
+    if not costs:
+        reason = next((r["costs"]["unavailable"] for r in ok if r.get("costs")), "FLOPs were not counted")
+        return {"unavailable": reason}
+    train = workload == "train"
+    flops = costs.get("train_step_flops" if train else "forward_flops")
+    unit = precision_key(mode)
+    out: dict[str, Any] = {
+        "flops_per_image": flops,
+        "flops_kind": "train step (forward + backward)" if train else "forward",
+        "forward_flops_per_image": costs.get("forward_flops"),
+        "train_step_flops_per_image": costs.get("train_step_flops"),
+        "params": costs.get("params"),
+        "precision_unit": unit,
+    }
+    achieved = flops * throughput if flops and throughput else None
+    out["achieved_tflop_s"] = achieved / 1e12 if achieved else None
+    gpu = environment.get("gpu") or {}
+    peak = lookup_gpu(gpu.get("name") or "") if gpu.get("name") else None
+    peak_flop_s = peak.flop_s(unit) if peak else None
+    out["peak_tflop_s_datasheet"] = peak_flop_s / 1e12 if peak_flop_s else None
+    out["peak_source"] = peak.source if peak else f"no datasheet entry for {gpu.get('name') or 'this device'}"
+    out["mfu_datasheet_pct"] = 100 * eff.mfu(achieved, peak_flop_s) if achieved and peak_flop_s else None
+    probe = environment.get("probe") or {}
+    measured = (probe.get("matmul_flop_s") or {}).get(unit)
+    out["peak_tflop_s_measured"] = measured / 1e12 if measured else None
+    out["mfu_measured_pct"] = 100 * eff.mfu(achieved, measured) if achieved and measured else None
+
+    # Minimal bytes per image: the weights once per batch plus every activation once; 16-bit modes move half.
+    scale = 0.5 if unit in ("bf16", "fp16") else 1.0
+    per_image = eff.min_bytes_per_image(param_bytes=costs.get("param_bytes", 0),
+                                        activation_bytes=costs.get("activation_bytes", 0), batch_size=batch_size)
+    bytes_per_image = scale * per_image * (TRAIN_BYTES_FACTOR if train else 1.0)
+    out["bytes_per_image"] = bytes_per_image or None
+    out["arithmetic_intensity"] = flops / bytes_per_image if flops and bytes_per_image else None
+
+    busy = []
+    for r in ok:
+        per_iteration_ms = (r.get("busy") or {}).get("gpu_busy_ms_per_iteration")
+        iterations = (r.get("validity") or {}).get("timed_iterations")
+        wall_s = r["samples"].get("wall_s")
+        if per_iteration_ms is not None and iterations and wall_s:
+            busy.append(min(1.0, per_iteration_ms / (wall_s * 1000.0 / iterations)))
+    out["gpu_busy_fraction"] = _median_or_none(busy)
+    out["gpu_busy_method"] = "torch.profiler CUDA activity after the timed region" if busy else None
+    bandwidth = (probe.get("copy_bytes_s") if probe.get("copy_bytes_s") else None) or (
+        peak.memory_bandwidth_bytes_s if peak else None)
+    verdict = eff.roofline_verdict(
+        flops_per_image=flops, bytes_per_image=out["bytes_per_image"], images_per_s=throughput,
+        peak_flop_s=measured or peak_flop_s, peak_bytes_s=bandwidth, gpu_busy_fraction=out["gpu_busy_fraction"],
+    )
+    out["roofline"] = verdict
+    out["bound_by"] = verdict.get("bound_by")
+    return out
+
+
+def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over repeats of each host CPU figure, plus the worst repeat's concerns (measure/hostcpu.py)."""
+    from clsbench.system import hostcpu
+
+    readings = [r.get("host_cpu") for r in ok if r.get("host_cpu")]
+    if not readings:
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("steal_pct", "machine_busy_pct", "other_busy_cores", "process_cpu_pct",
+                "involuntary_switches_per_s", "calibration_us_per_op"):
+        out[key] = _median_or_none([r.get(key) for r in readings])
+        present = [r.get(key) for r in readings if r.get(key) is not None]
+        out[f"{key}_max"] = max(present) if present else None
+    concerns: list[str] = []
+    for index, reading in enumerate(readings, 1):
+        for text in hostcpu.concerns(reading):
+            concerns.append(f"repeat {index}: {text}")
+    # Recorded, never a concern: on the H200 it jumped between about 1.1 and 2.0-2.6 us per op from one repeat to
+    # the next without the latencies following it (measure/hostcpu.py).
+    calibrations = [r.get("calibration_us_per_op") for r in readings]
+    out["calibration_spread_pct"] = stats.spread_pct([c for c in calibrations if c])
+    out["concerns"] = concerns
+    return out
+
+
+#: Training moves roughly three times the forward's bytes: activations are written, then read back for the
+#: backward pass, which writes gradients of the same size; weights are read twice and their gradients written.
+TRAIN_BYTES_FACTOR = 3.0
+
+
+def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule | None = None,
+                      environment: dict[str, Any] | None = None) -> Measurement:
+    """Combine the repeat records of ``cell`` into a Measurement; the first non-ok record sets the status."""
+    bad = next((r for r in records if r["status"] != "ok"), None)
+    summary, validity = summarize(records, cell.workload)
+    ok = [r for r in records if r["status"] == "ok"]
+    if ok:
+        summary["flags"] = ok[0].get("flags")
+        telemetry = combine_telemetry(ok)
+        summary["telemetry"] = telemetry
+        summary["efficiency"] = efficiency(ok, cell.workload, cell.mode, cell.batch_size,
+                                           summary.get("throughput_img_s"), environment or {})
+        validity["throttled"] = bool(telemetry.get("throttled"))
+        validity["throttle_summary"] = telemetry.get("throttle_summary")
+        host = combine_host_cpu(ok)
+        if host:
+            summary["host_cpu"] = host
+            if host.get("concerns"):
+                validity["host_cpu_contention"] = "; ".join(host["concerns"])
+        if cell.data is not None:
+            from clsbench.analysis.data import summarize_data
+
+            summary["data"] = summarize_data(ok)
+    if rule is not None:
+        validity["stop_rule"] = stop_rule_text(rule)
+    input_size = next((r.get("input_size") for r in records if r.get("input_size")), cell.input_size)
+    status = "ok" if bad is None else bad["status"]
+    detail = None
+    if bad is not None:
+        detail = bad.get("detail") or bad.get("reason")
+        if bad["status"] == "failed":  # a skip is a property of the cell; a failure happened in one repeat
+            detail = f"{detail} (repeat {records.index(bad) + 1}/{len(records)})"
+    return Measurement(
+        model=cell.model,
+        workload=cell.workload,
+        mode=cell.mode,
+        batch_size=cell.batch_size,
+        device=cell.device,
+        input_size=input_size,
+        status=status,
+        reason=None if bad is None else bad.get("reason"),
+        detail=detail,
+        repeats=tuple(records),
+        summary=summary,
+        validity=validity,
+        data=cell.data.to_dict() if cell.data is not None else None,
+    )

@@ -1,0 +1,167 @@
+"""``clsbench import`` and ``clsbench history``: the SQLite index of result files (see :mod:`clsbench.results.store`).
+
+Parse, call :mod:`clsbench.results.store`, print. The history table fits in :data:`TABLE_WIDTH` columns: the measurement
+description, its last column, is cut at its end when needed, never the figures.
+
+History columns: run id; the day the run started (UTC); the GPU's name, or ``cpu`` and the CPU model; torch; the
+named suite; counts of ok, failed and unstable measurements; the headline figure (p50 latency for infer-latency,
+img/s otherwise, median over repeats) of the first ok measurement, and which measurement that is.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from clsbench.errors import InvalidInputError, ResultFileError
+from clsbench.results import store
+
+TABLE_WIDTH = 120
+#: The GPU/device column is cut to this width; GPU names are short, CPU model strings can run to 50 characters.
+DEVICE_WIDTH = 22
+#: The measurement description is never cut below this width, even if the line then runs past TABLE_WIDTH.
+MIN_DESCRIPTION_WIDTH = 16
+HISTORY_HEADER = ("run id", "date", "device", "torch", "suite", "ok/fail/unst", "figure", "first ok measurement")
+RIGHT_ALIGNED = {"ok/fail/unst", "figure"}
+
+_DB_HELP = f"The index (default: ${store.DB_ENV_VAR}, else the user's data directory)."
+
+
+def register(group: click.Group) -> None:
+    """Add ``import`` and ``history`` to ``group`` (the lead wires this into cli.main)."""
+    group.add_command(import_command)
+    group.add_command(history_command)
+
+
+def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """cli.handle_errors, looked up at call time: cli.py imports this module, so importing cli here at module
+    level would be circular whenever cli.py imports the commands before it defines handle_errors."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from clsbench.cli.app import handle_errors
+
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--db", metavar="PATH", help=_DB_HELP)
+@_handle_errors
+def import_command(files: tuple[str, ...], db: str | None) -> None:
+    """Index result FILE(S) (or every *.json in a directory) so `history` lists them; importing again updates."""
+    outcomes = store.import_files(files, db=db)
+    for o in outcomes:
+        if o.ok:
+            click.echo(f"{o.status:<8}  {o.run_id}  {o.path}  ({o.message})")
+        else:
+            click.echo(f"{'failed':<8}  {'-':<{store.RUN_ID_LENGTH}}  {o.path}: {o.message}")
+    counts = {status: sum(o.status == status for o in outcomes) for status in (store.IMPORTED, store.UPDATED)}
+    failed = sum(not o.ok for o in outcomes)
+    click.echo(f"{len(outcomes)} file(s): {counts[store.IMPORTED]} imported, {counts[store.UPDATED]} updated, "
+               f"{failed} failed; index: {store.store_path(db)}")
+    if failed:
+        raise ResultFileError(f"{failed} of {len(outcomes)} file(s) could not be imported (listed above)",
+                              "fix or remove them and import them again; the other files are indexed")
+
+
+@click.command("history")
+@click.option("--model", metavar="PATTERN", help="Only runs that measured a matching model (wildcards: 'resnet*').")
+@click.option("--gpu", metavar="PATTERN",
+              help="Only runs on matching hardware: 'h200' (anywhere in the name), '*A100*', 'cpu'.")
+@click.option("--limit", type=int, metavar="N", default=store.DEFAULT_HISTORY_LIMIT, show_default=True,
+              help="Show at most this many runs, newest first.")
+@click.option("--db", metavar="PATH", help=_DB_HELP)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+              help="json: every column of the index, the full headline measurement and the run's models.")
+@_handle_errors
+def history_command(model: str | None, gpu: str | None, limit: int, db: str | None, fmt: str) -> None:
+    """List indexed runs, newest first, with their key figures (add runs with `clsbench import`)."""
+    if limit < 1:
+        raise InvalidInputError(f"--limit must be at least 1, not {limit}", "e.g. --limit 20")
+    runs = store.history(db, model=model, gpu=gpu, limit=limit + 1)  # one more, to tell whether there are more
+    more, runs = len(runs) > limit, runs[:limit]
+    if fmt == "json":
+        click.echo(json.dumps(runs, indent=1))
+        return
+    index = store.store_path(db)
+    if not runs:
+        what = "match the filters" if model or gpu else "indexed"
+        click.echo(f"no runs {what} (index: {index}); add result files with `clsbench import FILE...`", err=True)
+        return
+    for line in render_history(runs):
+        click.echo(line)
+    shown = f"the newest {len(runs)} run(s) shown; --limit N for more" if more else f"{len(runs)} run(s)"
+    click.echo(f"{shown}; index: {index}", err=True)
+
+
+def render_history(runs: Sequence[dict[str, Any]], width: int = TABLE_WIDTH) -> list[str]:
+    """The history table as lines, from :func:`clsbench.results.store.history`'s dicts."""
+    rows = [_history_row(run) for run in runs]
+    widths = [max(len(r[i]) for r in [HISTORY_HEADER, *rows]) for i in range(len(HISTORY_HEADER))]
+    # The description is the last column: when the line is too long, it is cut at its end.
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    if excess > 0:
+        widths[-1] = max(MIN_DESCRIPTION_WIDTH, len(HISTORY_HEADER[-1]), widths[-1] - excess)
+    lines = []
+    for i, r in enumerate([HISTORY_HEADER, *rows]):
+        cells = [_cut(c, w).rjust(w) if HISTORY_HEADER[j] in RIGHT_ALIGNED else _cut(c, w).ljust(w)
+                 for j, (c, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
+    # The day only (UTC): the full time is in --format json, and the id tells runs of one day apart.
+    date = (run.get("created_utc") or "-")[:10]
+    if run.get("gpu_name"):
+        hardware = run["gpu_name"]
+    else:
+        hardware = " ".join(str(part) for part in (run.get("device"), run.get("cpu_model")) if part) or "-"
+    head = run.get("headline")
+    if head is None:
+        description, figure = "-", "-"
+    else:
+        description = f"{head['model']} {head['workload']} {head['mode']} bs{head['batch_size']}"
+        figure = _figure(head)
+    return (
+        run["run_id"],
+        date,
+        _cut(hardware, DEVICE_WIDTH),
+        run.get("torch") or "-",
+        run.get("suite") or "-",
+        f"{run.get('ok', 0)}/{run.get('failed', 0)}/{run.get('unstable', 0)}",
+        figure,
+        description,
+    )
+
+
+def _figure(head: dict[str, Any]) -> str:
+    """The headline figure: p50 latency for infer-latency (the figure that workload exists for), else img/s."""
+    p50 = head.get("latency_p50_ms")
+    if head.get("workload") == "infer-latency" and p50 is not None:
+        return f"p50 {_fmt_ms(p50)} ms"
+    rate = head.get("throughput_img_s")
+    return "-" if rate is None else f"{_fmt_rate(rate)} img/s"
+
+
+def _fmt_rate(value: float) -> str:
+    """As the results table prints img/s (clsbench.report.table)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _fmt_ms(value: float) -> str:
+    """As the results table prints milliseconds (clsbench.report.table)."""
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 2)] + ".."

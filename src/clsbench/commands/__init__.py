@@ -1,1 +1,0 @@
-"""CLI commands that live in their own modules; each exposes ``register(group)`` and is wired in cli.py."""

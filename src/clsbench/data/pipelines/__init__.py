@@ -1,0 +1,1 @@
+"""How images reach the model: one module per pipeline (cpu, gpu, dali)."""

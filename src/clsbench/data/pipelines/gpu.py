@@ -1,0 +1,403 @@
+"""The ``gpu`` pipeline: read encoded bytes on the CPU, decode them on the GPU in batches, augment there.
+
+Three threads in the training process, each a stage feeding the next through a small queue, so that reading,
+decoding and augmenting different batches overlap each other and the training step (the pipeline's pace is that
+of its slowest stage, not the sum of the three):
+
+1. **read**: the encoded bytes of a batch, from a DataLoader whose ``num_workers`` workers only read files (0: the
+   thread reads them itself; with the memory source reading is a slice of RAM). Workers hand a batch back as one
+   concatenated uint8 tensor, so a batch costs one shared-memory transfer, not one per file;
+2. **decode**, on its own CUDA stream: ``torchvision.io.decode_jpeg(list_of_tensors, device=cuda)``, nvJPEG
+   batched (on the hardware JPEG decoder where the GPU has one, for baseline JPEGs; the call returns when its
+   batch is decoded). PNGs are decoded on the CPU and copied. If the batch call fails, the images are decoded one
+   at a time to find the damaged ones, which are named and replaced by another image of the batch. An event marks
+   the end of the batch on the stream;
+3. **augment**, on another stream that first waits for that event: RandomResizedCrop (one antialiased bilinear
+   resize per image, the sizes differ), flips and normalisation for the whole batch into the mode's memory format
+   (:func:`clsbench.data.augment.crop_flip_resize`); the decoded images are marked as used on this stream
+   (``record_stream``) so their memory is not reused too early; an event marks the batch ready, and it waits in a
+   queue ``prefetch_factor`` (default 2) deep.
+
+The training thread takes a batch, makes its current stream wait for the ready event (``wait_event``: no host
+synchronisation) and marks the tensors as used on that stream (``record_stream``) so the caching allocator does not
+reuse their memory before the training step has read them. A batch not ready within the data timeout fails the
+measurement (``data_loader_timeout``); an exception in any stage fails it with that exception.
+
+Needs CUDA and torchvision built with nvJPEG; elsewhere the measurement is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clsbench.core.data_settings import DataSettings
+from clsbench.data.augment import EpochSampler, choices, crop_flip_resize
+from clsbench.data.base import (
+    BatchSpec,
+    EncodedDataset,
+    StreamRecord,
+    loader_context,
+    shutdown_loader,
+    worker_processes_allowed,
+)
+from clsbench.data.errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
+
+#: Batches ready ahead (after augmentation) when ``prefetch_factor`` is not given.
+DEFAULT_DEPTH = 2
+#: Batches waiting between the read and decode stages, and between the decode and augment stages.
+STAGE_DEPTH = 2
+#: How often blocked queue operations look at the stop flag and at the other side's health, in seconds.
+POLL_S = 0.2
+#: Seconds ``close`` waits for the stage threads to finish their current batch.
+JOIN_S = 10.0
+
+
+class EncodedBatches(torch.utils.data.Dataset):
+    """Map-style dataset over ``(epoch, index)`` keys: the encoded bytes of one image, its label and format."""
+
+    def __init__(self, encoded: EncodedDataset) -> None:
+        self.encoded = encoded
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[tuple[int, int], torch.Tensor | None, str | None]:
+        index = key[1]
+        try:
+            return key, self.encoded.read(index), None
+        except OSError as exc:
+            return key, None, f"{self.encoded.index.files[index]} ({exc.strerror or exc})"
+
+
+@dataclass
+class RawBatch:
+    """Encoded images of one batch (views into one buffer when a worker made it)."""
+
+    keys: list[tuple[int, int]]
+    encoded: list[torch.Tensor | None]
+    unreadable: list[str]
+
+
+def collate_encoded(samples: list[tuple[tuple[int, int], torch.Tensor | None, str | None]]) -> Any:
+    """In a worker: one concatenated uint8 tensor plus offsets (one shared-memory transfer per batch). In the
+    training process: the list as it is (nothing to transfer)."""
+    keys = [s[0] for s in samples]
+    unreadable = [s[2] for s in samples if s[2]]
+    tensors = [s[1] for s in samples]
+    if torch.utils.data.get_worker_info() is None:
+        return RawBatch(keys, tensors, unreadable)
+    present = [t for t in tensors if t is not None]
+    lengths = [0 if t is None else int(t.numel()) for t in tensors]
+    joined = torch.cat(present) if present else torch.empty(0, dtype=torch.uint8)
+    return keys, joined, lengths, unreadable
+
+
+def unpack(batch: Any) -> RawBatch:
+    if isinstance(batch, RawBatch):
+        return batch
+    keys, joined, lengths, unreadable = batch
+    encoded: list[torch.Tensor | None] = []
+    start = 0
+    for n in lengths:
+        encoded.append(joined[start:start + n] if n else None)
+        start += n
+    return RawBatch(list(keys), encoded, list(unreadable))
+
+
+@dataclass
+class DecodedBatch:
+    """Decoded images of one batch on the device (ready when ``done`` has completed on the decode stream)."""
+
+    keys: list[tuple[int, int]]
+    images: list[torch.Tensor]
+    indices: list[int]  # the dataset index each image is (a replaced image takes its substitute's)
+    failures: list[str]
+    done: torch.cuda.Event
+
+
+@dataclass
+class DeviceBatch:
+    images: torch.Tensor
+    labels: torch.Tensor
+    ready: torch.cuda.Event
+    failures: list[str]
+
+
+class _Failure:
+    """An exception raised in a stage, handed down the queues to the training thread."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class GpuStream(StreamRecord):
+    """The three stage threads and their queues (module docstring)."""
+
+    def __init__(self, dataset: EncodedDataset, spec: BatchSpec, facts: dict[str, Any]) -> None:
+        self.dataset = dataset
+        self.spec = spec
+        self.settings = spec.settings
+        self.device = spec.device
+        if spec.device.type == "cuda" and spec.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.decode_stream = torch.cuda.Stream(device=self.device)
+        self.augment_stream = torch.cuda.Stream(device=self.device)
+        depth = self.settings.prefetch_factor or DEFAULT_DEPTH
+        self.raw: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
+        self.decoded: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        StreamRecord.__init__(self, facts)
+        self.loader = torch.utils.data.DataLoader(
+            EncodedBatches(dataset), batch_size=spec.batch_size, sampler=EpochSampler(len(dataset), spec.seed),
+            drop_last=True, collate_fn=collate_encoded, num_workers=self.settings.num_workers,
+            **({"timeout": self.settings.timeout_s, "persistent_workers": self.settings.persistent_workers,
+                "multiprocessing_context": loader_context()} if self.settings.num_workers else {}))
+        # Start the reading workers from this thread, before any stage thread exists (forking with one thread).
+        self._iterator: Any = self._new_epoch()
+        self.threads = [
+            # The read stage's work is the identity: decoding happens in the next stage.
+            threading.Thread(target=self._stage, args=(self._next_raw, _identity, self.raw, None),
+                             name="clsbench-gpu-read", daemon=True),
+            threading.Thread(target=self._stage, args=(self._getter(self.raw), self._decode_batch, self.decoded,
+                                                       self.decode_stream), name="clsbench-gpu-decode", daemon=True),
+            threading.Thread(target=self._stage, args=(self._getter(self.decoded), self._augment, self.ready,
+                                                       self.augment_stream), name="clsbench-gpu-augment",
+                             daemon=True),
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    # ------------------------------------------------------------------------------------------- stage threads
+
+    def _new_epoch(self) -> Any:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*DataLoader will create")
+            with worker_processes_allowed():
+                iterator = iter(self.loader)
+        self.epochs += 1
+        return iterator
+
+    def _next_raw(self) -> RawBatch:
+        try:
+            try:
+                return unpack(next(self._iterator))
+            except StopIteration:
+                self._iterator = self._new_epoch()
+                return unpack(next(self._iterator))
+        except DataError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - DataLoader errors become data failures with a reason
+            translated = translate_loader_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    def _getter(self, source: queue.Queue[Any]) -> Any:
+        def get() -> Any:
+            while not self.stop.is_set():
+                try:
+                    return source.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+            return None
+
+        return get
+
+    def _put(self, target: queue.Queue[Any], item: Any) -> bool:
+        while not self.stop.is_set():
+            try:
+                target.put(item, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _stage(self, get: Any, work: Any, target: queue.Queue[Any], stream: torch.cuda.Stream | None) -> None:
+        try:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+                while not self.stop.is_set():
+                    item = get()
+                    if item is None:
+                        return
+                    if isinstance(item, _Failure):
+                        self._put(target, item)
+                        return
+                    if not self._put(target, work(item)):
+                        return
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
+            self._put(target, _Failure(exc))
+
+    def _decode_batch(self, raw: RawBatch) -> DecodedBatch:
+        """Decode on the decode stream (the current stream of this thread)."""
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        from clsbench.data.pipelines.cpu import decode_rgb
+
+        index = self.dataset.index
+        failures = list(raw.unreadable)
+        decoded: list[torch.Tensor | None] = [None] * len(raw.keys)
+        jpegs = [i for i, (_, j) in enumerate(raw.keys) if raw.encoded[i] is not None and index.kinds[j] == "jpeg"]
+        if jpegs:
+            try:
+                out = decode_jpeg([raw.encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=self.device)
+                for i, image in zip(jpegs, out, strict=True):
+                    decoded[i] = image
+            except RuntimeError:
+                for i in jpegs:  # find the damaged ones
+                    try:
+                        decoded[i] = decode_jpeg(raw.encoded[i], mode=ImageReadMode.RGB, device=self.device)
+                    except RuntimeError:
+                        failures.append(index.files[raw.keys[i][1]])
+        for i, (_, j) in enumerate(raw.keys):
+            data = raw.encoded[i]
+            if decoded[i] is None and data is not None and index.kinds[j] != "jpeg":
+                try:
+                    decoded[i] = decode_rgb(data).to(self.device, non_blocking=False)
+                except Exception:  # noqa: BLE001 - a damaged file: named and replaced below
+                    failures.append(index.files[j])
+        good = [i for i, image in enumerate(decoded) if image is not None]
+        if not good:
+            raise DataError(f"no image of a batch of {len(raw.keys)} could be decoded in {index.root} "
+                            f"(first: {index.files[raw.keys[0][1]]})", "check it with `clsbench data check DIR`")
+        indices = [key[1] for key in raw.keys]
+        images: list[torch.Tensor] = []
+        for n, image in enumerate(decoded):
+            if image is None:  # replace a damaged image by a good one of the same batch
+                substitute = good[n % len(good)]
+                image, indices[n] = decoded[substitute], indices[substitute]
+            images.append(image)
+        done = torch.cuda.Event()
+        done.record(self.decode_stream)
+        return DecodedBatch(raw.keys, images, indices, failures, done)
+
+    def _augment(self, batch: DecodedBatch) -> DeviceBatch:
+        """Crop, flip, resize and normalise on the augment stream (the current stream of this thread)."""
+        stream = self.augment_stream
+        stream.wait_event(batch.done)
+        boxes, flips = [], []
+        for (epoch, _), index, image in zip(batch.keys, batch.indices, batch.images, strict=True):
+            box, flip = choices(self.spec.seed, epoch, index, int(image.shape[-2]), int(image.shape[-1]))
+            boxes.append(box)
+            flips.append(flip)
+        images = crop_flip_resize(batch.images, boxes, flips, self.spec.input_size, self.spec.memory_format)
+        if images.dtype != self.spec.dtype:
+            images = images.to(self.spec.dtype)
+        for image in batch.images:  # allocated on the decode stream, read on this one
+            image.record_stream(stream)
+        labels = torch.tensor([self.dataset.index.labels[i] for i in batch.indices], dtype=torch.int64)
+        labels = labels.to(self.device, non_blocking=False)
+        ready = torch.cuda.Event()
+        ready.record(stream)
+        return DeviceBatch(images, labels, ready, batch.failures)
+
+    # ------------------------------------------------------------------------------------------ training thread
+
+    def _take(self) -> DeviceBatch:
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            try:
+                item = self.ready.get(timeout=POLL_S)
+            except queue.Empty:
+                # A failing stage hands its exception down before it ends, so only the last stage's end without
+                # anything in its queue means that something ended without saying why.
+                if not self.threads[-1].is_alive() and self.ready.empty():
+                    raise DataWorkerError("the gpu pipeline's last stage ended without a batch") from None
+                if time.monotonic() >= deadline:
+                    raise DataLoaderTimeoutError(
+                        f"the gpu pipeline delivered no batch within {self.settings.timeout_s:g} s") from None
+                continue
+            if isinstance(item, _Failure):
+                raise item.exc
+            return item
+
+    def take(self) -> DeviceBatch:
+        batch = self._take()
+        self._failures.extend(batch.failures)
+        return batch
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.place(self.take())
+
+    def place(self, batch: DeviceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Make the current stream wait for the batch (no host synchronisation) and keep its memory until used."""
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(batch.ready)
+        batch.images.record_stream(current)
+        batch.labels.record_stream(current)
+        return batch.images, batch.labels
+
+    def drain(self, max_batches: int, wait_s: float) -> int:
+        """As :func:`drain_ready`, but a batch counts as "had to wait" only once nothing decoded waits between the
+        stages either: decoded batches would otherwise give the timed region a head start on the decoder."""
+        capacity = (self.ready.maxsize + self.decoded.maxsize + self.raw.maxsize + len(self.threads)
+                    + 2 * self.settings.num_workers)
+        dropped = 0
+        while dropped < max(max_batches, capacity):
+            t0 = time.perf_counter()
+            self._failures.extend(self._take().failures)
+            dropped += 1
+            if time.perf_counter() - t0 >= wait_s and self.decoded.empty() and self.ready.empty():
+                break
+        return dropped
+
+    def close(self) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + JOIN_S
+        for thread in self.threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                for q in (self.raw, self.decoded, self.ready):  # unblock a stage waiting for room
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        pass
+                thread.join(POLL_S)
+        shutdown_loader(self._iterator, self.loader)
+
+
+def _identity(item: Any) -> Any:
+    return item
+
+
+def nvjpeg_reason() -> str | None:
+    """Why torchvision cannot decode JPEGs on this GPU, or None (checked by decoding a tiny JPEG)."""
+    try:
+        from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
+
+        probe = encode_jpeg(torch.zeros((3, 16, 16), dtype=torch.uint8), quality=90)
+        out = decode_jpeg([probe], mode=ImageReadMode.RGB, device="cuda")
+        if tuple(out[0].shape) != (3, 16, 16):
+            return f"torchvision's GPU JPEG decoder returned shape {tuple(out[0].shape)}"
+    except Exception as exc:  # noqa: BLE001 - any failure means this pipeline cannot run here
+        return f"torchvision cannot decode JPEGs on the GPU here ({type(exc).__name__}: {str(exc)[:200]})"
+    return None
+
+
+class GpuPipeline:
+    name = "gpu"
+
+    def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
+        if device.type != "cuda":
+            return "GPU decode needs CUDA (this measurement runs on the CPU)"
+        return None
+
+    def open(self, dataset: EncodedDataset, spec: BatchSpec) -> GpuStream:
+        reason = nvjpeg_reason()
+        if reason:
+            from clsbench.data.errors import PipelineUnsupportedError
+
+            raise PipelineUnsupportedError(reason)
+        facts = {"pipeline": "gpu", "decoder": "torchvision.io.decode_jpeg (nvJPEG, batched)",
+                 "queue_depth": spec.settings.prefetch_factor or DEFAULT_DEPTH, "reader_workers":
+                 spec.settings.num_workers}
+        return GpuStream(dataset, spec, facts)

@@ -1,0 +1,1 @@
+"""Where images come from: one module per source (synthetic, folder, memory)."""

@@ -1,0 +1,278 @@
+"""One repeat of one measurement, run inside a fresh worker process (or inline, for tests and debugging).
+
+A job goes through two phases so the parent can overlap them across workers on a GPU:
+
+* **prepare** (CPU only, never touches the GPU): resolve the model and build it with seeded weights;
+* **measure** (exclusive use of the device): configure backend flags, move the model, apply the mode, run the
+  workload, read memory.
+
+With overlap, measure also passes two **gates** (:class:`Gate`): ``device``, after creating the CUDA context and
+before the first kernel, where the parent makes sure the previous worker has exited (its GPU memory is freed);
+and ``timed``, just before the timed region, where the parent stops the worker preparing ahead (SIGSTOP), so
+nothing but this measurement runs on the host or the device while it is timed.
+
+Every outcome becomes a plain dict (a *repeat record*) with ``status`` ``ok``, ``failed`` or ``skipped`` and, when
+not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``; for real data
+also ``data_error``, ``data_loader_timeout``, ``data_loader_crash``, ``unsupported_pipeline``) and a
+one-line ``detail``. Exceptions never escape :func:`execute`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from clsbench.core.plan import Cell, StopRule, TrainSettings
+from clsbench.errors import ClsbenchError
+from clsbench.measure.clock import Clock, WallClock
+
+
+@dataclass(frozen=True)
+class Job:
+    """One repeat of one cell, with everything the worker needs (picklable)."""
+
+    cell: Cell
+    repeat: int
+    stop: StopRule
+    seed: int = 0
+    data_seed: int = 0
+    compile_mode: str = "default"
+    cudnn_benchmark: bool = True
+    train: TrainSettings = TrainSettings()
+    num_classes: int = 1000
+    clock: Clock = field(default_factory=WallClock)
+    telemetry: bool = True  # sample NVML over the timed region (GPU only)
+    telemetry_interval_s: float = 0.05
+
+
+@dataclass
+class Prepared:
+    model: Any = None
+    input_size: int = 224
+    prepare_s: float = 0.0
+    costs: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def _record(status: str, reason: str | None = None, detail: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"status": status, "reason": reason, "detail": detail, **extra}
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """Classify an exception into a failed (or skipped) repeat record."""
+    import torch
+
+    from clsbench.data.errors import data_failure_record
+    from clsbench.workloads import NonFiniteLossError
+
+    message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    data_record = data_failure_record(exc)  # data_error, data_loader_timeout, data_loader_crash, unsupported_pipeline
+    if data_record is not None:
+        return data_record
+    if isinstance(exc, ClsbenchError):
+        return _record("skipped", "unsupported_mode", str(exc))
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return _record("failed", "oom", message)
+    if isinstance(exc, NonFiniteLossError):
+        return _record("failed", "nan_loss", message)
+    if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        return _record("failed", "compile_error", message)
+    return _record("failed", "crash", message, traceback=traceback.format_exc(limit=8))
+
+
+@contextlib.contextmanager
+def _one_thread(enabled: bool) -> Iterator[None]:
+    """Limit torch to one CPU thread while preparing alongside another worker's (possibly CPU-bound) measurement."""
+    if not enabled:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _model_costs(model: Any, input_size: int, job: Job) -> dict[str, Any]:
+    """FLOPs, parameters and minimal bytes per image, counted on the CPU model (a meta-device copy)."""
+    try:
+        from clsbench.measure.flops import count_model_costs
+
+        return count_model_costs(model, input_size, num_classes=job.num_classes)
+    except Exception as exc:  # noqa: BLE001 - efficiency figures are extras; the measurement goes on without them
+        return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+class Gate:
+    """The worker's side of the overlap handshake: announce a phase, wait until the parent says "ok"."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __call__(self, phase: str) -> None:
+        self._conn.send(("gate", phase))
+        reply = self._conn.recv()
+        if reply != "ok":
+            raise RuntimeError(f"the parent answered {reply!r} at the {phase!r} gate")
+
+
+def prepare(job: Job, *, ahead: bool = False) -> Prepared:
+    """Build the model on the CPU with seeded weights; touches no GPU, so it may overlap another measurement.
+
+    Args:
+        job: what to prepare.
+        ahead: this worker prepares while another one measures: build on one CPU thread.
+    """
+    from clsbench.models import get_model_spec
+
+    t0 = time.perf_counter()
+    try:
+        spec = get_model_spec(job.cell.model)
+        input_size = job.cell.input_size or spec.input_size
+        with _one_thread(ahead):
+            model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+            # The costs are the same in every repeat of a cell: count them once, in the first.
+            costs = _model_costs(model, input_size, job) if job.repeat == 0 else None
+        return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0, costs=costs)
+    except ClsbenchError as exc:
+        return Prepared(error=_record("failed", "model_error", str(exc)))
+    except Exception as exc:  # noqa: BLE001 - recorded as the repeat's failure
+        return Prepared(error=_failure(exc))
+
+
+def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str, Any]:
+    """Run the workload on the prepared model; return the repeat record.
+
+    Args:
+        job: what to measure.
+        prepared: what :func:`prepare` built.
+        gate: with overlap, the handshake with the parent (see the module's docstring); None runs straight through.
+    """
+    if prepared.error is not None:
+        return prepared.error
+    import torch
+
+    from clsbench.measure.device import device_capabilities, memory_readings, reset_peak_memory
+    from clsbench.modes import parse_mode
+    from clsbench.workloads import WorkloadContext, get_workload
+
+    cell = job.cell
+    started = time.perf_counter()
+    try:
+        device = torch.device(cell.device)
+        context_s = None
+        if device.type == "cuda":
+            # The CUDA context, first and on its own: host-side driver work plus a tiny allocation, no kernel.
+            t0 = time.perf_counter()
+            if device.index is not None:
+                torch.cuda.set_device(device.index)
+            torch.empty(1, device=device)
+            context_s = time.perf_counter() - t0
+        if gate is not None:
+            gate("device")  # returns once the previous worker has exited: the device is ours alone
+        workload = get_workload(cell.workload)
+        if cell.data is not None:  # real data through a pipeline (train only; checked when planning)
+            from clsbench.workloads.train_data import TrainWithData
+
+            if cell.workload != "train":
+                from clsbench.data.errors import DataError
+
+                raise DataError(f"real data feeds the train workload only, not {cell.workload}")
+            workload = TrainWithData()
+        mode = parse_mode(cell.mode)
+        bf16, tf32 = device_capabilities(device)
+        mode_ctx = mode.context(device, workload.kind, bf16_supported=bf16, tf32_supported=tf32,
+                                compile_mode=job.compile_mode)
+        reason = mode.unsupported_reason(mode_ctx)
+        if reason:
+            return _record("skipped", "unsupported_mode", reason)
+        torch.backends.cudnn.benchmark = job.cudnn_benchmark
+        flags = mode.configure(mode_ctx)
+        flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+        flags["num_threads"] = torch.get_num_threads()
+        t0 = time.perf_counter()
+        model = prepared.model.to(device)
+        if workload.kind == "inference":
+            model.eval()
+        ready = mode.prepare(model, mode_ctx)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        setup_s = time.perf_counter() - t0
+        reset_peak_memory(device)
+        from clsbench.system.telemetry import NoneSource, make_source
+
+        telemetry = (make_source(cell.device, interval_s=job.telemetry_interval_s) if job.telemetry
+                     else NoneSource("telemetry was turned off (--no-telemetry)"))
+        ctx = WorkloadContext(cell=cell, stop=job.stop, clock=job.clock, device=device, prepared=ready,
+                              input_size=prepared.input_size, num_classes=job.num_classes,
+                              data_seed=job.data_seed, train=job.train,
+                              compiled="compile" in {n.split(":")[0] for n in mode.modifier_names},
+                              telemetry=telemetry,
+                              # Busy time is a property of the cell, like its FLOPs: profile the first repeat only.
+                              profile_busy=job.repeat == 0,
+                              # The dispatch calibration explains launch-bound GPU figures; on a CPU the
+                              # workload's own threads disturb it.
+                              host_calibration=device.type == "cuda",
+                              gate=gate)
+        # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
+        gc.collect()
+        gc.disable()
+        try:
+            out = workload.run(ctx)
+        finally:
+            gc.enable()
+        flags["gc_disabled_while_running"] = True
+        timings = {"prepare_s": prepared.prepare_s, "context_s": context_s, "setup_s": setup_s, **out.timings}
+        if ctx.compiled:
+            # Compilation is lazy: it happens inside the first call, which is timed on its own.
+            timings["compile_s"] = out.timings.get("first_iteration_s")
+        memory = memory_readings(device)
+        timings["measure_s"] = time.perf_counter() - started  # all of measure: what the phases above leave out
+        return _record(
+            "ok",
+            samples=out.samples,
+            timings=timings,
+            validity=out.validity,
+            memory=memory,
+            flags=flags,
+            mode_notes=ready.notes,
+            input_size=prepared.input_size,
+            telemetry=out.telemetry,
+            host_cpu=ctx.host_cpu,
+            busy=out.busy,
+            costs=prepared.costs,
+            pid=os.getpid(),
+            **({"data": out.data} if out.data is not None else {}),
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
+        return _failure(exc)
+
+
+def execute(job: Job) -> dict[str, Any]:
+    """Prepare and measure in this process (the inline path)."""
+    return measure(job, prepare(job))
+
+
+def worker_main(conn: Any) -> None:
+    """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result."""
+    try:
+        job, gated, ahead = conn.recv()
+        prepared = prepare(job, ahead=ahead)
+        conn.send(("ready", None))
+        message = conn.recv()
+        if message != "go":
+            return
+        conn.send(("result", measure(job, prepared, Gate(conn) if gated else None)))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        conn.close()

@@ -1,0 +1,1 @@
+"""Where models come from: one module per source (torchvision, timm, custom)."""

@@ -1,0 +1,552 @@
+"""``clsbench diagnose MODEL --data DIR``: does the input pipeline keep the GPU fed, and which setting does it best?
+
+One ordinary result file, measured like any run (each setting in fresh worker processes, :func:`runner.run_plan`):
+
+1. the model on the **synthetic** resident batch: the ceiling, with no data cost at all;
+2. the **cpu** pipeline with PyTorch's defaults (``num_workers=0``, ``pin_memory=False``): what a plain training
+   loop gets;
+3. the cpu pipeline over ``num_workers`` 0, 2, 4, 8, ... up to the CPU count (:func:`sweep_workers`) x
+   ``pin_memory`` off/on (on a GPU; pinning means nothing on a CPU), with ``persistent_workers`` on whenever there
+   are workers, so an epoch's end does not restart them inside a short timed window; then, at the largest worker
+   count, the same with uint8 batches normalised on the device (``normalize="device"``);
+4. the **gpu** pipeline (nvJPEG decode on the device), and **dali** when installed; each is skipped with its reason
+   where it cannot run.
+
+All settings use the same source (``folder`` by default), model, mode, batch size and stop rule. Overlapped
+preparation is off: building the next worker's model would take CPU time from the pipeline being measured. The
+GPU probe is not run (MFU is not the question here).
+
+The analysis (:func:`analyze_diagnose`, pure: reads the file) gives per setting its img/s, the ratio to synthetic,
+the data-wait and idle shares, then the verdict, the best setting, its gain over the default and the ``clsbench run``
+command that measures it again. Verdict rules, applied to a setting (the best, and the default):
+
+* **input-bound** when it reaches less than :data:`INPUT_BOUND_RATIO` (90%) of the synthetic throughput, or the GPU
+  sat idle between its steps more than :data:`IDLE_LIMIT` (10%) of the time (on a CPU: the share of time spent
+  waiting for data);
+* otherwise **launch-bound** when the synthetic run itself is (the roofline verdict of section 5 of the
+  methodology: GPU busy less than half of each step), so the data pipeline is not what limits training;
+* otherwise **compute-bound**: the pipeline keeps up and the model's own speed sets the pace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clsbench.core.data_settings import PIPELINES, DataSettings, data_label
+from clsbench.core.plan import Cell, RunPlan, StopRule
+from clsbench.engine.runner import ProgressCallback
+from clsbench.errors import InvalidInputError
+from clsbench.measure.clock import Clock
+from clsbench.report.table import fmt_rate, render_rows
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
+
+#: A real pipeline reaching less than this fraction of the synthetic throughput leaves the GPU waiting for data.
+#: The issue's goal for a good pipeline ("at least 90% of synthetic") is the same line.
+INPUT_BOUND_RATIO = 0.9
+#: GPU idle share between steps (events; data-wait share on a CPU) above which a setting is input-bound anyway.
+IDLE_LIMIT = 0.10
+DIAGNOSE_FORMAT = 1
+#: A part of the step time worth a sentence in the explanation: more than this share of the synthetic step.
+EXPLAIN_SHARE = 0.02
+#: A setting that spent more than this share of its time on the first batch of epochs gets a note.
+EPOCH_START_NOTE = 0.02
+
+#: Stop rules of a diagnose measurement (one setting, one repeat by default): long enough for a pipeline to show its
+#: steady pace (its prepared-ahead batches are drained before timing), short enough to sweep a dozen settings in a
+#: few minutes. ``quick`` is for smoke tests and CI.
+GPU_RULE = StopRule(warmup=3, min_iterations=5, min_seconds=3.0, warmup_seconds=0.5, max_seconds=60.0)
+CPU_RULE = StopRule(warmup=2, min_iterations=5, min_seconds=1.0, max_seconds=30.0)
+GPU_QUICK_RULE = StopRule(warmup=2, min_iterations=3, min_seconds=1.0, warmup_seconds=0.5, max_seconds=30.0)
+CPU_QUICK_RULE = StopRule(warmup=1, min_iterations=2, min_seconds=0.2, max_seconds=10.0)
+
+
+def sweep_workers(cpu_count: int | None) -> list[int]:
+    """0, then 2, 4, 8, ... below the CPU count, then the CPU count itself: 16 -> 0, 2, 4, 8, 16; 12 -> 0, 2, 4,
+    8, 12; 2 -> 0, 2."""
+    cpus = max(1, cpu_count or 1)
+    out = [0]
+    n = 2
+    while n < cpus:
+        out.append(n)
+        n *= 2
+    out.append(cpus)
+    return sorted(set(out))
+
+
+def parse_workers(text: str | Sequence[int]) -> list[int]:
+    """``"0,4,8"`` -> [0, 4, 8] (sorted, distinct)."""
+    parts = [p.strip() for p in text.split(",")] if isinstance(text, str) else list(text)
+    out = []
+    for part in parts:
+        try:
+            value = int(part)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"worker count {part!r} is not a whole number", "e.g. --workers 0,4,8") from None
+        if value < 0:
+            raise InvalidInputError(f"worker count {value} is negative", "e.g. --workers 0,4,8")
+        out.append(value)
+    if not out:
+        raise InvalidInputError("the worker list is empty", "e.g. --workers 0,4,8")
+    return sorted(set(out))
+
+
+def parse_pipelines(text: str | Sequence[str]) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()] if isinstance(text, str) else list(text)
+    if not names:
+        raise InvalidInputError("the pipeline list is empty", "e.g. --pipelines cpu,gpu")
+    for name in names:
+        if name not in PIPELINES:
+            raise InvalidInputError(f"unknown pipeline {name!r}", "choose from: " + ", ".join(PIPELINES))
+    return list(dict.fromkeys(names))
+
+
+def default_setting(directory: str, source: str) -> DataSettings:
+    """PyTorch's DataLoader defaults: no workers, no pinning (the cpu pipeline)."""
+    return DataSettings(directory=directory, source=source, pipeline="cpu")
+
+
+def candidate_settings(base: DataSettings, device: str, workers: Sequence[int],
+                       pipelines: Sequence[str]) -> list[DataSettings]:
+    """Every setting to measure, default first (module docstring)."""
+    pins = (False, True) if device.startswith("cuda") else (False,)
+    out = [dataclasses.replace(base, pipeline="cpu", num_workers=0, pin_memory=False, persistent_workers=False)]
+    if "cpu" in pipelines:
+        for n in workers:
+            for pin in pins:
+                out.append(dataclasses.replace(base, pipeline="cpu", num_workers=n, pin_memory=pin,
+                                               persistent_workers=n > 0))
+        most = max(workers)
+        if most > 0:  # uint8 batches, normalised on the device: a quarter of the bytes to pass, pin and copy
+            for pin in pins:
+                out.append(dataclasses.replace(base, pipeline="cpu", num_workers=most, pin_memory=pin,
+                                               persistent_workers=True, normalize="device"))
+    if "gpu" in pipelines:
+        out.append(dataclasses.replace(base, pipeline="gpu", num_workers=0, pin_memory=False,
+                                       persistent_workers=False))
+    if "dali" in pipelines:
+        threads = max(workers) if max(workers) > 0 else 4
+        out.append(dataclasses.replace(base, source="folder", pipeline="dali", num_workers=threads,
+                                       pin_memory=False, persistent_workers=False))
+    return list(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class DiagnoseResult:
+    """What :func:`diagnose` returns: the result (as saved), its analysis, and the dataset's warnings."""
+
+    result: BenchmarkResult
+    analysis: dict[str, Any]
+    path: Path | None = None
+    dataset_warnings: tuple[str, ...] = ()
+
+
+def diagnose(
+    model: str,
+    data_dir: str | os.PathLike[str],
+    *,
+    mode: str = "fp32",
+    batch_size: int | None = None,
+    device: str = "auto",
+    source: str = "folder",
+    workers: Sequence[int] | None = None,
+    pipelines: Sequence[str] = PIPELINES,
+    quick: bool = False,
+    repeats: int = 1,
+    warmup: int | None = None,
+    iterations: int | None = None,
+    min_time: float | None = None,
+    max_time: float | None = None,
+    input_size: int | None = None,
+    timeout_s: float = 900.0,
+    data_timeout_s: float | None = None,
+    seed: int = 0,
+    cudnn_benchmark: bool = True,
+    telemetry: bool = True,
+    output: str | os.PathLike[str] | None = None,
+    isolation: str = "process",
+    clock: Clock | None = None,
+    progress: ProgressCallback | None = None,
+    env: dict[str, Any] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> DiagnoseResult:
+    """Measure the synthetic ceiling and the pipeline settings (module docstring); save one result file.
+
+    Args:
+        model, mode, batch_size, device, input_size, seed, cudnn_benchmark, telemetry, timeout_s: as for
+            ``clsbench run`` (the batch size defaults to run's train default).
+        data_dir: the dataset (ImageFolder layout).
+        source: ``folder`` or ``memory`` for every setting (dali always reads the folder).
+        workers: the ``num_workers`` values to sweep (default :func:`sweep_workers` of the CPU count; with
+            ``quick``, 0 and the CPU count).
+        pipelines: which pipelines to try besides the default.
+        quick: short stop rules (smoke tests, CI).
+        repeats, warmup, iterations, min_time, max_time: override the diagnose stop rule (:data:`GPU_RULE`...).
+        data_timeout_s: seconds one batch may take (default :data:`clsbench.core.data_settings.DEFAULT_DATA_TIMEOUT_S`).
+        output: the result file (never overwritten); None keeps it in memory.
+        isolation, clock, progress, env: as for :func:`clsbench.api.run`.
+        warn: called with each warning about the dataset (files skipped...) before anything is measured.
+
+    Raises:
+        InvalidInputError: bad input (unknown model or mode, unusable dataset, bad lists...).
+        ResultFileError: ``output`` exists or cannot be written.
+    """
+    from clsbench import api
+    from clsbench.core.suites import get_suite
+    from clsbench.data.plan import prepare_data_settings
+    from clsbench.modes import parse_mode
+    from clsbench.procedures.sweep import IncrementalRun, prepare_environment
+
+    path = Path(output) if output is not None else None
+    if path is not None:
+        result_io.check_writable(path)
+    resolved = api.resolve_device(device)
+    chosen = parse_pipelines(pipelines)
+    batch = batch_size or get_suite("seed").batch_sizes["train"]
+    cpus = os.cpu_count() or 1
+    sizes = parse_workers(workers) if workers is not None else (
+        sorted({0, cpus}) if quick else sweep_workers(cpus))
+    base = DataSettings(directory=str(data_dir), source=source, pipeline="cpu")
+    if data_timeout_s is not None:
+        base = dataclasses.replace(base, timeout_s=data_timeout_s)
+    base, index = prepare_data_settings(base, [batch])  # bad input fails here, before anything runs
+    for line in index.warnings():
+        if warn is not None:
+            warn(line)
+    on_gpu = resolved.startswith("cuda")
+    rule = (GPU_QUICK_RULE if quick else GPU_RULE) if on_gpu else (CPU_QUICK_RULE if quick else CPU_RULE)
+    overrides = {k: v for k, v in {"warmup": warmup, "min_iterations": iterations, "min_seconds": min_time,
+                                   "max_seconds": max_time}.items() if v is not None}
+    if overrides:
+        from clsbench.api import _replace_rule
+
+        rule = _replace_rule(rule, overrides)
+    plan = api.plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch], device=resolved,
+                        repeats=repeats, input_size=input_size, timeout_s=timeout_s, seed=seed,
+                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=False, telemetry=telemetry,
+                        environment=env)
+    plan = dataclasses.replace(plan, stop_rules={"train": rule})
+    plan.validate()
+    synthetic = plan.cells[0]
+    settings = candidate_settings(base, resolved, sizes, chosen)
+    cells = [synthetic] + [dataclasses.replace(synthetic, data=s) for s in settings]
+    facts: dict[str, Any] = {
+        "format": DIAGNOSE_FORMAT,
+        "model": model,
+        "workload": "train",
+        "mode": parse_mode(mode).name,
+        "batch_size": batch,
+        "device": resolved,
+        "input_size": input_size,
+        "directory": base.directory,
+        "source": source,
+        "dataset": index.facts(limit=20),
+        "workers": sizes,
+        "pin_memory": [False, True] if on_gpu else [False],
+        "pipelines": chosen,
+        "quick": quick,
+        "cpu_count": cpus,
+        "default": default_setting(base.directory, source).label(),
+        "rules": {"input_bound_ratio": INPUT_BOUND_RATIO, "idle_limit": IDLE_LIMIT},
+    }
+    environment = prepare_environment(resolved, env, probe=False)
+    run = IncrementalRun(plan, path, environment=environment, key="diagnose", facts=facts, isolation=isolation,
+                         clock=clock, progress=progress)
+    run.measure(cells)
+    return DiagnoseResult(result=run.result, analysis=analyze_diagnose(run.result), path=path,
+                          dataset_warnings=tuple(index.warnings()))
+
+
+# ------------------------------------------------------------------------------------------- analysis (pure)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> dict[str, Any]:
+    s = m.summary or {}
+    d = s.get("data") or {}
+    rate = _number(s.get("throughput_img_s")) if m.status == "ok" else None
+    label = data_label(m.data) if m.data is not None else None
+    return {
+        "label": label or "synthetic",
+        "data": m.data,
+        "pipeline": (m.data or {}).get("pipeline"),
+        "status": m.status,
+        "reason": m.reason,
+        "detail": m.detail,
+        "throughput_img_s": rate,
+        "ratio_to_synthetic": rate / ceiling if rate is not None and ceiling else None,
+        "data_wait_fraction": _number(d.get("data_wait_fraction")),
+        "copy_fraction": _number(d.get("copy_fraction")),
+        "epoch_start_wait_fraction": _number(d.get("epoch_start_wait_fraction")),
+        "idle_fraction": _number(d.get("idle_fraction")),
+        "idle_method": d.get("idle_method"),
+        "step_ms_mean": _number(d.get("step_ms_mean")),
+        "data_startup_s": _number(d.get("data_startup_s")),
+        "decode_failures_n": d.get("decode_failures_n") or 0,
+        "spread_pct": _number(s.get("spread_pct")),
+        "is_default": label is not None and label == default_label,
+        "cell": m.cell,
+    }
+
+
+def classify(row: dict[str, Any] | None, ceiling_bound_by: str | None) -> str | None:
+    """The verdict for one setting (module docstring), or None when it has no figure."""
+    if row is None or row.get("ratio_to_synthetic") is None:
+        return None
+    idle = row.get("idle_fraction")
+    if row["ratio_to_synthetic"] < INPUT_BOUND_RATIO or (idle is not None and idle > IDLE_LIMIT):
+        return "input-bound"
+    if ceiling_bound_by == "launch":
+        return "launch-bound"
+    return "compute-bound"
+
+
+def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: int | None) -> dict[str, Any] | None:
+    """Where one setting's step time goes against the synthetic step, in ms per step (None without the figures).
+
+    ``iteration_ms`` = batch / img/s, ``synthetic_ms`` the same for the ceiling, ``extra_ms`` their difference.
+    With CUDA-event timing it splits into ``waiting_ms`` (iteration minus the step's own event time: the GPU had no
+    step to run, waiting for a batch or its copy) and ``slower_step_ms`` (the step's event time minus the synthetic
+    step: the step itself ran slower, e.g. because the pipeline's own GPU work shared the device).
+    """
+    if row is None or not row.get("throughput_img_s") or not ceiling or not batch_size:
+        return None
+    iteration = 1000.0 * batch_size / row["throughput_img_s"]
+    synthetic = 1000.0 * batch_size / ceiling
+    out: dict[str, Any] = {"iteration_ms": iteration, "synthetic_ms": synthetic, "extra_ms": iteration - synthetic,
+                           "waiting_ms": None, "slower_step_ms": None}
+    if row.get("idle_method") == "cuda_events" and row.get("step_ms_mean") is not None:
+        out["waiting_ms"] = max(0.0, iteration - row["step_ms_mean"])
+        out["slower_step_ms"] = row["step_ms_mean"] - synthetic
+    return out
+
+
+def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, Any] | None, ceiling: float,
+            cpu_count: int | None) -> list[str]:
+    """For an input-bound best setting: where its time goes and what would close the gap, in sentences."""
+    if split is None:
+        return []
+    lines = [f"{best['label']} takes {split['iteration_ms']:.1f} ms per step against {split['synthetic_ms']:.1f} ms "
+             f"on synthetic data"]
+    waiting, slower = split["waiting_ms"], split["slower_step_ms"]
+    if waiting is not None and slower is not None:
+        lines[0] += (f": the GPU waits {waiting:.1f} ms of it for data, and the step itself runs {slower:.1f} ms "
+                     "slower")
+    if best.get("pipeline") == "gpu":
+        worth = EXPLAIN_SHARE * split["synthetic_ms"]
+        if slower is not None and slower > worth:
+            lines.append("the gpu pipeline decodes and augments on the GPU it feeds, which takes GPU time from every "
+                         "step: a hardware JPEG decoder (DALI's mixed decoder on GPUs that have one), decoding on more "
+                         "CPU cores, or smaller stored images would remove it")
+        if waiting is not None and waiting > worth:
+            lines.append("its read, decode and augment threads share the training process's Python interpreter with "
+                         "the training loop: more reader workers (--num-workers) or the memory source take file "
+                         "reading out of it")
+        return lines
+    copy, wait = best.get("copy_fraction") or 0.0, best.get("data_wait_fraction") or 0.0
+    if best.get("pipeline") == "cpu":
+        if copy >= wait and (best.get("data") or {}).get("normalize", "worker") == "worker":
+            lines.append(f"most of the wait is the copy of float32 batches to the device ({100 * copy:.0f}% of the "
+                         "time): --normalize-on device moves uint8 batches, a quarter of the bytes")
+        per_worker = [r["throughput_img_s"] / r["data"]["num_workers"] for r in rows
+                      if r.get("pipeline") == "cpu" and r.get("throughput_img_s") and r["data"].get("num_workers")]
+        if per_worker and wait > copy:
+            rate = max(per_worker)
+            cores = f" (this machine has {cpu_count} CPUs)" if cpu_count else ""
+            lines.append(f"the workers decode about {rate:,.0f} images/s each at best; {fmt_rate(ceiling)} img/s "
+                         f"needs about {math.ceil(ceiling / rate)} such workers, each with a core of its own"
+                         f"{cores}, or the gpu pipeline")
+    return lines
+
+
+def reproduce(plan: RunPlan, cell: Cell) -> str:
+    """The ``clsbench run`` command that measures ``cell`` again with the plan's settings."""
+    from clsbench.procedures.tune import reproduce_command
+
+    if cell.data is None:
+        return reproduce_command(plan, cell)
+    # `run --data` turns overlapped preparation off by itself: no need to say so.
+    command = reproduce_command(dataclasses.replace(plan, overlap_prepare=True), cell)
+    d = cell.data
+    args = ["--data", d.directory, "--data-source", d.source, "--pipeline", d.pipeline, "--num-workers",
+            str(d.num_workers)]
+    if d.pin_memory:
+        args.append("--pin-memory")
+    if d.persistent_workers:
+        args.append("--persistent-workers")
+    if d.prefetch_factor is not None:
+        args += ["--prefetch-factor", str(d.prefetch_factor)]
+    if not d.prime_cache:
+        args.append("--no-prime-cache")
+    if d.normalize != "worker":
+        args += ["--normalize-on", d.normalize]
+    from clsbench.core.data_settings import DEFAULT_DATA_TIMEOUT_S
+
+    if d.timeout_s != DEFAULT_DATA_TIMEOUT_S:
+        args += ["--data-timeout", f"{d.timeout_s:g}"]
+    return command + " " + " ".join(shlex.quote(a) for a in args)
+
+
+def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
+    """Rows, verdicts, the best setting, its gain over the default and the command, from the file alone."""
+    facts = result.settings.get("diagnose") or {}
+    measurements = list(result.measurements)
+    synthetic = next((m for m in measurements if m.data is None), None)
+    ceiling = None
+    ceiling_bound = None
+    if synthetic is not None and synthetic.status == "ok":
+        ceiling = _number(synthetic.summary.get("throughput_img_s"))
+        ceiling_bound = (synthetic.summary.get("efficiency") or {}).get("bound_by")
+    default_label = facts.get("default")
+    rows = [_row(m, ceiling, default_label) for m in measurements]
+    real = [r for r in rows if r["data"] is not None]
+    ok = [r for r in real if r["throughput_img_s"] is not None]
+    best = max(ok, key=lambda r: r["throughput_img_s"], default=None)
+    default = next((r for r in real if r["is_default"]), None)
+    out: dict[str, Any] = {
+        "model": facts.get("model") or (synthetic.model if synthetic else None),
+        "mode": facts.get("mode") or (synthetic.mode if synthetic else None),
+        "batch_size": facts.get("batch_size") or (synthetic.batch_size if synthetic else None),
+        "device": facts.get("device") or (synthetic.device if synthetic else None),
+        "directory": facts.get("directory"),
+        "source": facts.get("source"),
+        "dataset": facts.get("dataset") or {},
+        "quick": facts.get("quick"),
+        "rules": facts.get("rules") or {"input_bound_ratio": INPUT_BOUND_RATIO, "idle_limit": IDLE_LIMIT},
+        "ceiling_img_s": ceiling,
+        "ceiling_status": synthetic.status if synthetic else None,
+        "ceiling_reason": synthetic.reason if synthetic else None,
+        "ceiling_bound_by": ceiling_bound,
+        "rows": [{k: v for k, v in r.items() if k != "cell"} for r in rows],
+        "best": None,
+        "default": None,
+        "verdict": None,
+        "default_verdict": classify(default, ceiling_bound),
+        "gain_over_default": None,
+        "command": None,
+        "time_split": None,
+        "explanation": [],
+    }
+    if default is not None:
+        out["default"] = {k: v for k, v in default.items() if k != "cell"}
+    if best is not None:
+        out["best"] = {k: v for k, v in best.items() if k != "cell"}
+        out["verdict"] = classify(best, ceiling_bound)
+        out["time_split"] = time_split(best, ceiling, out["batch_size"])
+        if out["verdict"] == "input-bound" and ceiling:
+            cpu = result.environment.get("cpu") or {}
+            out["explanation"] = explain(best, real, out["time_split"], ceiling,
+                                         cpu.get("allowed_cpus_count") or cpu.get("logical_cores"))
+        if default is not None and default["throughput_img_s"]:
+            out["gain_over_default"] = best["throughput_img_s"] / default["throughput_img_s"]
+        try:
+            plan = RunPlan.from_dict(result.settings)
+            out["command"] = reproduce(plan, best["cell"])
+        except (KeyError, TypeError, ValueError):
+            out["command"] = None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+_VERDICT_WORDS = {
+    "input-bound": "input-bound: the {what} waits for data",
+    "compute-bound": "compute-bound: the input pipeline keeps up; the model's own speed sets the pace",
+    "launch-bound": "launch-bound: the input pipeline keeps up, but the GPU is busy less than half of each synthetic "
+                    "step (kernel launches limit it: a larger batch, torch.compile or CUDA graphs help, not data "
+                    "loading)",
+}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
+def _status(row: dict[str, Any]) -> str:
+    if row["status"] == "ok":
+        return "ok"
+    return f"{row['status'].upper()}: {row['reason']}"
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    if row["data"] is None:
+        return "synthetic (ceiling)"
+    return row["label"] + (" (PyTorch default)" if row["is_default"] else "")
+
+
+def render_diagnose(analysis: dict[str, Any]) -> str:
+    """The diagnosis in words: the table of settings, the verdict, the best setting and how to reproduce it."""
+    dataset = analysis.get("dataset") or {}
+    lines = [f"diagnose: {analysis.get('model')} train {analysis.get('mode')} bs{analysis.get('batch_size')} on "
+             f"{analysis.get('device')}"]
+    if dataset:
+        size = float(dataset.get("bytes") or 0)
+        lines.append(f"data: {analysis.get('directory')}: {dataset.get('images', 0):,} images in "
+                     f"{dataset.get('classes', 0)} classes, {size / 1e6:,.1f} MB, {analysis.get('source')} source; "
+                     f"{dataset.get('skipped_n', 0)} file(s) skipped")
+    lines.append("")
+    idle_by = {r.get("idle_method") for r in analysis.get("rows", []) if r.get("idle_method")}
+    idle_header = "GPU idle" if idle_by == {"cuda_events"} else "idle"
+    header = ("setting", "img/s", "vs synthetic", "data wait", "copy", idle_header, "status")
+    rows = [(_row_label(r), fmt_rate(r["throughput_img_s"]),
+             "100.0%" if r["data"] is None and r["throughput_img_s"] is not None else _pct(r["ratio_to_synthetic"]),
+             "-" if r["data"] is None else _pct(r["data_wait_fraction"]),
+             "-" if r["data"] is None else _pct(r.get("copy_fraction")),
+             "-" if r["data"] is None else _pct(r["idle_fraction"]), _status(r))
+            for r in analysis.get("rows", [])]
+    lines += render_rows(header, rows, {"img/s", "vs synthetic", "data wait", "copy", idle_header})
+    lines.append("")
+    ceiling = analysis.get("ceiling_img_s")
+    rules = analysis.get("rules") or {}
+    ratio_limit = 100 * rules.get("input_bound_ratio", INPUT_BOUND_RATIO)
+    if ceiling is None:
+        lines.append(f"verdict: none: the synthetic ceiling did not run ({analysis.get('ceiling_status')}: "
+                     f"{analysis.get('ceiling_reason')})")
+    elif analysis.get("best") is None:
+        lines.append("verdict: none: no real-data setting ran (see the status column)")
+    else:
+        best = analysis["best"]
+        what = "GPU" if str(analysis.get("device") or "").startswith("cuda") else "model"
+        lines.append(f"verdict: {_VERDICT_WORDS[analysis['verdict']].format(what=what)} (best setting at "
+                     f"{_pct(best['ratio_to_synthetic'])} of synthetic; input-bound below {ratio_limit:.0f}% or above "
+                     f"{100 * rules.get('idle_limit', IDLE_LIMIT):.0f}% idle)")
+        default = analysis.get("default")
+        if default is not None and default.get("throughput_img_s") is not None:
+            lines.append(f"with PyTorch's defaults (num_workers=0, pin_memory=False): "
+                         f"{fmt_rate(default['throughput_img_s'])} img/s = {_pct(default['ratio_to_synthetic'])} of "
+                         f"synthetic, {analysis.get('default_verdict')}")
+        elif default is not None:
+            lines.append(f"with PyTorch's defaults: {_status(default)}")
+        gain = analysis.get("gain_over_default")
+        gain_text = f", {gain:.2f}x the default" if gain is not None else ""
+        lines.append(f"best: {best['label']}: {fmt_rate(best['throughput_img_s'])} img/s = "
+                     f"{_pct(best['ratio_to_synthetic'])} of synthetic ({fmt_rate(ceiling)} img/s){gain_text}")
+        if analysis.get("command"):
+            lines.append(f"reproduce: {analysis['command']}")
+        for sentence in analysis.get("explanation") or []:
+            lines.append(f"why: {sentence}")
+    lines.append("data wait: waiting for a prepared batch; copy: placing it on the device (from unpinned memory this "
+                 "also waits for the previous step); shares of the timed wall time")
+    images = (analysis.get("dataset") or {}).get("images")
+    for r in analysis.get("rows", []):
+        share = r.get("epoch_start_wait_fraction")
+        if share is not None and share > EPOCH_START_NOTE and r["throughput_img_s"] and images:
+            lines.append(f"note: {r['label']} spent {_pct(share)} of its time on the first batch of an epoch (the "
+                         f"DataLoader starts over and refills in order); {images:,} images last "
+                         f"{images / r['throughput_img_s']:.1f} s at its speed, and a larger dataset pays this less "
+                         "often")
+    if any(r["data"] is not None and r.get("idle_method") == "host" for r in analysis.get("rows", [])):
+        lines.append("note: on a CPU the step runs synchronously: idle is the share of time spent waiting and copying")
+    if analysis.get("quick"):
+        lines.append("note: --quick: short measurement windows; rerun without it before trusting small differences")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,577 @@
+"""Batch-size sweeps: throughput, latency, memory and power against the batch size, the knee and the largest fit.
+
+A sweep is an ordinary result file: one model, workload, mode and device measured at several batch sizes, each
+repeat in its own fresh worker process (:func:`clsbench.engine.runner.run_plan`). Only the facts of the *procedure* are
+stored beyond that, under ``settings["sweep"]`` (the sizes asked for, the automatic-growth rules, the knee
+fraction, why growth stopped); the knee, the largest batch that fits and the latency-throughput curve are derived
+on reading by the pure function :func:`analyze_sweep`, so ``show`` and later reports get them from the file
+alone, and the raw samples stay the only source of truth.
+
+``batch_sizes="auto"``:
+
+1. start at :data:`AUTO_START_BATCH` and multiply by :data:`AUTO_GROWTH_FACTOR`, up to ``max_batch``;
+2. growth ends when throughput stops rising (``plateau``: :data:`AUTO_PLATEAU_PATIENCE` sizes in a row that do not
+   raise the best throughput seen by at least :data:`AUTO_MIN_GAIN`, 3%), at the first size that fails (``oom``
+   or another failure reason; the failure is that point's recorded outcome and the sweep goes on), or at
+   ``max_batch``;
+3. refinement: after a failure, up to :data:`AUTO_REFINE_FAILURE_STEPS` bisections between the last size that ran
+   and the one that failed, towards the largest size that still runs; after a plateau,
+   :data:`AUTO_REFINE_PLATEAU_STEPS` midpoint between the last size that raised the best and the next one.
+
+The knee is the smallest batch size whose throughput reaches at least ``knee_fraction`` (default 0.9) of the best
+throughput seen in the sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clsbench.core.plan import MAX_BATCH_SIZE, WORKLOADS, Cell, RunPlan, validate_batch_size
+from clsbench.engine.runner import ProgressCallback, new_result, run_plan
+from clsbench.errors import InvalidInputError
+from clsbench.measure.clock import Clock
+from clsbench.report.table import fmt_ms, fmt_rate, render_rows
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
+
+#: The knee rule's default: the smallest batch reaching 90% of the best throughput (the rule the issue's seed
+#: articles use for the "sweet spot"; configurable with ``knee_fraction`` / ``--knee``).
+DEFAULT_KNEE_FRACTION = 0.9
+
+#: Automatic growth continues only while a doubling raises the best throughput seen by at least this fraction.
+#: 3% is about three times the spread of batch >= 64 throughput between fresh processes on the H200 (<= 0.91%,
+#: docs/methodology.md section 8), so a smaller gain cannot be told apart from noise.
+AUTO_MIN_GAIN = 0.03
+
+#: Growth ends on a plateau only after this many doublings in a row without that gain: launch-bound small batches
+#: can move by tens of % between fresh processes (docs/methodology.md section 8), and one unlucky point must not end
+#: a sweep at batch 2.
+AUTO_PLATEAU_PATIENCE = 2
+
+#: Automatic growth starts here and multiplies by this factor.
+AUTO_START_BATCH = 1
+AUTO_GROWTH_FACTOR = 2
+
+#: Bisections after growth ended in a failure (out of memory): each halves the gap to the largest batch that runs.
+AUTO_REFINE_FAILURE_STEPS = 2
+#: Midpoints measured after growth ended on a plateau.
+AUTO_REFINE_PLATEAU_STEPS = 1
+
+#: Automatic growth never goes beyond this batch size unless told to (``max_batch``).
+DEFAULT_MAX_BATCH = 4096
+
+#: Version of the ``settings["sweep"]`` block, in case its keys ever change.
+SWEEP_FORMAT = 1
+
+AUTO = "auto"
+
+
+# --------------------------------------------------------------------------------------------- input checking
+
+
+def parse_batch_sizes(text: str | Sequence[int | str]) -> list[int] | str:
+    """``"auto"``, or a list of distinct batch sizes in ascending order, from ``"1,2,4"`` or a sequence.
+
+    Raises:
+        InvalidInputError: an empty list, a value that is not a whole number, or a size out of range.
+    """
+    if isinstance(text, str):
+        if text.strip().lower() == AUTO:
+            return AUTO
+        parts: list[int | str] = [p.strip() for p in text.split(",")]
+    else:
+        parts = list(text)
+    if not parts or all(isinstance(p, str) and not p for p in parts):
+        raise InvalidInputError("the batch-size list is empty", "e.g. --batch-sizes 1,2,4,8 or --batch-sizes auto")
+    sizes: list[int] = []
+    for part in parts:
+        if isinstance(part, bool):
+            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-sizes 1,2,4")
+        if isinstance(part, str):
+            if not part:
+                raise InvalidInputError("the batch-size list has an empty entry", "e.g. --batch-sizes 1,2,4")
+            try:
+                part = int(part)
+            except ValueError:
+                raise InvalidInputError(f"batch size {part!r} is not a whole number",
+                                        "e.g. --batch-sizes 1,2,4 or --batch-sizes auto") from None
+        if not isinstance(part, int):
+            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-sizes 1,2,4")
+        validate_batch_size(part)
+        sizes.append(part)
+    return sorted(set(sizes))
+
+
+def validate_knee_fraction(value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0.0 < value <= 1.0:
+        raise InvalidInputError(f"knee fraction must lie in (0, 1], got {value!r}", "e.g. --knee 0.9")
+    return float(value)
+
+
+def _validate_max_batch(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH_SIZE:
+        raise InvalidInputError(f"max batch must be a whole number in 1..{MAX_BATCH_SIZE}, got {value!r}",
+                                "e.g. --max-batch 1024")
+    return value
+
+
+# ------------------------------------------------------------------------------------ one growing result file
+
+
+def prepare_environment(device: str, env: dict[str, Any] | None, probe: bool) -> dict[str, Any]:
+    """The environment to record, as :func:`clsbench.api.run` builds it (with the GPU probe when asked)."""
+    from clsbench import api
+
+    facts = env if env is not None else api.environment(device)
+    if probe and device.startswith("cuda") and "probe" not in facts:
+        from clsbench.system.probe import probe_in_subprocess
+
+        facts = {**facts, "probe": probe_in_subprocess(device)}
+    return facts
+
+
+class IncrementalRun:
+    """One result file that grows a step at a time: each step measures new cells with the same plan settings.
+
+    Before each step the stored ``settings`` become the plan of every cell asked for so far (plus ``facts`` under
+    ``key``), and :func:`~clsbench.engine.runner.run_plan` saves after every measurement; so an interrupted step is
+    finished by ``clsbench run --resume FILE``, and the file always reads as an ordinary run.
+
+    Args:
+        plan: the settings every step uses (its cells are ignored).
+        path: the result file (None: keep in memory only). It must not exist yet; it is claimed at once.
+        environment: the environment to record.
+        key: where in ``settings`` the procedure's own facts go (``"sweep"``, ``"tune"``).
+        facts: those facts; the caller may update the dict and call :meth:`save`.
+    """
+
+    def __init__(self, plan: RunPlan, path: Path | None, *, environment: dict[str, Any], key: str,
+                 facts: dict[str, Any], isolation: str = "process", clock: Clock | None = None,
+                 progress: ProgressCallback | None = None) -> None:
+        self.base = plan
+        self.path = path
+        self.key = key
+        self.facts = facts
+        self.isolation = isolation
+        self.clock = clock
+        self.progress = progress
+        self.cells: list[Cell] = []
+        self.result = new_result(dataclasses.replace(plan, cells=()), environment)
+        self.save()  # the path is claimed, and known to be writable, before anything is measured
+
+    @property
+    def plan(self) -> RunPlan:
+        return dataclasses.replace(self.base, cells=tuple(self.cells))
+
+    def save(self) -> None:
+        """Store the current plan and facts in the result, and write it (atomically) if there is a file."""
+        settings = {**self.plan.to_dict(), self.key: self.facts}
+        self.result = dataclasses.replace(self.result, settings=settings)
+        if self.path is not None:
+            result_io.save(self.result, self.path)
+
+    def measure(self, cells: Sequence[Cell]) -> list[Measurement]:
+        """Measure the cells the result lacks (each repeat in its own worker); return the measurement of each."""
+        for cell in cells:
+            if cell not in self.cells:
+                self.cells.append(cell)
+        self.save()
+        self.result = run_plan(self.plan, self.result, self.path, isolation=self.isolation, clock=self.clock,
+                               progress=self.progress)
+        found = [self.result.find(cell.key) for cell in cells]
+        return [m for m in found if m is not None]
+
+
+# ------------------------------------------------------------------------------------------------ the sweep
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What :func:`sweep` returns: the result (as saved) and its analysis (:func:`analyze_sweep`)."""
+
+    result: BenchmarkResult
+    analysis: dict[str, Any]
+    path: Path | None = None
+
+    @property
+    def knee_batch(self) -> int | None:
+        knee = self.analysis.get("knee")
+        return knee["batch_size"] if knee else None
+
+    @property
+    def largest_fitting_batch(self) -> int | None:
+        return self.analysis.get("largest_fitting_batch")
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        return self.analysis.get("points", [])
+
+
+@dataclass
+class _Growth:
+    """State of the automatic search."""
+
+    stopped_by: str | None = None
+    order: list[int] = field(default_factory=list)
+
+
+def _throughput(m: Measurement) -> float:
+    value = m.summary.get("throughput_img_s") if m.status == "ok" else None
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def sweep(
+    model: str,
+    workload: str,
+    mode: str = "fp32",
+    device: str = "auto",
+    batch_sizes: Sequence[int] | str = AUTO,
+    output: str | Path | None = None,
+    *,
+    repeats: int = 3,
+    warmup: int | None = None,
+    iterations: int | None = None,
+    min_time: float | None = None,
+    max_time: float | None = None,
+    input_size: int | None = None,
+    timeout_s: float = 900.0,
+    compile_mode: str = "default",
+    seed: int = 0,
+    cudnn_benchmark: bool = True,
+    overlap_prepare: bool = True,
+    telemetry: bool = True,
+    isolation: str = "process",
+    clock: Clock | None = None,
+    progress: ProgressCallback | None = None,
+    knee_fraction: float = DEFAULT_KNEE_FRACTION,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    env: dict[str, Any] | None = None,
+    probe: bool = True,
+) -> SweepResult:
+    """Measure one model/workload/mode at several batch sizes, each in its own worker processes.
+
+    Args:
+        model, workload, mode, device: the series to sweep (as for ``clsbench run``).
+        batch_sizes: the sizes to measure, or ``"auto"`` (see the module docstring).
+        output: the result file, saved after every measurement (None: memory only); never overwritten.
+        repeats, warmup, iterations, min_time, max_time, input_size, timeout_s, compile_mode, seed,
+            cudnn_benchmark, overlap_prepare, telemetry: as for :func:`clsbench.api.plan_run`.
+        isolation, clock, progress: as for :func:`clsbench.engine.runner.run_plan`.
+        knee_fraction: the knee is the smallest batch reaching this fraction of the best throughput.
+        max_batch: the largest size automatic growth may try.
+        env: the environment to record (None: read it now).
+        probe: on a GPU, measure the matmul and copy ceilings first (as ``clsbench run`` does).
+
+    Raises:
+        InvalidInputError: bad input (empty or invalid sizes, knee fraction outside (0, 1], unknown names...).
+        ResultFileError: ``output`` exists or cannot be written.
+        RunInterrupted: Ctrl-C; what finished is saved, and ``clsbench run --resume`` finishes the step in flight.
+    """
+    from clsbench import api
+    from clsbench.modes import parse_mode
+
+    sizes = parse_batch_sizes(batch_sizes) if isinstance(batch_sizes, str) else parse_batch_sizes(list(batch_sizes))
+    knee_fraction = validate_knee_fraction(knee_fraction)
+    max_batch = _validate_max_batch(max_batch)
+    if workload not in WORKLOADS:
+        raise InvalidInputError(f"unknown workload {workload!r}", "choose from: " + ", ".join(WORKLOADS))
+    path = Path(output) if output is not None else None
+    if path is not None:
+        result_io.check_writable(path)
+    resolved = api.resolve_device(device)
+    first = AUTO_START_BATCH if sizes == AUTO else sizes[0]
+    plan = api.plan_run(models=[model], workloads=[workload], modes=[mode], batch_sizes=[first], device=resolved,
+                        repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time, max_time=max_time,
+                        input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode, seed=seed,
+                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap_prepare, telemetry=telemetry,
+                        environment=env)
+    canonical = parse_mode(mode).name
+    facts: dict[str, Any] = {
+        "format": SWEEP_FORMAT,
+        "model": model,
+        "workload": workload,
+        "mode": canonical,
+        "device": resolved,
+        "input_size": input_size,
+        "batch_sizes": sizes,
+        "knee_fraction": knee_fraction,
+        "order": [],
+    }
+    if sizes == AUTO:
+        facts["auto"] = {"start": AUTO_START_BATCH, "factor": AUTO_GROWTH_FACTOR, "min_gain": AUTO_MIN_GAIN,
+                         "plateau_patience": AUTO_PLATEAU_PATIENCE, "max_batch": max_batch,
+                         "refine_failure_steps": AUTO_REFINE_FAILURE_STEPS,
+                         "refine_plateau_steps": AUTO_REFINE_PLATEAU_STEPS}
+        facts["growth_stopped_by"] = None
+    environment = prepare_environment(resolved, env, probe)
+    run = IncrementalRun(plan, path, environment=environment, key="sweep", facts=facts, isolation=isolation,
+                         clock=clock, progress=progress)
+
+    def cell(size: int) -> Cell:
+        return Cell(model, workload, canonical, size, resolved, input_size)
+
+    def measure(batch: list[int]) -> list[Measurement]:
+        facts["order"].extend(b for b in batch if b not in facts["order"])
+        return run.measure([cell(b) for b in batch])
+
+    if sizes == AUTO:
+        facts["growth_stopped_by"] = _grow(measure, max_batch)
+        run.save()
+    else:
+        measure(list(sizes))
+    return SweepResult(result=run.result, analysis=analyze_sweep(run.result), path=path)
+
+
+def _grow(measure: Any, max_batch: int) -> str:
+    """Automatic growth then refinement (module docstring); returns why growth stopped."""
+    measured: dict[int, Measurement] = {}
+
+    def one(size: int) -> Measurement:
+        if size not in measured:
+            measured[size] = measure([size])[0]
+        return measured[size]
+
+    size, last_ok, best, best_size, strikes = AUTO_START_BATCH, None, 0.0, AUTO_START_BATCH, 0
+    while True:
+        point = one(size)
+        if point.status != "ok":
+            stopped_by = point.reason or point.status
+            break
+        throughput = _throughput(point)
+        last_ok = size
+        if best_size in measured and size != best_size and throughput < best * (1.0 + AUTO_MIN_GAIN):
+            strikes += 1
+            if strikes >= AUTO_PLATEAU_PATIENCE:
+                stopped_by = "plateau"
+                break
+        else:
+            best, best_size, strikes = throughput, size, 0
+        if size * AUTO_GROWTH_FACTOR > max_batch:
+            return "max_batch"
+        size *= AUTO_GROWTH_FACTOR
+
+    if last_ok is None or point.status == "skipped":
+        return stopped_by  # nothing ran at all (the first size failed, or the mode cannot run here)
+    if stopped_by == "plateau":
+        # The rise ended between the last size that raised the best and the next one: look in between.
+        low, high = best_size, best_size * AUTO_GROWTH_FACTOR
+        for _ in range(AUTO_REFINE_PLATEAU_STEPS):
+            mid = (low + high) // 2
+            if mid <= low or mid in measured:
+                break
+            one(mid)
+            low = mid
+        return stopped_by
+    low, high = last_ok, size
+    for _ in range(AUTO_REFINE_FAILURE_STEPS):
+        mid = (low + high) // 2
+        if mid <= low:
+            break
+        if one(mid).status == "ok":
+            low = mid
+        else:
+            high = mid
+    return stopped_by
+
+
+# ------------------------------------------------------------------------------------------- analysis (pure)
+
+
+def _point(m: Measurement) -> dict[str, Any]:
+    s = m.summary
+    latency = s.get("latency_ms") or {}
+    tele = s.get("telemetry") or {}
+    memory = s.get("peak_memory_reserved_bytes")
+    memory_kind = "reserved"
+    if memory is None and s.get("peak_memory_allocated_bytes") is not None:
+        memory, memory_kind = s["peak_memory_allocated_bytes"], "allocated"
+    if memory is None and s.get("host_peak_rss_bytes") is not None:
+        memory, memory_kind = s["host_peak_rss_bytes"], "host_rss"
+    return {
+        "batch_size": m.batch_size,
+        "status": m.status,
+        "reason": m.reason,
+        "detail": m.detail,
+        "throughput_img_s": s.get("throughput_img_s"),
+        "latency_p50_ms": latency.get("p50"),
+        "latency_p99_ms": latency.get("p99"),
+        "latency_kind": s.get("latency_kind"),
+        "peak_memory_bytes": memory if memory is not None else None,
+        "peak_memory_kind": memory_kind if memory is not None else None,
+        "peak_memory_reserved_bytes": s.get("peak_memory_reserved_bytes"),
+        "peak_memory_allocated_bytes": s.get("peak_memory_allocated_bytes"),
+        "host_peak_rss_bytes": s.get("host_peak_rss_bytes"),
+        "power_avg_w": tele.get("power_avg_w"),
+        "joules_per_image": tele.get("joules_per_image"),
+        "images_per_s_per_w": tele.get("images_per_s_per_w"),
+        "spread_pct": s.get("spread_pct"),
+        "unstable": bool(s.get("unstable")),
+        "repeats": s.get("repeats"),
+    }
+
+
+def _series(result: BenchmarkResult) -> tuple[dict[str, Any], list[Measurement]]:
+    facts = result.settings.get("sweep") or {}
+    if facts:
+        key = (facts.get("model"), facts.get("workload"), facts.get("mode"), facts.get("device"))
+        return facts, [m for m in result.measurements if (m.model, m.workload, m.mode, m.device) == key]
+    groups = {(m.model, m.workload, m.mode, m.device) for m in result.measurements}
+    if len(groups) > 1:
+        raise InvalidInputError(f"not a sweep: the result holds {len(groups)} model/workload/mode/device series",
+                                "run `clsbench sweep`, or pass a file with one series at several batch sizes")
+    return facts, list(result.measurements)
+
+
+def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None) -> dict[str, Any]:
+    """Derive a sweep's figures from a result file alone (pure: reads the measurements and ``settings``).
+
+    Returns a dict with ``points`` (per batch size, ascending: throughput, p50/p99 latency per batch, peak memory,
+    power), ``best`` (the highest throughput), ``knee`` (the smallest batch reaching ``knee_fraction`` of it),
+    ``largest_fitting_batch`` (the largest batch that ran ok), ``smallest_oom_batch``, and for inference the
+    ``latency_throughput_curve`` (p99 per batch against img/s, each point marked ``pareto`` when no other point has
+    both more img/s and a lower p99). ``knee_fraction`` defaults to the one stored with the sweep.
+    """
+    facts, measurements = _series(result)
+    fraction = validate_knee_fraction(knee_fraction if knee_fraction is not None else
+                                      facts.get("knee_fraction", DEFAULT_KNEE_FRACTION))
+    points = sorted((_point(m) for m in measurements), key=lambda p: p["batch_size"])
+    ok = [p for p in points if p["status"] == "ok" and p["throughput_img_s"] is not None]
+    first = measurements[0] if measurements else None
+    workload = facts.get("workload") or (first.workload if first else None)
+    out: dict[str, Any] = {
+        "model": facts.get("model") or (first.model if first else None),
+        "workload": workload,
+        "mode": facts.get("mode") or (first.mode if first else None),
+        "device": facts.get("device") or (first.device if first else None),
+        "requested": facts.get("batch_sizes"),
+        "growth_stopped_by": facts.get("growth_stopped_by"),
+        "knee_fraction": fraction,
+        "points": points,
+        "best": None,
+        "knee": None,
+        "largest_fitting_batch": max((p["batch_size"] for p in points if p["status"] == "ok"), default=None),
+        "smallest_oom_batch": min((p["batch_size"] for p in points if p["reason"] == "oom"), default=None),
+        "latency_throughput_curve": None,
+        "still_rising": None,
+    }
+    if ok:
+        best = max(ok, key=lambda p: (p["throughput_img_s"], -p["batch_size"]))
+        out["best"] = {"batch_size": best["batch_size"], "throughput_img_s": best["throughput_img_s"]}
+        threshold = fraction * best["throughput_img_s"]
+        knee = min((p for p in ok if p["throughput_img_s"] >= threshold), key=lambda p: p["batch_size"])
+        out["knee"] = {"batch_size": knee["batch_size"], "throughput_img_s": knee["throughput_img_s"],
+                       "fraction_of_best": knee["throughput_img_s"] / best["throughput_img_s"],
+                       "rule": f"smallest batch reaching >= {fraction:g} of the best throughput"}
+        ordered = sorted(ok, key=lambda p: p["batch_size"])
+        if len(ordered) >= 2 and ordered[-1] is best and ordered[-2]["throughput_img_s"]:
+            gain = best["throughput_img_s"] / ordered[-2]["throughput_img_s"] - 1.0
+            if gain >= AUTO_MIN_GAIN:
+                # The best is the largest size measured and it still gained: a larger batch may move the knee.
+                out["still_rising"] = {"from_batch": ordered[-2]["batch_size"], "to_batch": best["batch_size"],
+                                       "gain": gain}
+    if workload in ("infer-throughput", "infer-latency"):
+        curve = []
+        for p in ok:
+            dominated = p["latency_p99_ms"] is None or any(
+                q is not p and q["latency_p99_ms"] is not None and q["throughput_img_s"] >= p["throughput_img_s"]
+                and q["latency_p99_ms"] <= p["latency_p99_ms"]
+                and (q["throughput_img_s"] > p["throughput_img_s"] or q["latency_p99_ms"] < p["latency_p99_ms"])
+                for q in ok)
+            curve.append({"batch_size": p["batch_size"], "throughput_img_s": p["throughput_img_s"],
+                          "latency_p50_ms": p["latency_p50_ms"], "latency_p99_ms": p["latency_p99_ms"],
+                          "pareto": not dominated})
+        out["latency_throughput_curve"] = curve
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+
+
+
+
+
+
+def _mem(point: dict[str, Any]) -> str:
+    value = point.get("peak_memory_bytes")
+    if value is None:
+        return "-"
+    suffix = {"reserved": "", "allocated": " alloc", "host_rss": " rss"}.get(point.get("peak_memory_kind") or "", "")
+    return f"{value / (1024 * 1024):,.0f} MiB{suffix}"
+
+
+_GROWTH_WORDS = {
+    "plateau": "throughput stopped rising (< {gain:.0f}% per doubling)",
+    "oom": "out of memory",
+    "max_batch": "reached the largest batch allowed (--max-batch)",
+}
+
+
+def render_sweep(analysis: dict[str, Any]) -> str:
+    """The sweep as text: one row per batch size, then the knee, the largest fit and the curve, in words."""
+    best = analysis.get("best")
+    knee = analysis.get("knee")
+    header = ("batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W", "J/img", "status", "note")
+    rows = []
+    for p in analysis.get("points", []):
+        share = "-"
+        if best and p["status"] == "ok" and p["throughput_img_s"] is not None:
+            share = f"{100.0 * p['throughput_img_s'] / best['throughput_img_s']:.0f}%"
+        notes = []
+        if knee and p["batch_size"] == knee["batch_size"]:
+            notes.append("knee")
+        if best and p["batch_size"] == best["batch_size"]:
+            notes.append("best")
+        if p["batch_size"] == analysis.get("largest_fitting_batch"):
+            notes.append("largest fit")
+        status = p["status"] if p["status"] == "ok" else f"{p['status'].upper()}: {p['reason']}"
+        if p["status"] == "ok" and p["unstable"]:
+            status = "UNSTABLE"
+        rows.append((str(p["batch_size"]), fmt_rate(p["throughput_img_s"]), share, fmt_ms(p["latency_p50_ms"]),
+                     fmt_ms(p["latency_p99_ms"]), _mem(p),
+                     "-" if p["power_avg_w"] is None else f"{p['power_avg_w']:.0f}",
+                     "-" if p["joules_per_image"] is None else f"{p['joules_per_image']:.4f}", status,
+                     ", ".join(notes)))
+    title = (f"sweep: {analysis.get('model')} {analysis.get('workload')} {analysis.get('mode')} on "
+             f"{analysis.get('device')} (latency per batch; memory: peak reserved on a GPU, worker RSS on a CPU)")
+    lines = [title, ""]
+    if not rows:
+        return "\n".join([*lines, "(no points)"]) + "\n"
+    lines += render_rows(header, rows, {"batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W",
+                                         "J/img"})
+    lines.append("")
+    fraction = analysis.get("knee_fraction", DEFAULT_KNEE_FRACTION)
+    if knee and best:
+        lines.append(f"knee: batch {knee['batch_size']} ({fmt_rate(knee['throughput_img_s'])} img/s, "
+                     f"{100 * knee['fraction_of_best']:.0f}% of the best {fmt_rate(best['throughput_img_s'])} img/s at "
+                     f"batch {best['batch_size']}; rule: the smallest batch reaching {100 * fraction:g}% of the best)")
+    else:
+        lines.append("knee: none (no batch size ran successfully)")
+    rising = analysis.get("still_rising")
+    if rising:
+        lines.append(f"note: throughput was still rising at the largest batch measured (+{100 * rising['gain']:.0f}% "
+                     f"from batch {rising['from_batch']} to {rising['to_batch']}): the knee may lie further out; "
+                     "measure larger sizes")
+    fit = analysis.get("largest_fitting_batch")
+    oom = analysis.get("smallest_oom_batch")
+    fit_text = f"largest batch that fits: {fit if fit is not None else 'none'}"
+    fit_text += f" (batch {oom} ran out of memory)" if oom is not None else " (no size measured ran out of memory)"
+    lines.append(fit_text)
+    stopped = analysis.get("growth_stopped_by")
+    if stopped:
+        words = _GROWTH_WORDS.get(stopped, "a point failed ({reason})")
+        lines.append("automatic growth stopped: " + words.format(gain=100 * AUTO_MIN_GAIN, reason=stopped))
+    curve = analysis.get("latency_throughput_curve")
+    if curve:
+        lines += ["", "latency-throughput curve (p99 latency per batch against img/s; * = Pareto-optimal):", ""]
+        table = render_rows(("batch", "p99 ms", "img/s", "pareto"), [
+            (str(c["batch_size"]), fmt_ms(c["latency_p99_ms"]), fmt_rate(c["throughput_img_s"]),
+             "*" if c["pareto"] else "")
+            for c in curve], {"batch", "p99 ms", "img/s"})
+        lines += ["  " + line for line in table]
+    return "\n".join(lines) + "\n"

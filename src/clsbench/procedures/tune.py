@@ -1,0 +1,993 @@
+"""``clsbench tune``: the fastest way to run one model on this device, within latency and memory limits.
+
+The search measures ordinary cells (each repeat in a fresh worker, :func:`clsbench.engine.runner.run_plan`) into one
+ordinary result file, in three phases, and then checks the outputs of the best candidates:
+
+1. **eager**: every precision (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``, and for inference the weight-cast
+   ``fp16`` and ``bf16``), each with and without ``+cl``. infer-latency runs batch 1 only. infer-throughput and
+   train run a short doubling (:data:`START_BATCH` up to :data:`BATCH_DOUBLINGS` doublings) that stops, per mode,
+   at the first size that fails (out of memory...), breaks a limit, or raises throughput by less than
+   :data:`clsbench.procedures.sweep.AUTO_MIN_GAIN`. Modes the device cannot run are recorded as skipped by the runner.
+2. **compile**: ``+compile``, and for inference ``+cudagraph`` and ``+compile+cudagraph``, of the eager modes not
+   pruned, each at the batch size where its eager form did best within the limits. A mode is pruned when its
+   eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains that
+   much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
+3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
+   :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
+
+**Objective**: highest ``throughput_img_s`` for infer-throughput and train; lowest p50 request wall latency for
+infer-latency (its score is 1000 / p50 ms, so "lost by 25%" means the same in both).
+
+**Limits**: ``max_latency_ms`` applies to the p50 request wall latency for infer-latency and to the p99 latency
+per batch (one iteration) for infer-throughput and train; ``max_memory_gb`` (10^9 bytes) to the peak memory
+reserved by torch's caching allocator on a GPU, or the worker's peak RSS on a CPU (no reserved figure there).
+
+**Correctness guard**: a candidate wins only if its outputs match fp32 eager on a fixed seeded input (same
+weights, same seed) within a documented tolerance (:data:`OUTPUT_RTOL`, :data:`TRAIN_LOSS_RTOL`). The check runs
+:func:`output_errors` in a fresh process (:func:`output_errors_in_subprocess`), top candidate first, until one
+passes; a rejected candidate keeps its figures and carries the reason.
+
+Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
+correctness checks, how long the search took); the ranking, the winner and the command that reproduces it are
+derived on reading by the pure function :func:`analyze_tune`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import math
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clsbench.core.plan import WORKLOADS, Cell, RunPlan, TrainSettings, default_stop_rules
+from clsbench.engine.runner import ProgressCallback
+from clsbench.errors import InvalidInputError
+from clsbench.measure.clock import Clock
+from clsbench.procedures.sweep import AUTO_MIN_GAIN, IncrementalRun, parse_batch_sizes, prepare_environment
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
+
+#: Precisions explored for every workload, each with and without ``+cl``.
+TUNE_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
+#: Weight-cast precisions, explored for inference only (casting the weights is not a way to train). They avoid
+#: autocast's per-forward weight casts, which dominate batch-1 latency on fast GPUs (docs/methodology.md, modes).
+INFERENCE_CAST_PRECISIONS = ("fp16", "bf16")
+
+#: A mode whose eager result lost by more than this fraction to the best result so far is not compiled: on
+#: ResNet-50 class networks torch.compile gains well under 1 / (1 - 0.25) = 1.33x over eager of the same
+#: precision, so such a mode cannot catch up, and each compile costs a minute or more per worker process.
+PRUNE_LOSS_FRACTION = 0.25
+#: Compile variants are tried for at most this many eager modes (the best ones): each compile is a cold
+#: compilation in a fresh process, and a search on one model must fit in one 10-minute device call (issue #5).
+MAX_COMPILE_FAMILIES = 2
+#: ``+compile:max-autotune`` is tried for at most this many modes: it benchmarks kernel choices and is the slowest
+#: compilation of all (minutes for a ResNet-50).
+MAX_AUTOTUNE_FAMILIES = 1
+
+#: First batch size of the short doubling for infer-throughput and train, per device type, and how many doublings
+#: follow (64..512 on a GPU, where ResNet-50 throughput is flat within a few % beyond 256; 8..64 on a CPU).
+START_BATCH = {"cuda": 64, "cpu": 8}
+BATCH_DOUBLINGS = 3
+#: infer-latency serves one request at a time: batch 1 only, unless batch sizes are given.
+LATENCY_BATCH = 1
+#: Repeats per candidate: a search ranks candidates; `clsbench run` with the printed command measures the winner
+#: with its own repeats and spread.
+DEFAULT_TUNE_REPEATS = 1
+
+#: Maximum relative error of the logits against fp32 eager, by precision: max |out - ref| / max |ref| over the
+#: batch (normalised by the largest reference logit, since single logits near zero make elementwise relative
+#: errors meaningless). Each tolerance is about ten units of roundoff of the narrowest format the mode computes in:
+#: fp16 and TF32 keep 10 mantissa bits (2^-11 = 4.9e-4), bf16 keeps 7 (2^-8 = 3.9e-3); fp32 modes differ from fp32
+#: eager only by summation order (compile, channels_last), well below 1e-4. Measured on a CPU (torch 2.14, batch 4,
+#: 224x224, seeded weights): amp-bf16 4.0e-3 (resnet18), 4.8e-3 (resnet50), 1.25e-2 (mobilenet_v3_large), 1.34e-2
+#: (efficientnet_b0); amp-fp16 5.7e-4 / 7.7e-4 on the ResNets; fp32+cl <= 1.4e-6. On mobilenet_v3_large and
+#: efficientnet_b0 with random weights the fp32 logits are ~1e-10 and ~1e-14, which fp16 flushes to zero (error
+#: 1.0): such a mode is rejected, rightly, since it computes nothing.
+OUTPUT_RTOL: dict[str, float] = {
+    "fp32": 1e-4,
+    "tf32": 5e-3,
+    "amp-fp16": 5e-3,
+    "fp16": 5e-3,
+    "amp-bf16": 5e-2,
+    "bf16": 5e-2,
+}
+#: Training is checked by the loss: the first step's loss (the forward in train mode, before any update) against
+#: :data:`OUTPUT_RTOL`, and the loss after :data:`TRAIN_CHECK_STEPS` optimizer steps against
+#: :data:`TRAIN_LOSS_RTOL`. Random-weight networks amplify rounding differences in their first large updates:
+#: fp32+cl, mathematically identical to fp32, ended 3.7% away after 3 steps on resnet50 (CPU, batch 4), so the
+#: later loss only catches a mode that does not train (a NaN, a loss that does not fall) and gets a 10% tolerance.
+TRAIN_CHECK_STEPS = 3
+TRAIN_LOSS_RTOL = 0.1
+#: Candidates whose outputs one fresh check process compares after the top candidate was rejected (the best
+#: unchecked ones, in rank order): a process costs a CUDA context and imports, each extra case perhaps a compile.
+CHECK_GROUP = 3
+
+GB = 1e9
+TUNE_FORMAT = 1
+
+
+class NoConfigurationError(InvalidInputError):
+    """No configuration satisfies the limits (or every one that does was rejected); names the closest one.
+
+    ``tune_result`` holds everything measured, saved as usual.
+    """
+
+    def __init__(self, message: str, hint: str | None, tune_result: TuneResult) -> None:
+        super().__init__(message, hint)
+        self.tune_result = tune_result
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` returns: the result (as saved) and its analysis (:func:`analyze_tune`)."""
+
+    result: BenchmarkResult
+    analysis: dict[str, Any]
+    path: Path | None = None
+
+    @property
+    def winner(self) -> dict[str, Any] | None:
+        return self.analysis.get("winner")
+
+    @property
+    def command(self) -> str | None:
+        return self.analysis.get("command")
+
+    @property
+    def search_s(self) -> float | None:
+        return self.analysis.get("search_s")
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        return self.analysis.get("candidates", [])
+
+
+# ------------------------------------------------------------------------------------------------- input
+
+
+def validate_limit(name: str, value: float | None) -> float | None:
+    """A limit as a float; None stays None. Raises InvalidInputError unless it is a finite number > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidInputError(f"{name} must be a number > 0, got {value!r}", f"e.g. --{name.replace('_', '-')} 10")
+    return float(value)
+
+
+def default_modes(workload: str) -> list[str]:
+    """The eager modes the first phase explores for ``workload``."""
+    precisions = TUNE_PRECISIONS + (INFERENCE_CAST_PRECISIONS if workload != "train" else ())
+    return [p + suffix for p in precisions for suffix in ("", "+cl")]
+
+
+def _variant(base: str, suffix: str) -> str | None:
+    """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one."""
+    from clsbench.modes import parse_mode
+
+    have = {m.split(":")[0] for m in parse_mode(base).modifier_names}
+    if any(token.split(":")[0] in have for token in suffix.strip("+").split("+")):
+        return None
+    return parse_mode(base + suffix).name
+
+
+def _compile_suffixes(workload: str) -> tuple[str, ...]:
+    return ("+compile", "+cudagraph", "+compile+cudagraph") if workload != "train" else ("+compile",)
+
+
+def parse_variants(workload: str, variants: Sequence[str] | None) -> tuple[str, ...]:
+    """The phase-2 suffixes to try: all of :func:`_compile_suffixes` by default, else the named subset.
+
+    Names are written without the leading ``+`` (``compile``, ``cudagraph``, ``compile+cudagraph``).
+    """
+    allowed = _compile_suffixes(workload)
+    if variants is None:
+        return allowed
+    chosen = []
+    for name in variants:
+        suffix = "+" + name.strip().lstrip("+")
+        if suffix not in allowed:
+            names = ", ".join(a.lstrip("+") for a in allowed)
+            raise InvalidInputError(f"unknown variant {name!r} for {workload}", f"choose from: {names}")
+        if suffix not in chosen:
+            chosen.append(suffix)
+    if not chosen:
+        raise InvalidInputError("--variants names no variant", "e.g. --variants compile+cudagraph")
+    return tuple(chosen)
+
+
+# --------------------------------------------------------------------------------------- figures and limits
+
+
+def _num(value: Any) -> float | None:
+    """A stored number (NaN and infinities are stored as strings) as a float, or None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def candidate_figures(m: Measurement, workload: str) -> dict[str, Any]:
+    """The figures a candidate is ranked and limited by (pure)."""
+    s = m.summary
+    latency = s.get("latency_ms") or {}
+    p50, p99 = _num(latency.get("p50")), _num(latency.get("p99"))
+    throughput = _num(s.get("throughput_img_s"))
+    memory = s.get("peak_memory_reserved_bytes")
+    memory_kind = "peak reserved"
+    if memory is None:
+        memory, memory_kind = s.get("host_peak_rss_bytes"), "worker peak RSS"
+    limited_latency = p50 if workload == "infer-latency" else p99
+    if m.status != "ok":
+        score = None
+    elif workload == "infer-latency":
+        score = 1000.0 / p50 if p50 else None
+    else:
+        score = throughput
+    return {
+        "mode": m.mode,
+        "batch_size": m.batch_size,
+        "status": m.status,
+        "reason": m.reason,
+        "detail": m.detail,
+        "throughput_img_s": throughput,
+        "latency_p50_ms": p50,
+        "latency_p99_ms": p99,
+        "limited_latency_ms": limited_latency,
+        "limited_latency_name": "p50 request latency" if workload == "infer-latency" else "p99 latency per batch",
+        "memory_bytes": memory,
+        "memory_kind": memory_kind,
+        "spread_pct": s.get("spread_pct"),
+        "unstable": bool(s.get("unstable")),
+        "score": score,
+    }
+
+
+def limit_violations(figures: dict[str, Any], limits: Mapping[str, float | None]) -> list[str]:
+    """The limits a candidate breaks, in words (empty: within every limit)."""
+    out = []
+    max_latency, max_memory = limits.get("max_latency_ms"), limits.get("max_memory_gb")
+    latency, memory = figures.get("limited_latency_ms"), figures.get("memory_bytes")
+    if max_latency is not None and latency is not None and latency > max_latency:
+        out.append(f"{figures['limited_latency_name']} {latency:.3g} ms > {max_latency:g} ms")
+    if max_memory is not None and memory is not None and memory > max_memory * GB:
+        out.append(f"{figures['memory_kind']} {memory / GB:.3g} GB > {max_memory:g} GB")
+    return out
+
+
+def _overshoot(figures: dict[str, Any], limits: Mapping[str, float | None]) -> float:
+    """How far a candidate is from the limits: the largest ratio of a figure to its limit (<= 1: within)."""
+    ratios = [1.0]
+    if limits.get("max_latency_ms") is not None and figures.get("limited_latency_ms") is not None:
+        ratios.append(figures["limited_latency_ms"] / limits["max_latency_ms"])
+    if limits.get("max_memory_gb") is not None and figures.get("memory_bytes") is not None:
+        ratios.append(figures["memory_bytes"] / (limits["max_memory_gb"] * GB))
+    return max(ratios)
+
+
+def rank_key(figures: dict[str, Any]) -> tuple[Any, ...]:
+    """Best score first; candidates without a score (failed, skipped) last; ties by mode and batch."""
+    return (figures["score"] is None, -(figures["score"] or 0.0), figures["mode"], figures["batch_size"])
+
+
+def tolerance_for(mode: str, tolerances: Mapping[str, float] | None = None) -> float:
+    """The output tolerance of a mode: by its precision, from ``tolerances`` first, else :data:`OUTPUT_RTOL`."""
+    precision = mode.split("+")[0]
+    table = {**OUTPUT_RTOL, **(tolerances or {})}
+    return float(table.get(precision, OUTPUT_RTOL["fp32"]))
+
+
+# --------------------------------------------------------------------------------------- correctness check
+
+
+def _quiet_random_layers(model: Any) -> None:
+    """Dropout and stochastic depth off (eval) inside a training model: compiled code draws other random masks
+    than eager code, which would make identical arithmetic look wrong. BatchNorm stays in training mode."""
+    for module in model.modules():
+        name = type(module).__name__
+        if "Dropout" in name or "DropPath" in name or "StochasticDepth" in name:
+            module.eval()
+
+
+def _rel(value: float, ref: float) -> float:
+    if not math.isfinite(value):
+        return math.inf
+    return abs(value - ref) / abs(ref) if ref else (0.0 if value == ref else math.inf)
+
+
+def output_errors(
+    model: str,
+    workload: str,
+    device: str,
+    cases: Sequence[tuple[str, int]],
+    *,
+    seed: int = 0,
+    data_seed: int = 0,
+    input_size: int | None = None,
+    compile_mode: str = "default",
+    cudnn_benchmark: bool = True,
+    train: TrainSettings | None = None,
+    num_classes: int = 1000,
+    train_steps: int = TRAIN_CHECK_STEPS,
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Compare each ``(mode, batch_size)`` case's outputs with fp32 eager's, in this process.
+
+    The network is built afresh for every case with the same seed (identical weights) and fed the same seeded
+    input as the workloads (``randn`` from ``data_seed``); the mode is applied exactly as a worker applies it
+    (``parse_mode(mode).configure`` and ``.prepare``). Inference compares logits; train compares the loss of the
+    first step and after ``train_steps`` optimizer steps (dropout off, see :func:`_quiet_random_layers`).
+
+    Returns:
+        For each case: ``metric`` ("logits" or "loss"), ``error`` (max relative error of the logits, normalised by
+        the largest reference logit; for train the first loss's relative error), ``error_last`` (train: the
+        relative error of the loss after the last step), and ``detail`` (why there is no error figure, e.g. the
+        mode cannot run here). A non-finite output gives an infinite error.
+    """
+    import torch
+
+    from clsbench.measure.device import device_capabilities
+    from clsbench.models import get_model_spec
+    from clsbench.modes import parse_mode
+    from clsbench.workloads import get_workload
+    from clsbench.workloads.train import make_optimizer, train_step
+
+    dev = torch.device(device)
+    kind = get_workload(workload).kind
+    spec = get_model_spec(model)
+    side = input_size or spec.input_size
+    bf16, tf32 = device_capabilities(dev)
+    settings = train or TrainSettings()
+    metric = "logits" if kind == "inference" else "loss"
+
+    def run(mode_name: str, batch: int) -> Any:
+        mode = parse_mode(mode_name)
+        ctx = mode.context(dev, kind, bf16_supported=bf16, tf32_supported=tf32, compile_mode=compile_mode)
+        reason = mode.unsupported_reason(ctx)
+        if reason:
+            return f"unsupported here: {reason}"
+        torch.backends.cudnn.benchmark = cudnn_benchmark
+        mode.configure(ctx)
+        net = spec.build(seed=seed, num_classes=num_classes, input_size=input_size).to(dev)
+        if kind == "inference":
+            net.eval()
+        prepared = mode.prepare(net, ctx)
+        images = torch.randn((batch, 3, side, side), generator=torch.Generator().manual_seed(data_seed))
+        x = images.to(dtype=prepared.input_dtype).contiguous(memory_format=prepared.memory_format).to(dev)
+        try:
+            if kind == "inference":
+                with torch.inference_mode(), prepared.autocast(dev.type):
+                    return prepared.forward(x).float().cpu()  # a copy: a graph's static output is overwritten later
+            prepared.model.train()
+            _quiet_random_layers(prepared.model)
+            optimizer = make_optimizer(prepared.model, settings)
+            scaler = torch.amp.GradScaler(dev.type) if prepared.grad_scaler else None
+            labels = torch.randint(0, num_classes, (batch,), generator=torch.Generator().manual_seed(data_seed + 1))
+            labels = labels.to(dev)
+            losses = []
+            for _ in range(train_steps):
+                losses.append(float(train_step(prepared, x, labels, optimizer, scaler, dev.type).detach()))
+            return losses
+        finally:
+            if "compile" in {m.split(":")[0] for m in mode.modifier_names}:
+                import importlib
+
+                # Every fresh module recompiles the same forward code; without a reset dynamo's recompile limit
+                # would silently fall back to eager after a few cases.
+                importlib.import_module("torch._dynamo").reset()
+
+    def free() -> None:
+        gc.collect()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+
+    references: dict[int, Any] = {}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for mode_name, batch in cases:
+        key = (mode_name, batch)
+        try:
+            if batch not in references:
+                references[batch] = run("fp32", batch)
+                free()
+            ref = references[batch]
+            got = run(mode_name, batch)
+            free()
+            if isinstance(got, str):
+                out[key] = {"metric": metric, "error": None, "error_last": None, "detail": got}
+            elif kind == "inference":
+                finite = bool(torch.isfinite(got).all())
+                scale = float(ref.abs().max())
+                diff = float((got - ref).abs().max())
+                error = math.inf if not finite else (diff / scale if scale else (0.0 if diff == 0 else math.inf))
+                out[key] = {"metric": metric, "error": error, "error_last": None, "detail": None}
+            else:
+                out[key] = {"metric": metric, "error": _rel(got[0], ref[0]), "error_last": _rel(got[-1], ref[-1]),
+                            "detail": None}
+        except Exception as exc:  # noqa: BLE001 - a case that cannot run is reported, the others go on
+            free()
+            text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+            out[key] = {"metric": metric, "error": None, "error_last": None, "detail": f"the check failed: {text}"}
+    return out
+
+
+
+def _check_main(conn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Entry point of the fresh check process."""
+    try:
+        try:
+            answer: Any = output_errors(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - e.g. the model cannot be built: every case fails with the reason
+            text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+            answer = {tuple(case): {"metric": None, "error": None, "error_last": None,
+                                    "detail": f"the check failed: {text}"} for case in args[3]}
+        conn.send(answer)
+    finally:
+        conn.close()
+
+
+def output_errors_in_subprocess(model: str, workload: str, device: str, cases: Sequence[tuple[str, int]], *,
+                                timeout_s: float = 900.0, **kwargs: Any) -> dict[tuple[str, int], dict[str, Any]]:
+    """:func:`output_errors` in a fresh process (forkserver, or spawn where there is none), as the measurements
+    run: a clean CUDA context and allocator, and process-wide flags (TF32, cuDNN) that do not leak."""
+    import multiprocessing
+
+    try:
+        ctx = multiprocessing.get_context("forkserver")
+    except ValueError:
+        ctx = multiprocessing.get_context("spawn")
+    cases = [tuple(c) for c in cases]
+    receiver, sender = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_check_main, args=(sender, (model, workload, device, cases), kwargs), daemon=True,
+                          name="clsbench-output-check")
+    process.start()
+    sender.close()
+    answer = None
+    try:
+        if receiver.poll(timeout_s):
+            answer = receiver.recv()
+    except (EOFError, OSError):
+        answer = None
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(5.0)
+        receiver.close()
+    if answer is None:
+        why = (f"the check process gave no answer within {timeout_s:g} s" if process.exitcode is None
+               else f"the check process died (exit code {process.exitcode}) without an answer")
+        return {case: {"metric": None, "error": None, "error_last": None, "detail": why} for case in cases}
+    return answer
+
+
+def judge(check: dict[str, Any], mode: str, tolerances: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Turn a raw :func:`output_errors` entry into a verdict with its tolerances and reason (pure)."""
+    tolerance = tolerance_for(mode, tolerances)
+    error, error_last = _num(check.get("error")), _num(check.get("error_last"))
+    verdict = {"metric": check.get("metric"), "error": error, "tolerance": tolerance, "error_last": error_last,
+               "tolerance_last": TRAIN_LOSS_RTOL if error_last is not None else None, "ok": False, "reason": None}
+    what = "logits" if check.get("metric") == "logits" else "first-step loss"
+    if error is None:
+        verdict["reason"] = check.get("detail") or "no output to compare"
+    elif not error <= tolerance:
+        verdict["reason"] = f"{what} differ from fp32 eager by {error:.3g} (relative; tolerance {tolerance:g})"
+    elif error_last is not None and not error_last <= TRAIN_LOSS_RTOL:
+        verdict["reason"] = (f"the loss after {TRAIN_CHECK_STEPS} steps differs from fp32 eager's by "
+                             f"{error_last:.3g} (relative; tolerance {TRAIN_LOSS_RTOL:g})")
+    else:
+        verdict["ok"] = True
+    return verdict
+
+
+# ---------------------------------------------------------------------------------------------- the search
+
+
+def tune(
+    model: str,
+    workload: str,
+    device: str = "auto",
+    *,
+    max_latency_ms: float | None = None,
+    max_memory_gb: float | None = None,
+    modes: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | str | None = None,
+    output: str | Path | None = None,
+    repeats: int = DEFAULT_TUNE_REPEATS,
+    warmup: int | None = None,
+    iterations: int | None = None,
+    min_time: float | None = None,
+    max_time: float | None = None,
+    input_size: int | None = None,
+    timeout_s: float = 900.0,
+    seed: int = 0,
+    cudnn_benchmark: bool = True,
+    overlap_prepare: bool = True,
+    telemetry: bool = True,
+    compile_variants: bool = True,
+    variants: Sequence[str] | None = None,
+    max_autotune: bool = True,
+    check_outputs: bool = True,
+    tolerances: Mapping[str, float] | None = None,
+    isolation: str = "process",
+    clock: Clock | None = None,
+    progress: ProgressCallback | None = None,
+    env: dict[str, Any] | None = None,
+    probe: bool = True,
+) -> TuneResult:
+    """Search execution modes x batch sizes for the fastest configuration within the limits (module docstring).
+
+    Args:
+        model, workload, device: what to tune, and where.
+        max_latency_ms: p50 request latency (infer-latency) or p99 latency per batch (otherwise), at most.
+        max_memory_gb: peak reserved memory (GPU) or worker peak RSS (CPU), in 10^9 bytes, at most.
+        modes: the eager modes of the first phase (default: :func:`default_modes`).
+        batch_sizes: the sizes to try (default: batch 1 for infer-latency, a short doubling otherwise).
+        output: the result file (None: memory only); never overwritten.
+        repeats, warmup, iterations, min_time, max_time, input_size, timeout_s, seed, cudnn_benchmark,
+            overlap_prepare, telemetry: as for :func:`clsbench.api.plan_run` (``repeats`` defaults to 1).
+        compile_variants: try phases 2 and 3 (torch.compile, CUDA graphs).
+        variants: the phase-2 variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
+            :func:`parse_variants`); fewer variants, fewer cold compilations.
+        max_autotune: try phase 3 (``+compile:max-autotune``).
+        check_outputs: run the correctness guard (off: the winner's outputs are not compared).
+        tolerances: per-precision output tolerances replacing :data:`OUTPUT_RTOL` entries.
+        isolation, clock, progress: as for :func:`clsbench.engine.runner.run_plan`; with ``isolation="inline"`` the
+            correctness check also runs in this process.
+        env, probe: as for :func:`clsbench.procedures.sweep.sweep`.
+
+    Raises:
+        InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names...).
+        NoConfigurationError: nothing satisfies the limits (the message names the closest candidate), or every
+            candidate that does was rejected by the correctness guard. The measurements are saved first.
+        ResultFileError: ``output`` exists or cannot be written.
+    """
+    from clsbench import api
+    from clsbench.modes import parse_mode
+
+    started = time.monotonic()
+    limits = {"max_latency_ms": validate_limit("max_latency_ms", max_latency_ms),
+              "max_memory_gb": validate_limit("max_memory_gb", max_memory_gb)}
+    if workload not in WORKLOADS:
+        raise InvalidInputError(f"unknown workload {workload!r}", "choose from: " + ", ".join(WORKLOADS))
+    if tolerances:
+        for key, value in tolerances.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise InvalidInputError(f"tolerance for {key!r} must be a number >= 0, got {value!r}")
+    base_modes = [parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))]
+    base_modes = list(dict.fromkeys(base_modes))
+    suffixes = parse_variants(workload, variants)
+    if not base_modes:
+        raise InvalidInputError("no modes to explore", "leave out --modes, or name some, e.g. --modes fp32,amp-bf16")
+    resolved = api.resolve_device(device)
+    explicit = batch_sizes is not None
+    if batch_sizes is None:
+        sizes = [LATENCY_BATCH] if workload == "infer-latency" else [
+            START_BATCH["cuda" if resolved.startswith("cuda") else "cpu"] * 2 ** i for i in range(BATCH_DOUBLINGS + 1)]
+    else:
+        parsed = parse_batch_sizes(batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes))
+        if parsed == "auto":
+            raise InvalidInputError("tune chooses its batch sizes itself; give a list or leave it out",
+                                    "e.g. --batch-sizes 32,64,128")
+        sizes = list(parsed)
+    path = Path(output) if output is not None else None
+    if path is not None:
+        result_io.check_writable(path)
+    plan = api.plan_run(models=[model], workloads=[workload], modes=base_modes, batch_sizes=[sizes[0]],
+                        device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
+                        max_time=max_time, input_size=input_size, timeout_s=timeout_s, seed=seed,
+                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap_prepare, telemetry=telemetry,
+                        environment=env)
+    facts: dict[str, Any] = {
+        "format": TUNE_FORMAT,
+        "model": model,
+        "workload": workload,
+        "device": resolved,
+        "input_size": input_size,
+        "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "objective": "lowest p50 request latency" if workload == "infer-latency" else "highest img/s",
+        "limits": limits,
+        "modes": base_modes,
+        "batch_sizes": sizes,
+        "batch_sizes_explicit": explicit,
+        "rules": {"prune_loss_fraction": PRUNE_LOSS_FRACTION, "min_gain": AUTO_MIN_GAIN,
+                  "max_compile_families": MAX_COMPILE_FAMILIES, "max_autotune_families": MAX_AUTOTUNE_FAMILIES,
+                  "compile_variants": compile_variants, "variants": [v.lstrip("+") for v in suffixes],
+                  "max_autotune": max_autotune,
+                  "output_rtol": {p: tolerance_for(p, tolerances) for p in OUTPUT_RTOL},
+                  "train_loss_rtol": TRAIN_LOSS_RTOL, "train_check_steps": TRAIN_CHECK_STEPS},
+        "correctness_guard": check_outputs,
+        "phases": [],
+        "pruned": [],
+        "correctness": [],
+        "search_s": None,
+    }
+    environment = prepare_environment(resolved, env, probe)
+    run = IncrementalRun(plan, path, environment=environment, key="tune", facts=facts, isolation=isolation,
+                         clock=clock, progress=progress)
+
+    def cell(mode: str, batch: int) -> Cell:
+        return Cell(model, workload, mode, batch, resolved, input_size)
+
+    def figures(m: Measurement) -> dict[str, Any]:
+        return candidate_figures(m, workload)
+
+    # Phase 1: eager modes, a round per batch size; a mode drops out at a failure, a broken limit or a plateau.
+    points: dict[str, list[Measurement]] = {mode: [] for mode in base_modes}
+    active = list(base_modes)
+    for index, batch in enumerate(sizes):
+        if not active:
+            break
+        measured = run.measure([cell(mode, batch) for mode in active])
+        facts["phases"].append({"phase": "eager", "batch_size": batch, "modes": list(active)})
+        still = []
+        for m in measured:
+            previous = [f["score"] for f in map(figures, points[m.mode]) if f["score"] is not None]
+            points[m.mode].append(m)
+            f = figures(m)
+            if m.status != "ok" or limit_violations(f, limits) or index == len(sizes) - 1:
+                continue
+            if not explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
+                continue  # throughput stopped rising: larger batches only cost memory and latency
+            still.append(m.mode)
+        active = still
+
+    def family_point(family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
+        """The family's best point within the limits; else its smallest ok batch (most likely to fit)."""
+        ok = [m for m in [*points[family], *extra] if m.status == "ok"]
+        within = [m for m in ok if not limit_violations(figures(m), limits)]
+        if within:
+            return max(within, key=lambda m: figures(m)["score"] or 0.0)
+        return min(ok, key=lambda m: m.batch_size) if ok else None
+
+    def rank_families(stage: str, suffixes: Sequence[str], keep: int, scored: Mapping[str, float],
+                      best: float) -> list[str]:
+        """The families worth compiling: within the pruning margin of ``best``, at most ``keep``, best first."""
+        chosen = []
+        for family in sorted(scored, key=lambda fam: -scored[fam]):
+            variants = [v for v in (_variant(family, s) for s in suffixes) if v]
+            if not variants:
+                continue
+            if scored[family] < (1.0 - PRUNE_LOSS_FRACTION) * best:
+                facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
+                                        "reason": f"its best result is {100 * scored[family] / best:.0f}% of the "
+                                                  f"best so far, below the {100 * (1 - PRUNE_LOSS_FRACTION):.0f}% "
+                                                  "needed"})
+            elif len(chosen) >= keep:
+                facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
+                                        "reason": f"not among the {keep} best modes"})
+            else:
+                chosen.append(family)
+        return chosen
+
+    def score_of(m: Measurement | None) -> float | None:
+        return figures(m)["score"] if m is not None else None
+
+    if compile_variants:
+        # Phase 2: compile (and CUDA graphs for inference) of the best eager modes, each at its best batch.
+        eager_scores = {fam: s for fam in base_modes if (s := score_of(family_point(fam))) is not None}
+        families = rank_families("compile", suffixes, MAX_COMPILE_FAMILIES, eager_scores,
+                                 max(eager_scores.values(), default=0.0))
+        family_of: dict[str, str] = {}
+        cells = []
+        for family in families:
+            anchor = family_point(family)
+            for variant in (_variant(family, s) for s in suffixes):
+                if anchor is not None and variant:
+                    family_of[variant] = family
+                    cells.append(cell(variant, anchor.batch_size))
+        compiled: dict[str, list[Measurement]] = {fam: [] for fam in base_modes}
+        if cells:
+            facts["phases"].append({"phase": "compile", "modes": [c.mode for c in cells]})
+            for m in run.measure(cells):
+                compiled[family_of[m.mode]].append(m)
+        # Phase 3: max-autotune for the best precisions still within the margin of the best result so far.
+        if max_autotune and families:
+            scores = {fam: s for fam in families if (s := score_of(family_point(fam, compiled[fam]))) is not None}
+            best = max([*scores.values(), *eager_scores.values()], default=0.0)
+            chosen = rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
+            cells = []
+            for family in chosen:
+                anchor = family_point(family)
+                variant = _variant(family, "+compile:max-autotune")
+                if anchor is not None and variant:
+                    cells.append(cell(variant, anchor.batch_size))
+            if cells:
+                facts["phases"].append({"phase": "max-autotune", "modes": [c.mode for c in cells]})
+                run.measure(cells)
+
+    # Correctness: the best candidates within the limits, top first, until one passes.
+    if check_outputs:
+        _guard(run, workload, resolved, limits, tolerances, isolation)
+    facts["search_s"] = time.monotonic() - started
+    run.save()
+    analysis = analyze_tune(run.result)
+    outcome = TuneResult(result=run.result, analysis=analysis, path=path)
+    if analysis["winner"] is None:
+        message, hint = no_winner_message(analysis)
+        raise NoConfigurationError(message, hint, outcome)
+    return outcome
+
+
+def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str, float | None],
+           tolerances: Mapping[str, float] | None, isolation: str) -> None:
+    """Check outputs, best allowed candidate first, a group per fresh process, until one passes."""
+    plan = run.plan
+    facts = run.facts
+    ranked = [f for f in (candidate_figures(m, workload) for m in run.result.measurements)
+              if f["score"] is not None and not limit_violations(f, limits)]
+    ranked.sort(key=rank_key)
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    for position, figure in enumerate(ranked):
+        key = (figure["mode"], figure["batch_size"])
+        if figure["mode"] == "fp32":
+            return  # fp32 eager is the reference itself
+        if key not in done:
+            # The top candidate alone first (it usually passes); after a rejection, a few at a time.
+            size = CHECK_GROUP if done else 1
+            group = [(f["mode"], f["batch_size"]) for f in ranked[position:] if f["mode"] != "fp32"
+                     and (f["mode"], f["batch_size"]) not in done][:size]
+            options = {"seed": plan.seed, "data_seed": plan.data_seed, "input_size": facts.get("input_size"),
+                       "compile_mode": plan.compile_mode, "cudnn_benchmark": plan.cudnn_benchmark,
+                       "train": plan.train}
+            model = facts["model"]
+            if isolation == "inline":
+                answers = output_errors(model, workload, device, group, **options)
+            else:
+                answers = output_errors_in_subprocess(model, workload, device, group, timeout_s=plan.timeout_s,
+                                                      **options)
+            for case in group:
+                verdict = judge(answers.get(case, {"detail": "no answer for this case"}), case[0], tolerances)
+                done[case] = verdict
+                facts["correctness"].append({"mode": case[0], "batch_size": case[1], **verdict})
+            run.save()
+        if done[key]["ok"]:
+            return
+
+
+# -------------------------------------------------------------------------------------------- analysis (pure)
+
+
+def reproduce_command(plan: RunPlan, cell: Cell) -> str:
+    """The ``clsbench run`` command that measures ``cell`` with the settings of ``plan`` (defaults left out)."""
+    args = ["clsbench", "run", "--model", cell.model, "--workload", cell.workload, "--mode", cell.mode,
+            "--batch-size", str(cell.batch_size), "--device", cell.device]
+    if cell.input_size is not None:
+        args += ["--input-size", str(cell.input_size)]
+    if plan.repeats != 3:
+        args += ["--repeats", str(plan.repeats)]
+    rule = plan.stop_rules.get(cell.workload)
+    default = default_stop_rules(cell.device).get(cell.workload)
+    if rule is not None and default is not None:
+        if rule.warmup != default.warmup:
+            args += ["--warmup", str(rule.warmup)]
+        if rule.min_iterations != default.min_iterations:
+            args += ["--iterations", str(rule.min_iterations)]
+        if rule.min_seconds != default.min_seconds:
+            args += ["--min-time", f"{rule.min_seconds:g}"]
+        if rule.max_seconds is not None and rule.max_seconds != default.max_seconds:
+            args += ["--max-time", f"{rule.max_seconds:g}"]
+    if plan.seed != 0:
+        args += ["--seed", str(plan.seed)]
+    if plan.compile_mode != "default":
+        args += ["--compile-mode", plan.compile_mode]
+    if plan.timeout_s != 900.0:
+        args += ["--timeout", f"{plan.timeout_s:g}"]
+    if not plan.cudnn_benchmark:
+        args.append("--no-cudnn-benchmark")
+    if not plan.telemetry:
+        args.append("--no-telemetry")
+    if not plan.overlap_prepare:
+        args.append("--no-overlap")
+    return " ".join(shlex.quote(a) for a in args)
+
+
+_VERDICT_ORDER = {"winner": 0, "allowed": 1, "rejected": 2, "over limit": 3, "failed": 4, "skipped": 5}
+
+
+def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
+    """Rank a tune's candidates, pick the winner and build the command that reproduces it (pure: reads the file).
+
+    Verdicts: ``winner``; ``allowed`` (within the limits; checked and passed, or not checked because a better
+    candidate passed); ``rejected`` (the correctness guard); ``over limit``; ``failed``; ``skipped``.
+    """
+    facts = result.settings.get("tune") or {}
+    workload = facts.get("workload") or (result.measurements[0].workload if result.measurements else None)
+    limits = facts.get("limits") or {}
+    guard = facts.get("correctness_guard", True)
+    checks = {(c["mode"], c["batch_size"]): c for c in facts.get("correctness") or []}
+    candidates = []
+    for m in result.measurements:
+        if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
+            continue
+        f = candidate_figures(m, workload or m.workload)
+        f["violations"] = limit_violations(f, limits) if m.status == "ok" else []
+        f["correctness"] = checks.get((m.mode, m.batch_size))
+        if m.mode == "fp32" and f["correctness"] is None and guard:
+            f["correctness"] = {"ok": True, "reason": None, "error": 0.0, "reference": True}
+        if m.status != "ok":
+            f["verdict"] = m.status
+        elif f["violations"]:
+            f["verdict"] = "over limit"
+        elif f["correctness"] is not None and not f["correctness"].get("ok"):
+            f["verdict"] = "rejected"
+        else:
+            f["verdict"] = "allowed"
+        candidates.append(f)
+    candidates.sort(key=rank_key)
+    winner = next((f for f in candidates if f["verdict"] == "allowed"
+                   and (not guard or (f["correctness"] or {}).get("ok"))), None)
+    if winner is not None:
+        winner["verdict"] = "winner"
+    baseline = max((f["score"] for f in candidates if f["mode"] == "fp32" and f["score"] is not None), default=None)
+    for rank, f in enumerate(candidates, start=1):
+        f["rank"] = rank
+        f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
+    command = None
+    if winner is not None:
+        try:
+            plan = RunPlan.from_dict(result.settings)
+        except (KeyError, TypeError, ValueError):
+            plan = None
+        if plan is not None:
+            command = reproduce_command(plan, Cell(facts.get("model") or "", workload or "", winner["mode"],
+                                                   winner["batch_size"], facts.get("device") or "cpu",
+                                                   facts.get("input_size")))
+    closest = None
+    if winner is None:
+        pool = [f for f in candidates if f["status"] == "ok" and f["verdict"] != "rejected"]
+        if pool:
+            closest = min(pool, key=lambda f: (_overshoot(f, limits), -(f["score"] or 0.0)))
+    return {
+        "model": facts.get("model"),
+        "workload": workload,
+        "device": facts.get("device"),
+        "objective": facts.get("objective"),
+        "limits": limits,
+        "correctness_guard": guard,
+        "candidates": candidates,
+        "winner": winner,
+        "closest": closest,
+        "command": command,
+        "pruned": facts.get("pruned") or [],
+        "search_s": facts.get("search_s"),
+        "measurements": len(candidates),
+        "checks": len(checks),
+    }
+
+
+def _describe(f: dict[str, Any]) -> str:
+    parts = [f"{f['limited_latency_name']} {f['limited_latency_ms']:.3g} ms" if f.get("limited_latency_ms")
+             is not None else None,
+             f"{f['memory_kind']} {f['memory_bytes'] / GB:.3g} GB" if f.get("memory_bytes") is not None else None,
+             f"{f['throughput_img_s']:,.1f} img/s" if f.get("throughput_img_s") is not None else None]
+    return f"{f['mode']} at batch {f['batch_size']} ({', '.join(p for p in parts if p)})"
+
+
+def _limits_text(limits: Mapping[str, Any], workload: str | None) -> str:
+    parts = []
+    if limits.get("max_latency_ms") is not None:
+        what = "p50 request latency" if workload == "infer-latency" else "p99 latency per batch"
+        parts.append(f"{what} <= {limits['max_latency_ms']:g} ms")
+    if limits.get("max_memory_gb") is not None:
+        parts.append(f"peak memory <= {limits['max_memory_gb']:g} GB")
+    return " and ".join(parts) if parts else "no limits"
+
+
+def no_winner_message(analysis: dict[str, Any]) -> tuple[str, str]:
+    """The one-line error and hint when there is no winner (pure)."""
+    limits = analysis.get("limits") or {}
+    candidates = analysis.get("candidates") or []
+    closest = analysis.get("closest")
+    text = _limits_text(limits, analysis.get("workload"))
+    if not any(f["status"] == "ok" for f in candidates):
+        reasons = sorted({f"{f['status']}: {f['reason']}" for f in candidates})
+        return (f"no configuration ran successfully ({'; '.join(reasons) or 'nothing measured'})",
+                "see the table and each failure's reason; `clsbench run` one mode to investigate")
+    if closest is None:
+        rejected = [f for f in candidates if f["verdict"] == "rejected"]
+        first = rejected[0] if rejected else None
+        why = f": {first['mode']} batch {first['batch_size']}: {first['correctness']['reason']}" if first else ""
+        return (f"every configuration within {text} was rejected by the correctness guard{why}",
+                "see the table; fp32 eager is always correct, or loosen a tolerance deliberately (tolerances=...)")
+    needed = []
+    if limits.get("max_latency_ms") is not None and closest.get("limited_latency_ms") is not None \
+            and closest["limited_latency_ms"] > limits["max_latency_ms"]:
+        needed.append(f"--max-latency-ms to at least {closest['limited_latency_ms']:.3g}")
+    if limits.get("max_memory_gb") is not None and closest.get("memory_bytes") is not None \
+            and closest["memory_bytes"] > limits["max_memory_gb"] * GB:
+        needed.append(f"--max-memory-gb to at least {closest['memory_bytes'] / GB:.3g}")
+    if not needed:  # the closest is within the limits but was not checked or not correct: say so plainly
+        return (f"no checked configuration meets {text}; the closest is {_describe(closest)}",
+                "see the table")
+    return (f"no configuration meets {text}; the closest is {_describe(closest)}",
+            "raise " + " and ".join(needed) + ", or try a smaller batch with --batch-sizes")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    return f"{int(seconds) // 60}m{int(seconds) % 60:02d}s" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def render_tune(analysis: dict[str, Any]) -> str:
+    """The runner-up table, the winner, the command that reproduces it and how long the search took."""
+    from clsbench.report.table import fmt_ms, fmt_rate, render_rows
+
+    workload = analysis.get("workload")
+    lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
+             f"{analysis.get('objective')} | limits: {_limits_text(analysis.get('limits') or {}, workload)}", ""]
+    header = ("rank", "mode", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory", "outputs", "verdict")
+    rows = []
+    for f in analysis.get("candidates") or []:
+        correctness = f.get("correctness")
+        if correctness is None:
+            outputs = "-" if f["status"] == "ok" else ""
+        elif correctness.get("reference"):
+            outputs = "reference"
+        elif correctness.get("error") is None:
+            outputs = "check failed"
+        else:
+            outputs = f"{correctness['error']:.1e}" + ("" if correctness.get("ok") else " (too far)")
+        verdict = f["verdict"].upper() if f["verdict"] == "winner" else f["verdict"]
+        if f["verdict"] == "failed":
+            verdict += f": {f['reason']}"
+        elif f["verdict"] == "skipped":
+            verdict += f": {f['detail'] or f['reason']}"
+        elif f["verdict"] == "over limit":
+            verdict += ": " + "; ".join(f["violations"])
+        elif f["verdict"] == "rejected":
+            verdict += ": outputs differ from fp32 eager"
+        memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
+        rows.append((str(f["rank"]), f["mode"], str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
+                     "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
+                     fmt_ms(f.get("latency_p99_ms")), memory, outputs, verdict))
+    lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
+    lines.append("")
+    winner = analysis.get("winner")
+    if winner is not None:
+        speed = f", {winner['vs_fp32']:.2f}x fp32 eager" if winner.get("vs_fp32") is not None else ""
+        lines.append(f"winner: {_describe(winner)}{speed}")
+        correctness = winner.get("correctness") or {}
+        if correctness.get("reference"):
+            lines.append("outputs: fp32 eager is the reference")
+        elif correctness.get("error") is not None:
+            lines.append(f"outputs: {correctness['metric']} within {correctness['error']:.2g} of fp32 eager "
+                         f"(tolerance {correctness['tolerance']:g})")
+        elif not analysis.get("correctness_guard", True):
+            lines.append("outputs: not checked (correctness guard off)")
+        lines.append(f"reproduce: {analysis.get('command')}")
+    else:
+        message, hint = no_winner_message(analysis)
+        lines.append(f"no winner: {message}")
+    for pruned in analysis.get("pruned") or []:
+        lines.append(f"pruned ({pruned['stage']}): {pruned['mode']} -> not tried {', '.join(pruned['variants'])}: "
+                     f"{pruned['reason']}")
+    for f in analysis.get("candidates") or []:
+        if f["verdict"] == "rejected":
+            lines.append(f"rejected: {f['mode']} batch {f['batch_size']}: {f['correctness'].get('reason')}")
+    checks = analysis.get("checks") or 0
+    lines.append(f"search took {_duration(analysis.get('search_s'))} ({analysis.get('measurements')} measurements, "
+                 f"{checks} output check{'' if checks == 1 else 's'})")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "NoConfigurationError",
+    "TuneResult",
+    "analyze_tune",
+    "default_modes",
+    "judge",
+    "no_winner_message",
+    "output_errors",
+    "output_errors_in_subprocess",
+    "render_tune",
+    "reproduce_command",
+    "tune",
+    "validate_limit",
+]
+
