@@ -154,13 +154,13 @@ def test_without_output_each_run_gets_a_new_file(tmp_path: Path, monkeypatch: py
 
 def test_interrupted_run_exits_130_names_resume_and_prints_what_finished(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch):
-    from clsbench.cli import app as cli
+    from clsbench.cli import common
 
     def interrupt(self, event) -> None:
         if event.kind == "measurement":
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli._Progress, "__call__", interrupt)
+    monkeypatch.setattr(common.Progress, "__call__", interrupt)
     out = tmp_path / "run.json"
     result = invoke("run", "--model", TINY, "--workload", "infer-latency,train", *SHORT, "-o", str(out))
     assert result.exit_code == 130, result.output

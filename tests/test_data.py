@@ -21,7 +21,6 @@ import torch
 from click.testing import CliRunner, Result
 
 from clsbench.cli import main
-from clsbench.core.data_settings import data_label
 from clsbench.core.plan import Cell, StopRule
 from clsbench.data import DataSettings
 from clsbench.data.augment import EpochSampler, choices, crop_box, crop_flip_resize, sample_rng
@@ -35,6 +34,7 @@ from clsbench.data.sources.memory import MemorySource
 from clsbench.engine.worker import Job, execute
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.measure.clock import FakeClock
+from clsbench.results.schema import data_label
 
 TESTS = Path(__file__).parent
 TINY = "clsbench_testmodels:tiny"
@@ -534,8 +534,8 @@ def test_gpu_pipeline_stage_errors_reach_the_training_thread(dataset: Path, stan
 
 
 def test_gpu_pipeline_times_out_when_no_batch_comes(dataset: Path, stand_in_cuda, monkeypatch):
-    from clsbench.data.pipelines import gpu as gpu_pipeline
     from clsbench.data.errors import DataLoaderTimeoutError
+    from clsbench.data.pipelines import gpu as gpu_pipeline
 
     release = __import__("threading").Event()
 

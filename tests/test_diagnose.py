@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import clsbench
+from clsbench.core.plan import Cell
 from clsbench.data import DataSettings
 from clsbench.data.make import MakeSpec, make_dataset
 from clsbench.errors import InvalidInputError
@@ -63,7 +64,8 @@ def test_candidate_settings_default_first_pins_only_on_a_gpu():
 def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | None, float]],
               bound_by: str | None = "compute", device: str = "cuda",
               extra: dict[str, dict] | None = None) -> BenchmarkResult:
-    plan = clsbench.plan_run(models=[TINY], workloads=["train"], device="cpu", batch_sizes=[8], repeats=1)
+    plan = clsbench.plan_run(models=[TINY], workloads=["train"], device="cpu", batch_sizes=[8],
+                             options=clsbench.MeasureOptions(repeats=1))
     synthetic = Measurement(TINY, "train", "fp32", 8, device, "ok" if ceiling else "failed",
                             reason=None if ceiling else "oom",
                             summary={"throughput_img_s": ceiling, "efficiency": {"bound_by": bound_by}})
@@ -75,7 +77,7 @@ def result_of(ceiling: float | None, settings: list[tuple[DataSettings, float | 
         measured.append(Measurement(TINY, "train", "fp32", 8, device, "ok" if rate else "failed",
                                     reason=None if rate else "data_loader_timeout", summary=summary,
                                     data=data.to_dict()))
-    cells = [dict(synthetic.cell.to_dict())] + [dict(m.cell.to_dict(), data=m.data) for m in measured[1:]]
+    cells = [dict(Cell.of(synthetic).to_dict())] + [dict(Cell.of(m).to_dict(), data=m.data) for m in measured[1:]]
     settings_dict = {**plan.to_dict(), "cells": cells,
                      "diagnose": {"model": TINY, "mode": "fp32", "batch_size": 8, "device": device,
                                   "default": DataSettings("/d").label(), "directory": "/d", "source": "folder",

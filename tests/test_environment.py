@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from clsbench.errors import InvalidInputError
+from clsbench.results.facts import KEY_FIELDS, environment_lines, get_field
 from clsbench.system import environment
-from clsbench.system.environment import KEY_FIELDS, collect_environment, environment_lines, get_field
+from clsbench.system.environment import collect_environment
 
 MIB = 2**20
 H200_MEMORY_BYTES = 143771 * MIB  # what NVML reports for an H200

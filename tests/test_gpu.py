@@ -74,7 +74,8 @@ def test_cudagraph_train_is_skipped():
 
 def test_process_isolation_end_to_end(tmp_path):
     plan = clsbench.plan_run(models=["resnet18"], workloads=["infer-throughput", "train"], modes=["amp-bf16+cl"],
-                             batch_sizes=[16], device="cuda", repeats=2, iterations=10, min_time=0.2)
+                             batch_sizes=[16], device="cuda",
+                             options=clsbench.MeasureOptions(repeats=2, iterations=10, min_time=0.2))
     out = tmp_path / "gpu.json"
     result = clsbench.run(plan, out)
     assert [m.status for m in result.measurements] == ["ok", "ok"]
@@ -90,7 +91,8 @@ def test_overlap_on_the_gpu_prepares_ahead_and_stops_it_while_timed(tmp_path):
     for every timed region but the last (nothing was prepared after it), and each worker created its CUDA context
     before its device gate."""
     plan = clsbench.plan_run(models=["resnet18"], workloads=["infer-latency", "train"], modes=["amp-bf16+cl"],
-                             batch_sizes=[8], device="cuda", repeats=2, iterations=10, min_time=0.2)
+                             batch_sizes=[8], device="cuda",
+                             options=clsbench.MeasureOptions(repeats=2, iterations=10, min_time=0.2))
     assert plan.overlap_prepare
     result = clsbench.run(plan, tmp_path / "overlap.json")
     records = [r for m in result.measurements for r in m.repeats]

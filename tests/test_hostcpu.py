@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clsbench.analysis.hostcpu import concerns
 from clsbench.analysis.summary import combine_host_cpu
 from clsbench.system import hostcpu
 
@@ -24,14 +25,14 @@ def test_contention_figures_from_two_snapshots():
     assert r["other_busy_cores"] == pytest.approx(1.0)
     assert r["process_cpu_pct"] == pytest.approx(100.0)
     assert r["involuntary_switches_per_s"] == pytest.approx(10.0)
-    assert hostcpu.concerns(r) == ["hypervisor steal 5.0% of CPU time"]
+    assert concerns(r) == ["hypervisor steal 5.0% of CPU time"]
 
 
 def test_contention_without_proc_stat_keeps_process_figures():
     r = hostcpu.contention(_snap(0.0, None), _snap(1.0, None, cpu_s=0.5), cores=2)
     assert r["steal_pct"] is None and r["other_busy_cores"] is None
     assert r["process_cpu_pct"] == pytest.approx(50.0)
-    assert hostcpu.concerns(r) == []
+    assert concerns(r) == []
 
 
 def test_proc_stat_parsing(tmp_path):

@@ -259,13 +259,13 @@ def test_fixture_summaries_match_a_recomputation_from_raw_samples(data_dir: Path
     result = result_io.load(data_dir / FIXTURE)
     rules = {name: StopRule(**rule) for name, rule in result.settings["stop_rules"].items()}
     for m in result.measurements:
-        label = m.cell.label()
+        label = Cell.of(m).label()
         summary, validity = summarize(list(m.repeats), m.workload)
         stored = {key: value for key, value in summary.items() if key in m.summary}  # new keys may be derived
         assert stored == {key: m.summary[key] for key in stored}, label
         assert validity == {key: m.validity[key] for key in validity}, label
         assert m.validity["stop_rule"] == stop_rule_text(rules[m.workload]), label
-        rebuilt = build_measurement(m.cell, list(m.repeats), rules[m.workload])
+        rebuilt = build_measurement(Cell.of(m), list(m.repeats), rules[m.workload])
         assert (rebuilt.status, rebuilt.reason, rebuilt.detail) == (m.status, m.reason, m.detail), label
     latency = result.measurements[0]
     assert latency.summary["latency_ms"]["n"] == 16

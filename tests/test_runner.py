@@ -20,8 +20,11 @@ import psutil
 import pytest
 
 from clsbench import api
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import Cell, StopRule
-from clsbench.engine.runner import ProcessExecutor, ProgressEvent, RunInterrupted
+from clsbench.engine.events import ProgressEvent
+from clsbench.engine.executor import ProcessExecutor
+from clsbench.engine.runner import RunInterrupted
 from clsbench.engine.worker import Job
 from clsbench.errors import EXIT_INTERRUPTED
 from clsbench.measure.clock import FakeClock
@@ -40,8 +43,9 @@ HANG_TIMEOUT_S = 3.0
 
 def plan(models: list[str], *, workloads: tuple[str, ...] = ("infer-throughput",), repeats: int = 2,
          timeout_s: float = TIMEOUT_S):
-    return api.plan_run(models=models, workloads=workloads, device="cpu", repeats=repeats, warmup=1,
-                        iterations=2, min_time=0.0, timeout_s=timeout_s)
+    return api.plan_run(models=models, workloads=workloads, device="cpu",
+                        options=MeasureOptions(repeats=repeats, warmup=1, iterations=2, min_time=0.0,
+                                               timeout_s=timeout_s))
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,7 @@ def no_strays() -> Callable[[], list[psutil.Process]]:
 
 def test_crash_is_recorded_and_the_suite_goes_on(env: dict, tmp_path: Path, no_strays):
     out = tmp_path / "run.json"
-    result = api.run(plan([CRASH, TINY]), out, env=env)
+    result = api.run(plan([CRASH, TINY]), out, execution=Execution(env=env))
     crashed, good = result.measurements
     assert (crashed.model, crashed.status, crashed.reason) == (CRASH, "failed", "crash")
     assert "exit code 3" in crashed.detail
@@ -95,7 +99,8 @@ def test_crash_is_recorded_and_the_suite_goes_on(env: dict, tmp_path: Path, no_s
 
 def test_hang_times_out_and_leaves_no_process_behind(env: dict, no_strays):
     t0 = time.monotonic()
-    result = api.run(plan([HANG], workloads=("infer-latency",), timeout_s=HANG_TIMEOUT_S), env=env)
+    result = api.run(plan([HANG], workloads=("infer-latency",), timeout_s=HANG_TIMEOUT_S),
+                     execution=Execution(env=env))
     elapsed = time.monotonic() - t0
     (measurement,) = result.measurements
     assert (measurement.status, measurement.reason) == ("failed", "timeout")
@@ -107,7 +112,7 @@ def test_hang_times_out_and_leaves_no_process_behind(env: dict, no_strays):
 
 def test_oom_runs_one_repeat_only(env: dict, no_strays):
     events: list[ProgressEvent] = []
-    result = api.run(plan([OOM], repeats=3), env=env, progress=events.append)
+    result = api.run(plan([OOM], repeats=3), execution=Execution(env=env, progress=events.append))
     (measurement,) = result.measurements
     assert (measurement.status, measurement.reason) == ("failed", "oom")
     assert "out of memory" in measurement.detail
@@ -130,8 +135,8 @@ def test_file_is_saved_after_every_measurement(env: dict, tmp_path: Path):
             assert stored.measurements[-1] == event.measurement
 
     workloads = ("infer-latency", "infer-throughput", "train")
-    result = api.run(plan([TINY], workloads=workloads), out, env=env, isolation="inline", clock=FakeClock(),
-                     progress=check)
+    result = api.run(plan([TINY], workloads=workloads), out,
+                     execution=Execution(env=env, isolation="inline", clock=FakeClock(), progress=check))
     assert seen == [1, 2, 3]
     assert result_io.load(out) == result
 
@@ -144,8 +149,8 @@ def test_interrupt_keeps_what_finished_and_names_resume(env: dict, tmp_path: Pat
             raise KeyboardInterrupt
 
     with pytest.raises(RunInterrupted) as info:
-        api.run(plan([TINY], workloads=("infer-latency", "train")), out, env=env,
-                progress=interrupt_after_first)
+        api.run(plan([TINY], workloads=("infer-latency", "train")), out,
+                execution=Execution(env=env, progress=interrupt_after_first))
     assert "--resume" in info.value.message
     assert str(out) in info.value.message
     assert info.value.exit_code == EXIT_INTERRUPTED
@@ -226,15 +231,17 @@ SLOW_FORKSERVER_SCRIPT = """
     import json
 
     from clsbench import api
-    from clsbench.engine import runner
+    from clsbench.core.options import Execution, MeasureOptions
+    from clsbench.engine import executor
 
     # A forkserver that needs over 2 s to start, as importing torch, torchvision and timm can when cold.
-    runner.PRELOAD_MODULES = [*runner.PRELOAD_MODULES, "slow_preload"]
+    executor.PRELOAD_MODULES = [*executor.PRELOAD_MODULES, "slow_preload"]
 
     def main():
         plan = api.plan_run(models=["clsbench_testmodels:tiny"], workloads=["infer-throughput"], device="cpu",
-                            repeats=1, warmup=1, iterations=2, min_time=0.0, timeout_s=1.5)
-        (m,) = api.run(plan, env={"device": "cpu"}).measurements
+                            options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0,
+                                                   timeout_s=1.5))
+        (m,) = api.run(plan, execution=Execution(env={"device": "cpu"})).measurements
         print(json.dumps([m.status, m.reason, m.detail]))
 
     if __name__ == "__main__":

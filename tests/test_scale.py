@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from clsbench.cli import main
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
 from clsbench.procedures.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
 from clsbench.procedures.scale.figures import efficiencies, scale_figures
@@ -113,7 +114,7 @@ def test_gpu_counts_must_fit_on_the_node():
 
 def test_plan_uses_the_train_rules_and_global_batches():
     plan = plan_scale(model=TINY, gpus="2,1", strategy="both", mode="fp32", batch_size_per_gpu=8, device="cpu",
-                      repeats=2, iterations=7)
+                      options=MeasureOptions(repeats=2, iterations=7, cudnn_benchmark=None))
     assert plan.gpus == (1, 2) and plan.strategies == ("ddp", "dp")
     assert plan.stop.min_iterations == 7 and plan.stop.warmup == 2  # CPU train defaults, one field replaced
     assert [plan.cell(s, g).batch_size for s, g in plan.measurements()] == [8, 16, 8, 16]
@@ -145,7 +146,8 @@ def test_bad_input_is_one_error_line_and_a_hint(args: list[str], words: list[str
 
 
 def test_single_node_launch_is_standalone_torchrun():
-    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=2)
+    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=2, cudnn_benchmark=None))
     launches = launch_commands(plan, "/jobs")
     assert [(x["strategy"], x["gpus"], x["repeat"], x["index"]) for x in launches] == [
         ("ddp", 1, 0, 0), ("ddp", 1, 1, 1), ("ddp", 2, 0, 2), ("ddp", 2, 1, 3),
@@ -161,7 +163,8 @@ def test_single_node_launch_is_standalone_torchrun():
 
 def test_multi_node_launch_uses_static_rendezvous_with_a_port_per_launch():
     plan = plan_scale(model="resnet50", gpus="1,2,4,8", strategy="both", mode="amp-bf16+cl", batch_size_per_gpu=256,
-                      device="cpu", nnodes=2, node_rank=1, rdzv_endpoint="node0.example:29600", repeats=1)
+                      device="cpu", nnodes=2, node_rank=1, rdzv_endpoint="node0.example:29600",
+                      options=MeasureOptions(repeats=1, cudnn_benchmark=None))
     launches = launch_commands(plan, "/jobs")
     ddp = [x for x in launches if x["strategy"] == "ddp"]
     for x in ddp:
@@ -257,7 +260,8 @@ def test_a_processes_exception_is_classified_as_the_single_process_worker_does()
     import torch
 
     from clsbench.errors import ClsbenchError
-    from clsbench.procedures.scale.rank import ModelError, failure_record
+    from clsbench.engine.worker import ModelError
+    from clsbench.procedures.scale.rank import failure_record
 
     assert failure_record(ModelError("cannot import module 'x'"))["reason"] == "model_error"
     skipped = failure_record(ClsbenchError("this GPU does not support bfloat16"))
@@ -350,7 +354,8 @@ def test_run_saves_an_ordinary_result_after_every_measurement(tmp_path: Path, cp
                                                                monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CPU_TEST_ENV, "1")
     out = tmp_path / "scale.json"
-    plan = plan_scale(model=TINY, gpus="1,2,4", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=2)
+    plan = plan_scale(model=TINY, gpus="1,2,4", strategy="both", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=2, cudnn_benchmark=None))
     saved: list[int] = []
 
     def progress(event: Any) -> None:
@@ -358,7 +363,7 @@ def test_run_saves_an_ordinary_result_after_every_measurement(tmp_path: Path, cp
             saved.append(len(result_io.load(out).measurements))
 
     fake = FakeLauncher(fail_gpus=4)
-    result = run_scale(plan, out, env=cpu_env, progress=progress, runner=fake)
+    result = run_scale(plan, out, execution=Execution(env=cpu_env, progress=progress), runner=fake)
     assert saved == [1, 2, 3, 4, 5, 6]
     assert result_io.load(out) == result
     assert [(m.workload, m.batch_size, m.status) for m in result.measurements] == [
@@ -377,38 +382,40 @@ def test_run_saves_an_ordinary_result_after_every_measurement(tmp_path: Path, cp
     text = render_scale(analyze_scale(result))
     assert "baseline of ddp: 1 GPU(s)" in text and "FAILED: rank_failed" in text
     with pytest.raises(ResultFileError, match="never overwrites"):
-        run_scale(plan, out, env=cpu_env, runner=fake)
+        run_scale(plan, out, execution=Execution(env=cpu_env), runner=fake)
 
 
 def test_dataparallel_on_several_gpus_autotunes_only_when_asked_and_says_why(tmp_path: Path, cpu_env: dict[str, Any],
                                                                           monkeypatch: pytest.MonkeyPatch):
     # cuDNN keeps autotuned algorithms per thread and DataParallel's replicas run in new threads every step.
     monkeypatch.setenv(CPU_TEST_ENV, "1")
-    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=1)
+    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=1, cudnn_benchmark=None))
     assert plan.cudnn_benchmark is None
     jobs = {(s, g): make_job(plan, s, g, tmp_path, 0)["cudnn_benchmark"] for s, g in plan.measurements()}
     assert jobs == {("ddp", 1): True, ("ddp", 2): True, ("dp", 1): True, ("dp", 2): False}
-    result = run_scale(plan, env=cpu_env, runner=FakeLauncher())
+    result = run_scale(plan, execution=Execution(env=cpu_env), runner=FakeLauncher())
     summaries = {(m.workload, m.batch_size): m.summary for m in result.measurements}
     assert summaries[("train-dp", 16)]["cudnn_benchmark"] is False
     assert "per thread" in summaries[("train-dp", 16)]["cudnn_benchmark_note"]
     assert [k for k, s in summaries.items() if "cudnn_benchmark_note" in s] == [("train-dp", 16)]
     assert "dp x2: cuDNN autotuning off, the default" in render_scale(analyze_scale(result))
 
-    forced = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu", repeats=1,
-                        cudnn_benchmark=True)
+    forced = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu",
+                        options=MeasureOptions(repeats=1, cudnn_benchmark=True))
     assert make_job(forced, "dp", 2, tmp_path, 0)["cudnn_benchmark"] is True
     assert "every step autotunes again" in get_strategy("dp").cudnn_benchmark(True, 2)[1]
-    off = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=1,
-                     cudnn_benchmark=False)
+    off = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu",
+                     options=MeasureOptions(repeats=1, cudnn_benchmark=False))
     assert {make_job(off, s, g, tmp_path, 0)["cudnn_benchmark"] for s, g in off.measurements()} == {False}
     assert get_strategy("dp").cudnn_benchmark(False, 2) == (False, None)
 
 
 def test_a_strategy_that_cannot_run_is_skipped_with_its_reason(cpu_env: dict[str, Any]):
-    plan = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu", repeats=1)
+    plan = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=1, cudnn_benchmark=None))
     fake = FakeLauncher()
-    result = run_scale(plan, env=cpu_env, runner=fake)
+    result = run_scale(plan, execution=Execution(env=cpu_env), runner=fake)
     (m,) = result.measurements
     assert (m.status, m.reason) == ("skipped", "unsupported_strategy") and "CUDA GPUs" in m.detail
     assert fake.commands == []
@@ -416,8 +423,9 @@ def test_a_strategy_that_cannot_run_is_skipped_with_its_reason(cpu_env: dict[str
 
 def test_show_prints_the_scaling_table(tmp_path: Path, cpu_env: dict[str, Any]):
     out = tmp_path / "scale.json"
-    plan = plan_scale(model=TINY, gpus="1,2", batch_size_per_gpu=8, device="cpu", repeats=1)
-    run_scale(plan, out, env=cpu_env, runner=FakeLauncher())
+    plan = plan_scale(model=TINY, gpus="1,2", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=1, cudnn_benchmark=None))
+    run_scale(plan, out, execution=Execution(env=cpu_env), runner=FakeLauncher())
     shown = invoke("show", str(out))
     assert shown.exit_code == 0, shown.output
     assert "train-ddp" in shown.stdout and "scaling: clsbench_testmodels:tiny fp32 on cpu" in shown.stdout
@@ -443,18 +451,19 @@ class TwoNodeLauncher:
 
 def test_two_nodes_merge_on_node_0_and_node_1_writes_nothing(tmp_path: Path, cpu_env: dict[str, Any]):
     def plan(node_rank: int) -> Any:
-        return plan_scale(model=TINY, gpus="2", batch_size_per_gpu=8, device="cpu", repeats=1, nnodes=2,
-                          node_rank=node_rank, rdzv_endpoint="node0:29500")
+        return plan_scale(model=TINY, gpus="2", batch_size_per_gpu=8, device="cpu", nnodes=2,
+                          node_rank=node_rank, rdzv_endpoint="node0:29500",
+                          options=MeasureOptions(repeats=1, cudnn_benchmark=None))
 
     out0, out1 = tmp_path / "node0.json", tmp_path / "node1.json"
-    (m,) = run_scale(plan(0), out0, env=cpu_env, runner=TwoNodeLauncher(0)).measurements
+    (m,) = run_scale(plan(0), out0, execution=Execution(env=cpu_env), runner=TwoNodeLauncher(0)).measurements
     assert m.status == "ok" and m.batch_size == 32 and m.summary["gpus"] == 4 and m.summary["nnodes"] == 2
     (repeat,) = m.repeats
     assert [(r["rank"], r["host"]) for r in repeat["ranks"]] == [(0, "node0"), (1, "node0"), (2, "node1"),
                                                                  (3, "node1")]
     assert repeat["samples"]["images"] == 10 * 4 * 8
     assert result_io.load(out0).measurements == (m,)
-    (m1,) = run_scale(plan(1), out1, env=cpu_env, runner=TwoNodeLauncher(1)).measurements
+    (m1,) = run_scale(plan(1), out1, execution=Execution(env=cpu_env), runner=TwoNodeLauncher(1)).measurements
     assert m1.status == "ok" and [r["rank"] for r in m1.repeats[0]["ranks"]] == [2, 3]  # what node 1 saw
     assert not out1.exists()
 
@@ -471,9 +480,10 @@ def test_ctrl_c_ends_the_run_and_keeps_what_finished(tmp_path: Path, cpu_env: di
         return FakeLauncher()(command, folder, **kwargs)
 
     out = tmp_path / "scale.json"
-    plan = plan_scale(model=TINY, gpus="1,2", batch_size_per_gpu=8, device="cpu", repeats=1)
+    plan = plan_scale(model=TINY, gpus="1,2", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=1, cudnn_benchmark=None))
     with pytest.raises(ScaleInterrupted, match="1 measurement"):
-        run_scale(plan, out, env=cpu_env, runner=runner)
+        run_scale(plan, out, execution=Execution(env=cpu_env), runner=runner)
     assert [m.batch_size for m in result_io.load(out).measurements] == [8]
 
 
@@ -568,8 +578,8 @@ def test_two_gloo_ranks_through_torchrun(tmp_path: Path):
 def test_a_failing_rank_fails_the_measurement_with_its_error(cpu_env: dict[str, Any]):
     recording = Recording()
     plan = plan_scale(model="clsbench_testmodels:rank1_error_model", gpus="2", batch_size_per_gpu=8, device="cpu",
-                      repeats=2, **QUICK)
-    result = run_scale(plan, env=cpu_env, runner=recording)
+                      options=MeasureOptions(**QUICK, repeats=2, cudnn_benchmark=None))
+    result = run_scale(plan, execution=Execution(env=cpu_env), runner=recording)
     (m,) = result.measurements
     assert (m.status, m.reason) == ("failed", "rank_failed")
     assert m.detail.startswith("rank 1 (") and "RuntimeError: rank 1 broke inside forward" in m.detail
@@ -582,9 +592,9 @@ def test_a_hanging_rank_times_out_and_nothing_is_left_behind(cpu_env: dict[str, 
     recording = Recording()
     timeout_s = 12.0  # the ranks start within a few seconds; then rank 1 sleeps in forward and rank 0 waits for it
     plan = plan_scale(model="clsbench_testmodels:rank1_hang_model", gpus="2", batch_size_per_gpu=8, device="cpu",
-                      repeats=1, timeout_s=timeout_s, **QUICK)
+                      options=MeasureOptions(**QUICK, repeats=1, timeout_s=timeout_s, cudnn_benchmark=None))
     t0 = time.monotonic()
-    result = run_scale(plan, env=cpu_env, runner=recording)
+    result = run_scale(plan, execution=Execution(env=cpu_env), runner=recording)
     assert time.monotonic() - t0 < timeout_s + 12.0
     (m,) = result.measurements
     assert (m.status, m.reason) == ("failed", "timeout")
@@ -596,8 +606,9 @@ def test_a_hanging_rank_times_out_and_nothing_is_left_behind(cpu_env: dict[str, 
 @pytest.mark.slow
 def test_the_dataparallel_process_through_its_cpu_test_hook(cpu_env: dict[str, Any], monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CPU_TEST_ENV, "1")
-    plan = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu", repeats=1, **QUICK)
-    result = run_scale(plan, env=cpu_env)
+    plan = plan_scale(model=TINY, gpus="2", strategy="dp", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(**QUICK, repeats=1, cudnn_benchmark=None))
+    result = run_scale(plan, execution=Execution(env=cpu_env))
     (m,) = result.measurements
     assert m.status == "ok", m.detail
     (repeat,) = m.repeats
@@ -626,7 +637,7 @@ def test_gpu_ddp_over_nccl_and_dataparallel_on_two_gpus(monkeypatch: pytest.Monk
         monkeypatch.setenv(name, value)
     recording = Recording()
     plan = plan_scale(model="resnet18", gpus="1,2", strategy="both", mode="amp-bf16+cl", batch_size_per_gpu=64,
-                      device="cuda", repeats=1, **QUICK)
+                      device="cuda", options=MeasureOptions(**QUICK, repeats=1, cudnn_benchmark=None))
     result = run_scale(plan, runner=recording)
     assert [m.status for m in result.measurements] == ["ok"] * 4, [m.detail for m in result.measurements]
     ddp2, dp2 = result.measurements[1], result.measurements[3]

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 from clsbench import api
 from clsbench.cli import main
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
 from clsbench.errors import InvalidInputError
 from clsbench.measure.clock import FakeClock
@@ -83,7 +84,7 @@ costed.input_size = 16
 '''
 
 #: Short stop rules: 1 warm-up, 2 timed iterations, no minimum time; one repeat unless a test needs more.
-SHORT: dict[str, Any] = {"repeats": 1, "warmup": 1, "iterations": 2, "min_time": 0.0}
+SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
 
 
 def load_costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom_above: int | None = None) -> ModuleType:
@@ -205,8 +206,8 @@ def test_auto_growth_stops_on_a_plateau_then_refines(tmp_path: Path, monkeypatch
     # 4 ms per call up to batch 4, then 1 ms per image: 250, 500, 1000, then 1000 img/s (no gain) at 8 and 16.
     costed.STATE["cost"] = lambda mode, batch: max(4_000_000, 1_000_000 * batch)
     path = tmp_path / "sweep.json"
-    outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", path, **SHORT,
-                    isolation="inline", clock=costed.CostClock(), env=env)
+    outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", path, options=SHORT,
+                    execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
     stored = result_io.load(path)
     facts = stored.settings["sweep"]
     # Two doublings without gain end the growth; then a midpoint between 4 (the last gain) and 8.
@@ -227,8 +228,8 @@ def test_one_flat_doubling_does_not_end_growth(tmp_path: Path, monkeypatch: pyte
     # 1000 img/s at batch 1 and 2 (a flat step, as a noisy launch-bound point can be), 2000 at 4, then flat.
     costs = {1: 1, 2: 2, 4: 2, 8: 4, 16: 8}
     costed.STATE["cost"] = lambda mode, batch: costs.get(batch, batch / 2) * 1_000_000
-    outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", None, **SHORT,
-                    isolation="inline", clock=costed.CostClock(), env=env)
+    outcome = sweep(f"{costed.__name__}:costed", "infer-throughput", "fp32", "cpu", "auto", None, options=SHORT,
+                    execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
     assert outcome.result.settings["sweep"]["order"] == [1, 2, 4, 8, 16, 6]
     assert outcome.knee_batch == 4
 
@@ -236,8 +237,8 @@ def test_one_flat_doubling_does_not_end_growth(tmp_path: Path, monkeypatch: pyte
 def test_auto_growth_stops_at_out_of_memory_and_bisects_to_the_largest_fit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, Any]) -> None:
     costed = load_costed(tmp_path, monkeypatch, oom_above=20)
-    outcome = sweep(f"{costed.__name__}:costed", "train", "fp32", "cpu", "auto", None, **SHORT,
-                    isolation="inline", clock=costed.CostClock(), env=env)
+    outcome = sweep(f"{costed.__name__}:costed", "train", "fp32", "cpu", "auto", None, options=SHORT,
+                    execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
     facts = outcome.result.settings["sweep"]
     # 1..16 keep gaining (1 ms + 0.1 ms per image); 32 runs out of memory; bisection: 24 (oom), then 20 (fits).
     assert facts["order"] == [1, 2, 4, 8, 16, 32, 24, 20]
@@ -251,16 +252,16 @@ def test_auto_growth_stops_at_out_of_memory_and_bisects_to_the_largest_fit(
 def test_auto_growth_respects_max_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         env: dict[str, Any]) -> None:
     costed = load_costed(tmp_path, monkeypatch)
-    outcome = sweep(f"{costed.__name__}:costed", "infer-latency", "fp32", "cpu", "auto", None, **SHORT,
-                    isolation="inline", clock=costed.CostClock(), env=env, max_batch=5)
+    outcome = sweep(f"{costed.__name__}:costed", "infer-latency", "fp32", "cpu", "auto", None, options=SHORT,
+                    execution=Execution(isolation="inline", clock=costed.CostClock(), env=env), max_batch=5)
     assert outcome.result.settings["sweep"]["order"] == [1, 2, 4]
     assert outcome.analysis["growth_stopped_by"] == "max_batch"
 
 
 def test_explicit_sizes_and_resume_of_an_interrupted_sweep(tmp_path: Path, env: dict[str, Any]) -> None:
     path = tmp_path / "sweep.json"
-    outcome = sweep(TINY, "infer-throughput", "fp32", "cpu", "4,1,2,2", path, **SHORT, isolation="inline",
-                    clock=FakeClock(), env=env, knee_fraction=0.5)
+    outcome = sweep(TINY, "infer-throughput", "fp32", "cpu", "4,1,2,2", path, options=SHORT,
+                    execution=Execution(isolation="inline", clock=FakeClock(), env=env), knee_fraction=0.5)
     assert [p["batch_size"] for p in outcome.points] == [1, 2, 4]
     assert outcome.result.settings["sweep"]["batch_sizes"] == [1, 2, 4]
     # Every iteration takes 1 ms on the fake clock: 1000 img/s per image of the batch; 0.5 x 4000 = 2000.
@@ -269,7 +270,7 @@ def test_explicit_sizes_and_resume_of_an_interrupted_sweep(tmp_path: Path, env: 
     data = json.loads(path.read_text())
     data["measurements"] = data["measurements"][:2]
     path.write_text(json.dumps(data))
-    resumed = api.resume(path, env=env, isolation="inline", clock=FakeClock())
+    resumed = api.resume(path, execution=Execution(env=env, isolation="inline", clock=FakeClock()))
     assert sorted(m.batch_size for m in resumed.measurements) == [1, 2, 4]
     assert analyze_sweep(result_io.load(path))["knee"]["batch_size"] == 2
 

@@ -8,6 +8,7 @@ cost chosen per mode and batch, so the ranking, and every decision of the search
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from pathlib import Path
@@ -19,6 +20,7 @@ from click.testing import CliRunner
 
 from clsbench import api
 from clsbench.cli import main
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
 from clsbench.errors import InvalidInputError
 from clsbench.procedures.tune import (
@@ -35,7 +37,7 @@ from clsbench.results import io as result_io
 from test_sweep import load_costed
 
 TINY = "clsbench_testmodels:tiny"
-SHORT: dict[str, Any] = {"repeats": 1, "warmup": 1, "iterations": 2, "min_time": 0.0}
+SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
 MS = 1_000_000
 
 #: Per-image cost in ms by mode, plus 0.5 ms per call: fp32+cl is the fastest, amp-bf16 next, fp32 last.
@@ -60,9 +62,10 @@ def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     options = {"workload": "infer-throughput", "modes": ["fp32", "amp-bf16", "fp32+cl"], "batch_sizes": [2, 4],
-               "compile_variants": False, **SHORT, **kwargs}
+               "compile_variants": False, "options": SHORT, **kwargs}
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu", isolation="inline", clock=costed.CostClock(), env=env,
+    return tune(f"{costed.__name__}:costed", workload, "cpu",
+                execution=Execution(isolation="inline", clock=costed.CostClock(), env=env),
                 **options)
 
 
@@ -96,7 +99,8 @@ def test_tune_picks_the_fastest_candidate_and_says_how_to_reproduce_it(costed: A
 
 
 def test_the_printed_command_reproduces_the_winning_cell(costed: Any, env: dict[str, Any], tmp_path: Path) -> None:
-    outcome = run_tune(costed, env, batch_sizes=[4], modes=["fp32", "fp32+cl"], seed=3)
+    outcome = run_tune(costed, env, batch_sizes=[4], modes=["fp32", "fp32+cl"],
+                       options=dataclasses.replace(SHORT, seed=3))
     words = shlex.split(outcome.command)
     assert words[:2] == ["clsbench", "run"] and "--seed" in words
     path = tmp_path / "again.json"
@@ -230,7 +234,7 @@ def test_output_errors_report_non_finite_outputs_as_infinite() -> None:
 ])
 def test_bad_input_is_refused_before_measuring(kwargs: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError):
-        tune(TINY, "infer-throughput", "cpu", output=tmp_path / "x.json", env={}, **kwargs)
+        tune(TINY, "infer-throughput", "cpu", output=tmp_path / "x.json", execution=Execution(env={}), **kwargs)
     assert not (tmp_path / "x.json").exists()
 
 

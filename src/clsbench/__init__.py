@@ -7,19 +7,19 @@ The public API (the CLI is a thin shell over it)::
     result = clsbench.run(plan, "results/run.json")
     result = clsbench.load("results/run.json")
     data = clsbench.DataSettings("images/", num_workers=8, pin_memory=True)   # train on real JPEGs
-    outcome = clsbench.procedures.diagnose("resnet50", "images/", mode="amp-bf16+cl", batch_size=256, device="cuda")
+    outcome = clsbench.diagnose("resnet50", "images/", mode="amp-bf16+cl", batch_size=256, device="cuda")
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from clsbench.api import default_output_path, environment, list_models, load, plan_run, resolve_device, resume, run
 from clsbench.core.data_settings import DataSettings
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import Cell, RunPlan, StopRule
 from clsbench.errors import ClsbenchError, InvalidInputError, ResultFileError, UnknownModelError
 from clsbench.procedures.diagnose import diagnose
 from clsbench.results.schema import SCHEMA_VERSION, BenchmarkResult, Measurement
+from clsbench.version import __version__
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -27,7 +27,9 @@ __all__ = [
     "Cell",
     "ClsbenchError",
     "DataSettings",
+    "Execution",
     "InvalidInputError",
+    "MeasureOptions",
     "Measurement",
     "ResultFileError",
     "RunPlan",

@@ -53,3 +53,14 @@ class ResultFileError(ClsbenchError):
     """A result file that cannot be read, is not a clsbench file, or cannot be written."""
 
     exit_code = EXIT_FILE
+
+
+#: Longest reason text kept for a fact or a failure that could not be read (one line in a table or an env dump).
+REASON_MAX_CHARS = 160
+
+
+def short_reason(exc: BaseException) -> str:
+    """One line for an exception: its type and the first line of its message, cut at :data:`REASON_MAX_CHARS`."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    reason = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"

@@ -57,32 +57,40 @@ def normalised(path: Path) -> str:
     return json.dumps(mask(json.loads(path.read_text(encoding="utf-8"))), indent=1, sort_keys=False) + "\n"
 
 
+def _inline(clock: Any) -> Any:
+    from clsbench.core.options import Execution
+
+    return Execution(isolation="inline", clock=clock, env=ENV, probe=False)
+
+
 def _run(out: Path) -> None:
     from clsbench import api
+    from clsbench.core.options import MeasureOptions
     from clsbench.measure.clock import FakeClock
 
     plan = api.plan_run(models=[TINY], workloads=["infer-latency", "infer-throughput", "train"],
-                        modes=["fp32", "fp32+cl"], batch_sizes=[2], device="cpu", repeats=2, warmup=1,
-                        iterations=3, min_time=0.0, environment=ENV)
-    api.run(plan, out, env=ENV, isolation="inline", clock=FakeClock(increments_ns=(1_000_000, 3_000_000)),
-            probe=False)
+                        modes=["fp32", "fp32+cl"], batch_sizes=[2], device="cpu",
+                        options=MeasureOptions(repeats=2, warmup=1, iterations=3, min_time=0.0), environment=ENV)
+    api.run(plan, out, execution=_inline(FakeClock(increments_ns=(1_000_000, 3_000_000))))
 
 
 def _sweep(out: Path) -> None:
+    from clsbench.core.options import MeasureOptions
     from clsbench.measure.clock import FakeClock
     from clsbench.procedures.sweep import sweep
 
-    sweep(TINY, "infer-throughput", "fp32", "cpu", "1,2,4", out, repeats=2, warmup=1, iterations=2, min_time=0.0,
-          isolation="inline", clock=FakeClock(), env=ENV, probe=False)
+    sweep(TINY, "infer-throughput", "fp32", "cpu", "1,2,4", out,
+          options=MeasureOptions(repeats=2, warmup=1, iterations=2, min_time=0.0), execution=_inline(FakeClock()))
 
 
 def _tune(out: Path) -> None:
+    from clsbench.core.options import MeasureOptions
     from clsbench.measure.clock import FakeClock
     from clsbench.procedures.tune import tune
 
-    tune(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4], output=out, repeats=1,
-         warmup=1, iterations=2, min_time=0.0, compile_variants=False, isolation="inline",
-         clock=FakeClock(increments_ns=(1_000_000, 2_000_000)), env=ENV, probe=False)
+    tune(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4], output=out,
+         options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0), compile_variants=False,
+         execution=_inline(FakeClock(increments_ns=(1_000_000, 2_000_000))))
 
 
 def _diagnose(out: Path, scratch: Path) -> None:
@@ -93,15 +101,17 @@ def _diagnose(out: Path, scratch: Path) -> None:
     data = scratch / "ds"
     make_dataset(data, MakeSpec(images=16, classes=2, seed=3, width=40, height=30), jobs=1)
     diagnose(TINY, data, batch_size=4, device="cpu", workers=[0], pipelines=["cpu", "gpu"], quick=True,
-             output=out, isolation="inline", clock=FakeClock(), env=ENV)
+             output=out, execution=_inline(FakeClock()))
 
 
 def _scale(out: Path) -> None:
+    from clsbench.core.options import Execution, MeasureOptions
     from clsbench.procedures.scale import plan_scale, run_scale
     from golden.fake_launch import FakeLauncher
 
-    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu", repeats=2)
-    run_scale(plan, out, env=ENV, runner=FakeLauncher())
+    plan = plan_scale(model=TINY, gpus="1,2", strategy="both", batch_size_per_gpu=8, device="cpu",
+                      options=MeasureOptions(repeats=2, cudnn_benchmark=None))
+    run_scale(plan, out, execution=Execution(env=ENV), runner=FakeLauncher())
 
 
 def generate(directory: Path) -> list[Path]:

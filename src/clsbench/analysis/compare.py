@@ -16,7 +16,7 @@ comparison can be redone from files alone on any machine.
   per-repeat values, level ``alpha``, default 0.05): ``faster``, ``slower``, or ``not significant`` when the
   difference is inside the repeat-to-repeat noise; ``not testable`` with fewer than two repeats on a side; ``n/a``
   when either cell has no figure (failed, skipped or missing).
-* **Environment.** The facts of :data:`clsbench.system.environment.KEY_FIELDS` that differ between runs are
+* **Environment.** The facts of :data:`clsbench.results.facts.KEY_FIELDS` that differ between runs are
   listed. Runs on different hardware are expected; runs on the *same* hardware (same GPU name, or same CPU model
   for CPU runs) whose software or settings differ get a warning: a difference may come from either.
 """
@@ -33,8 +33,8 @@ from clsbench.analysis import stats
 from clsbench.analysis.significance import DEFAULT_ALPHA, TEST_NAME, TestResult, welch_t_test
 from clsbench.core.plan import WORKLOADS
 from clsbench.errors import InvalidInputError
+from clsbench.results.facts import KEY_FIELDS, get_field
 from clsbench.results.schema import BenchmarkResult, Measurement
-from clsbench.system.environment import KEY_FIELDS, get_field
 
 #: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
 LATENCY_WORKLOADS = frozenset({"infer-latency"})

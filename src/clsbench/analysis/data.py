@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clsbench.analysis import stats
-from clsbench.core.data_settings import data_label
+from clsbench.results.schema import data_label
 
 
 def repeat_figures(record: dict[str, Any]) -> dict[str, float | None]:
@@ -96,58 +96,3 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "decode_failures_n": max(r["data"].get("decode_failures_n") or 0 for r in records),
         "decode_failures": failures[:20],
     }
-
-
-DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "epoch start", "copy", "idle", "idle by",
-                "start-up s", "set-up s", "skipped", "undecodable")
-DATA_RIGHT = {"batch", "img/s", "data wait", "epoch start", "copy", "idle", "start-up s", "set-up s", "skipped",
-              "undecodable"}
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100.0 * value:.1f}%"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
-    """One row per ok real-data measurement for the table's data-pipeline section."""
-    from clsbench.report.table import fmt_rate
-
-    rows = []
-    for m in measurements:
-        d = (m.summary or {}).get("data")
-        if m.status != "ok" or not d:
-            continue
-        idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
-        rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",
-                     fmt_rate(m.summary.get("throughput_img_s")), _pct(d.get("data_wait_fraction")),
-                     _pct(d.get("epoch_start_wait_fraction")), _pct(d.get("copy_fraction")),
-                     _pct(d.get("idle_fraction")), idle_by,
-                     _seconds(d.get("data_startup_s")), _seconds(d.get("data_setup_s")),
-                     str(d.get("skipped_n") if d.get("skipped_n") is not None else "-"),
-                     str(d.get("decode_failures_n") or 0)))
-    return rows
-
-
-def data_section(measurements: Sequence[Any]) -> list[str]:
-    """The lines of the table's data-pipeline section (empty when no measurement used real data)."""
-    from clsbench.report.table import render_rows
-
-    rows = data_rows(measurements)
-    if not rows:
-        return []
-    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch, of "
-             "which epoch start: the first batch of an epoch begun while timing; copy: placing it on the device; "
-             "idle: GPU idle between steps from CUDA events, on a CPU wait + copy; start-up: workers' start to the "
-             "first batch, outside the timed region)", ""]
-    lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
-    for m in measurements:
-        d = (m.summary or {}).get("data") or {}
-        if d.get("decode_failures_n"):
-            names = ", ".join(d.get("decode_failures") or [])
-            lines.append(f"warning: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: "
-                         f"{d['decode_failures_n']} image(s) failed to decode and were replaced: {names}")
-    return lines

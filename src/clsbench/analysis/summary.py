@@ -258,7 +258,7 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
 
 def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
     """Median over repeats of each host CPU figure, plus the worst repeat's concerns (measure/hostcpu.py)."""
-    from clsbench.system import hostcpu
+    from clsbench.analysis import hostcpu
 
     readings = [r.get("host_cpu") for r in ok if r.get("host_cpu")]
     if not readings:

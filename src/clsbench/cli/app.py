@@ -8,48 +8,19 @@ the threshold; 130 interrupted (what finished is saved).
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
-import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-from clsbench import __version__
+from clsbench.cli.common import Progress, fail, handle_errors, saved
 from clsbench.cli.data_options import data_options
-from clsbench.errors import EXIT_INTERNAL, EXIT_MEASUREMENT_FAILED, ClsbenchError, InvalidInputError
-
-
-def _fail(message: str, hint: str | None, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
-    if hint:
-        click.echo(f"hint: {hint}", err=True)
-    sys.exit(code)
-
-
-def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ClsbenchError into one error line plus a hint and its exit code; anything else is a bug."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except ClsbenchError as exc:
-            _fail(exc.message, exc.hint, exc.exit_code)
-        except KeyboardInterrupt:
-            _fail("interrupted", None, 130)
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
-            if os.environ.get("CLSBENCH_DEBUG"):
-                raise
-            _fail(f"internal error: {type(exc).__name__}: {exc}",
-                  "this is a bug in clsbench; re-run with CLSBENCH_DEBUG=1 for a traceback and report it",
-                  EXIT_INTERNAL)
-
-    return wrapper
+from clsbench.cli.options import measure_options
+from clsbench.core.options import Execution, MeasureOptions
+from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
+from clsbench.version import __version__
 
 
 class _Group(click.Group):
@@ -61,11 +32,11 @@ class _Group(click.Group):
             return super().main(*args, **kwargs)
         except click.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx is not None else "clsbench"
-            _fail(exc.format_message(), f"see `{command} --help`", 2)
+            fail(exc.format_message(), f"see `{command} --help`", 2)
         except click.exceptions.Abort:
-            _fail("interrupted", None, 130)
+            fail("interrupted", None, 130)
         except click.ClickException as exc:
-            _fail(exc.format_message(), None, exc.exit_code)
+            fail(exc.format_message(), None, exc.exit_code)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
 
@@ -74,56 +45,6 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="clsbench")
 def main() -> None:
     """clsbench: what a GPU really delivers on image-classification networks."""
-
-
-class _Progress:
-    """Progress on stderr: a live bar on a terminal, one line per repeat otherwise."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.live = sys.stderr.isatty() and not quiet
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __call__(self, event: Any) -> None:
-        if self.quiet:
-            return
-        eta = "" if event.eta_s is None else f", about {_duration(event.eta_s)} left"
-        if self.live:
-            self._live(event, eta)
-            return
-        if event.kind == "repeat":
-            click.echo(f"[{event.done + 1}/{event.total}] {event.cell.label()} repeat {event.repeat}/"
-                       f"{event.repeats}{eta}", err=True)
-        elif event.kind == "measurement" and event.measurement.status != "ok":
-            m = event.measurement
-            click.echo(f"    {m.status}: {m.reason}: {m.detail}", err=True)
-
-    def _live(self, event: Any, eta: str) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        if event.kind == "start":
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task("starting", total=event.total, eta="")
-        elif self._bar is not None and event.kind == "repeat":
-            self._bar.update(self._task, completed=event.done, eta=eta.lstrip(", "),
-                             description=f"{event.cell.label()} r{event.repeat}/{event.repeats}")
-        elif self._bar is not None and event.kind == "measurement":
-            self._bar.update(self._task, completed=event.done)
-        elif self._bar is not None and event.kind == "finish":
-            self._bar.stop()
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 def _ints(values: list[str], option: str) -> list[int]:
@@ -142,75 +63,40 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--workload", "workloads", multiple=True, help="infer-latency, infer-throughput, train.")
 @click.option("--mode", "modes", multiple=True, help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
 @click.option("--batch-size", "batch_sizes", multiple=True, help="Batch size(s); default per workload.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("--repeats", type=int, default=3, show_default=True, help="Fresh worker processes per measurement.")
-@click.option("--warmup", type=int, help="Warm-up iterations (requests) before timing.")
-@click.option("--iterations", type=int, help="Minimum timed iterations (requests) per repeat.")
-@click.option("--min-time", type=float, help="Minimum timed seconds per repeat.")
-@click.option("--max-time", type=float, help="Stop a repeat after this many timed seconds.")
-@click.option("--input-size", type=int, help="Square input side; default: the model's own (usually 224).")
-@click.option("--compile-mode", default="default", show_default=True, help="torch.compile mode for +compile.")
-@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True,
-              help="Seconds before a worker is killed and the repeat recorded as failed (timeout).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic data.")
-@click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=True, show_default=True,
-              help="Let cuDNN autotune convolution algorithms (in the untimed first iteration).")
-@click.option("--telemetry/--no-telemetry", default=True, show_default=True,
-              help="On a GPU, sample power, clocks, temperature and throttling over each timed region (NVML).")
-@click.option("--probe/--no-probe", "probe_first", default=True, show_default=True,
-              help="On a GPU, first measure the matmul and copy ceilings (about 10 s), for MFU against them.")
-@click.option("--overlap/--no-overlap", default=True, show_default=True,
-              help="On a GPU, fork the next worker and build its model while the current one starts up and warms "
-                   "up; it is stopped during the timed region (0.57 s hidden per repeat in the H200 seed suite).")
-@click.option("--output", "-o", help="Result file (never overwritten).")
 @click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
-@click.option("--isolation", type=click.Choice(["process", "inline"]), default="process", show_default=True,
-              help="process: a fresh worker per repeat; inline: this process (debugging only).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@click.option("--clock", hidden=True, help="Testing hook: fake:1ms[,2ms...] replaces the wall clock.")
+@measure_options()
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
-        batch_sizes: tuple[str, ...], device: str, repeats: int, warmup: int | None, iterations: int | None,
-        min_time: float | None, max_time: float | None, input_size: int | None, compile_mode: str,
-        timeout_s: float, seed: int, cudnn_benchmark: bool, telemetry: bool, probe_first: bool, overlap: bool,
-        output: str | None, resume_path: str | None, isolation: str, quiet: bool, clock: str | None,
-        **data_opts: Any) -> None:
+        batch_sizes: tuple[str, ...], resume_path: str | None, measure: MeasureOptions, execution: Execution,
+        device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
     from clsbench.data.plan import dataset_warnings
     from clsbench.engine.runner import RunInterrupted
-    from clsbench.measure.clock import make_clock
     from clsbench.report import table
 
     if resume_path and given(data_opts):
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
     data = None if resume_path else data_settings(**data_opts)
-
-    try:
-        fake = make_clock(clock) if clock else None
-    except ValueError as exc:
-        raise InvalidInputError(str(exc), "e.g. --clock fake:1ms") from None
-    progress = _Progress(quiet)
+    progress = Progress(quiet)
+    execution = dataclasses.replace(execution, progress=progress)
     try:
         if resume_path:
             if output:
                 raise click.UsageError("--resume writes to the file it resumes; drop --output")
             path = resume_path
             click.echo(f"resuming {path}", err=True)
-            result = api.resume(path, isolation=isolation, clock=fake, progress=progress)
+            result = api.resume(path, execution=execution)
         else:
             resolved = api.resolve_device(device)
             env = api.environment(resolved)
             plan = api.plan_run(
                 suite=suite, models=api.split_list(models), workloads=api.split_list(workloads),
                 modes=api.split_list(modes), batch_sizes=_ints(api.split_list(batch_sizes), "--batch-size"),
-                device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
-                max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                seed=seed, cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap, telemetry=telemetry,
-                environment=env, data=data,
+                device=resolved, options=measure, execution=execution, environment=env, data=data,
             )
             path = output or str(api.default_output_path(resolved))
             for line in api.preflight_warnings(env) + dataset_warnings(cell.data for cell in plan.cells):
@@ -218,8 +104,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
             if not quiet:
                 click.echo(f"clsbench {__version__}: {len(plan.cells)} measurement(s) x {plan.repeats} repeat(s) "
                            f"on {resolved}; results -> {path}", err=True)
-            result = api.run(plan, path, env=env, isolation=isolation, clock=fake, progress=progress,
-                             probe=probe_first)
+            result = api.run(plan, path, execution=dataclasses.replace(execution, env=env))
     except RunInterrupted as exc:
         progress.close()
         if exc.result is not None and exc.result.measurements:
@@ -228,21 +113,9 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
-    click.echo(f"\nsaved: {path}", err=True)
-    _index(path, result)
+    saved(path, result)
     if any(m.status == "failed" for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
-
-
-def _index(path: str, result: Any) -> None:
-    """Add the finished run to the history index; a problem there is a warning, never a failed run."""
-    from clsbench.results import store
-
-    try:
-        store.index_result(path, result)
-    except ClsbenchError as exc:
-        click.echo(f"warning: not indexed in the history ({exc.message}); `clsbench import {path}` adds it later",
-                   err=True)
 
 
 @main.command()
@@ -324,7 +197,7 @@ def models(pattern: str, long_: bool) -> None:
 def env(device: str, as_json: bool) -> None:
     """Show the environment every result records on this machine."""
     from clsbench import api
-    from clsbench.system.environment import environment_lines
+    from clsbench.results.facts import environment_lines
 
     facts = api.environment(api.resolve_device(device))
     if as_json:

@@ -6,13 +6,17 @@ Wire it in with ``register(main)`` in cli.py. Exit codes as for ``run``: 0, 2 ba
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 
 import click
 
-from clsbench.cli.app import handle_errors
+from clsbench.cli.common import Progress, saved
+from clsbench.cli.options import measure_options
+from clsbench.core.options import Execution, MeasureOptions
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
+from clsbench.procedures.scale.plan import SCALE_OPTIONS
 
 
 @click.command("scale")
@@ -23,49 +27,36 @@ from clsbench.errors import EXIT_MEASUREMENT_FAILED
               help="ddp: DistributedDataParallel, one process per GPU via torchrun; dp: DataParallel in one process.")
 @click.option("--mode", default="fp32", show_default=True, help="Execution mode, e.g. amp-bf16+cl.")
 @click.option("--batch-size-per-gpu", type=int, required=True, help="Images per GPU per step.")
-@click.option("--device", default="auto", show_default=True,
-              help="auto, cuda (GPUs 0..k-1; choose them with CUDA_VISIBLE_DEVICES) or cpu (gloo).")
-@click.option("--repeats", type=int, default=3, show_default=True,
-              help="Fresh launches per strategy and GPU count.")
-@click.option("--warmup", type=int, help="Warm-up iterations before timing.")
-@click.option("--iterations", type=int, help="Minimum timed iterations per launch.")
-@click.option("--min-time", type=float, help="Minimum timed seconds per launch.")
-@click.option("--max-time", type=float, help="Stop a launch's timed region after this many seconds.")
-@click.option("--input-size", type=int, help="Square input side; default: the model's own.")
-@click.option("--timeout", "timeout_s", type=float, default=900.0, show_default=True,
-              help="Seconds before a launch (torchrun and all its ranks) is killed and recorded as failed (timeout).")
 @click.option("--comm-share/--no-comm-share", default=True, show_default=True,
               help="DDP on 2+ GPUs: after timing, estimate the gradient all-reduce's share of a step with no_sync().")
-@click.option("--compile-mode", default="default", show_default=True, help="torch.compile mode for +compile.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic data.")
-@click.option("--cudnn-benchmark/--no-cudnn-benchmark", default=None,
-              help="Let cuDNN autotune convolution algorithms (in the untimed first iteration). Default: on, except "
-                   "DataParallel on 2+ GPUs, whose new threads every step would autotune again.")
 @click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes taking part (torchrun's --nnodes).")
 @click.option("--node-rank", type=int, default=0, show_default=True,
               help="This node's rank; node 0 hosts the rendezvous and writes the result file.")
 @click.option("--rdzv-endpoint",
               help="HOST:PORT of node 0 for several nodes; launch i uses PORT+i, so open PORT..PORT+launches-1.")
-@click.option("--output", "-o", help="Result file (never overwritten); default under clsbench-results/.")
 @click.option("--dry-run", is_flag=True, help="Print the launch commands of this node and exit; nothing runs.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-@handle_errors
-def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_per_gpu: int, device: str,
-                  repeats: int, warmup: int | None, iterations: int | None, min_time: float | None,
-                  max_time: float | None, input_size: int | None, timeout_s: float, comm_share: bool,
-                  compile_mode: str, seed: int, cudnn_benchmark: bool | None, nnodes: int, node_rank: int,
-                  rdzv_endpoint: str | None, output: str | None, dry_run: bool, quiet: bool) -> None:
+@measure_options(SCALE_OPTIONS, execution=(), helps={
+    "device": "auto, cuda (GPUs 0..k-1; choose them with CUDA_VISIBLE_DEVICES) or cpu (gloo).",
+    "repeats": "Fresh launches per strategy and GPU count.",
+    "iterations": "Minimum timed iterations per launch.",
+    "min_time": "Minimum timed seconds per launch.",
+    "max_time": "Stop a launch's timed region after this many seconds.",
+    "timeout_s": "Seconds before a launch (torchrun and all its ranks) is killed and recorded as failed (timeout).",
+    "cudnn_benchmark": "Let cuDNN autotune convolution algorithms (in the untimed first iteration). Default: on, "
+                       "except DataParallel on 2+ GPUs, whose new threads every step would autotune again."})
+def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_per_gpu: int, comm_share: bool,
+                  nnodes: int, node_rank: int, rdzv_endpoint: str | None, dry_run: bool, measure: MeasureOptions,
+                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Multi-GPU training: DDP (torchrun) and DataParallel at each GPU count, scaling efficiency against 1 GPU."""
-    from clsbench import __version__, api
+    from clsbench import api
     from clsbench.procedures.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
     from clsbench.procedures.scale.nccl import communication_env, multicast_note
     from clsbench.report import table
+    from clsbench.version import __version__
 
     plan = plan_scale(model=model, gpus=gpus, strategy=strategy, mode=mode, batch_size_per_gpu=batch_size_per_gpu,
-                      device=device, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
-                      max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                      seed=seed, cudnn_benchmark=cudnn_benchmark, comm_share=comm_share, nnodes=nnodes,
-                      node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
+                      device=device, options=measure, comm_share=comm_share, nnodes=nnodes, node_rank=node_rank,
+                      rdzv_endpoint=rdzv_endpoint)
     if dry_run:
         for item in launch_commands(plan):
             if item["skipped"]:
@@ -92,21 +83,16 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
         note = multicast_note()
         if note:
             click.echo(f"note: {note}", err=True)
-    from clsbench.cli.app import _Progress
-
-    progress = _Progress(quiet)
+    progress = Progress(quiet)
     try:
-        result = run_scale(plan, path, env=env, progress=progress)
+        result = run_scale(plan, path, execution=dataclasses.replace(execution, env=env, progress=progress))
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
     click.echo("")
     click.echo(render_scale(analyze_scale(result)), nl=False)
     if path is not None:
-        from clsbench.cli.app import _index
-
-        click.echo(f"\nsaved: {path}", err=True)
-        _index(path, result)
+        saved(path, result)
     elif not quiet:
         click.echo(f"\nnode {plan.node_rank}: done; the result file is written on node 0", err=True)
     if any(m.status == "failed" for m in result.measurements):

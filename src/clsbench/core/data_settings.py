@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clsbench.errors import InvalidInputError
+from clsbench.results.schema import data_label
 
 #: Where images come from. ``synthetic`` means no files at all (the resident random batch).
 SOURCES = ("synthetic", "folder", "memory")
@@ -108,20 +109,8 @@ class DataSettings:
         return self
 
     def label(self) -> str:
-        """Short and unique among the settings that change a measurement, e.g. ``folder cpu w8 pin persistent``
-        (``uint8`` at the end: batches normalised on the device)."""
-        parts = [self.source, self.pipeline, f"w{self.num_workers}"]
-        if self.pin_memory:
-            parts.append("pin")
-        if self.persistent_workers:
-            parts.append("persistent")
-        if self.prefetch_factor is not None:
-            parts.append(f"pf{self.prefetch_factor}")
-        if not self.prime_cache and self.source == "folder":
-            parts.append("cold")
-        if self.normalize == "device":
-            parts.append("uint8")
-        return " ".join(parts)
+        """Short and unique among the settings that change a measurement (:func:`clsbench.results.schema.data_label`)."""
+        return data_label(self.to_dict()) or ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -134,10 +123,3 @@ class DataSettings:
             raise ValueError(f"unknown data settings {sorted(unknown)}")
         return cls(**data)
 
-
-def data_label(data: DataSettings | dict[str, Any] | None) -> str | None:
-    """The label of stored or live data settings (None for the synthetic batch)."""
-    if data is None:
-        return None
-    settings = data if isinstance(data, DataSettings) else DataSettings.from_dict(data)
-    return settings.label()

@@ -13,6 +13,7 @@ from typing import Any
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.errors import InvalidInputError
+from clsbench.results.schema import Measurement
 
 WORKLOADS = ("infer-latency", "infer-throughput", "train")
 
@@ -50,6 +51,20 @@ class StopRule:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def with_overrides(self, **overrides: Any) -> StopRule:
+        """This rule with some fields replaced, as ``--warmup``/``--iterations``/``--min-time``/``--max-time`` do.
+
+        A maximum below a raised minimum time is dropped unless it was given too (then validation refuses the
+        pair), and no warm-up iterations means no warm-up time either.
+        """
+        given = {k: v for k, v in overrides.items() if v is not None}
+        updated = dataclasses.replace(self, **given)
+        if updated.max_seconds is not None and updated.max_seconds < updated.min_seconds and "max_seconds" not in given:
+            updated = dataclasses.replace(updated, max_seconds=None)
+        if updated.warmup == 0:
+            updated = dataclasses.replace(updated, warmup_seconds=0.0)
+        return updated
 
 
 #: Defaults per workload on a GPU. Latency: 20 warm-up requests, then >= 1000 requests AND >= 5 s (issue #2).
@@ -104,6 +119,13 @@ class Cell:
         if self.data is None:
             del data["data"]  # files without real data read exactly as before
         return data
+
+    @classmethod
+    def of(cls, measurement: Measurement) -> Cell:
+        """The cell a stored measurement measured."""
+        m = measurement
+        data = DataSettings.from_dict(m.data) if m.data is not None else None
+        return cls(m.model, m.workload, m.mode, m.batch_size, m.device, m.input_size, data)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clsbench.core.plan import Cell, StopRule, TrainSettings
+from clsbench.core.vocab import Reason, Status
 from clsbench.errors import ClsbenchError
 from clsbench.measure.clock import Clock, WallClock
 
@@ -60,12 +61,14 @@ class Prepared:
     error: dict[str, Any] | None = None
 
 
-def _record(status: str, reason: str | None = None, detail: str | None = None, **extra: Any) -> dict[str, Any]:
+def record(status: Status, reason: Reason | None = None, detail: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A repeat record: its status, the reason code when it is not ok, a one-line detail, and any other facts."""
     return {"status": status, "reason": reason, "detail": detail, **extra}
 
 
-def _failure(exc: BaseException) -> dict[str, Any]:
-    """Classify an exception into a failed (or skipped) repeat record."""
+def failure_record(exc: BaseException) -> dict[str, Any]:
+    """Classify an exception into a failed (or skipped) repeat record; the one classification every worker uses
+    (single-process workers here, scale's ranks in :mod:`clsbench.procedures.scale.rank`)."""
     import torch
 
     from clsbench.data.errors import data_failure_record
@@ -75,15 +78,76 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     data_record = data_failure_record(exc)  # data_error, data_loader_timeout, data_loader_crash, unsupported_pipeline
     if data_record is not None:
         return data_record
+    if isinstance(exc, ModelError):
+        return record(Status.FAILED, Reason.MODEL_ERROR, str(exc)[:500])
     if isinstance(exc, ClsbenchError):
-        return _record("skipped", "unsupported_mode", str(exc))
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        return _record("failed", "oom", message)
+        return record(Status.SKIPPED, Reason.UNSUPPORTED_MODE, str(exc))
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(exc).lower():
+        return record(Status.FAILED, Reason.OOM, message)
     if isinstance(exc, NonFiniteLossError):
-        return _record("failed", "nan_loss", message)
+        return record(Status.FAILED, Reason.NAN_LOSS, message)
     if type(exc).__module__.startswith(("torch._dynamo", "torch._inductor")):
-        return _record("failed", "compile_error", message)
-    return _record("failed", "crash", message, traceback=traceback.format_exc(limit=8))
+        return record(Status.FAILED, Reason.COMPILE_ERROR, message)
+    return record(Status.FAILED, Reason.CRASH, message, traceback=traceback.format_exc(limit=8))
+
+
+class ModelError(Exception):
+    """The model could not be resolved or built (``model_error``)."""
+
+
+def build_model(name: str, *, seed: int, num_classes: int, input_size: int | None) -> tuple[Any, int]:
+    """The seeded, randomly initialised model on the CPU, and its input side (the model's own when None).
+
+    Raises:
+        ModelError: the name does not resolve or the builder fails to give a model.
+    """
+    from clsbench.models import get_model_spec
+
+    try:
+        spec = get_model_spec(name)
+        model = spec.build(seed=seed, num_classes=num_classes, input_size=input_size)
+    except ClsbenchError as exc:
+        raise ModelError(str(exc)) from exc
+    return model, input_size or spec.input_size
+
+
+def configure_mode(mode_name: str, device: Any, workload_kind: str, *, compile_mode: str,
+                   cudnn_benchmark: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """Parse the mode, check it against the live device, and set the process-wide flags it needs.
+
+    Returns:
+        ``(mode, mode context, flags in force)``.
+
+    Raises:
+        ClsbenchError: the mode cannot run here (recorded as skipped, ``unsupported_mode``).
+    """
+    import torch
+
+    from clsbench.measure.device import device_capabilities
+    from clsbench.modes import parse_mode
+
+    mode = parse_mode(mode_name)
+    bf16, tf32 = device_capabilities(device)
+    ctx = mode.context(device, workload_kind, bf16_supported=bf16, tf32_supported=tf32, compile_mode=compile_mode)
+    reason = mode.unsupported_reason(ctx)
+    if reason:
+        raise ClsbenchError(reason)
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+    flags = mode.configure(ctx)
+    flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
+    flags["num_threads"] = torch.get_num_threads()
+    return mode, ctx, flags
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """As timeit and pyperf do: no garbage-collector pauses inside the timed loops (one collection before)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @contextlib.contextmanager
@@ -132,21 +196,16 @@ def prepare(job: Job, *, ahead: bool = False) -> Prepared:
         job: what to prepare.
         ahead: this worker prepares while another one measures: build on one CPU thread.
     """
-    from clsbench.models import get_model_spec
-
     t0 = time.perf_counter()
     try:
-        spec = get_model_spec(job.cell.model)
-        input_size = job.cell.input_size or spec.input_size
         with _one_thread(ahead):
-            model = spec.build(seed=job.seed, num_classes=job.num_classes, input_size=job.cell.input_size)
+            model, input_size = build_model(job.cell.model, seed=job.seed, num_classes=job.num_classes,
+                                            input_size=job.cell.input_size)
             # The costs are the same in every repeat of a cell: count them once, in the first.
             costs = _model_costs(model, input_size, job) if job.repeat == 0 else None
         return Prepared(model=model, input_size=input_size, prepare_s=time.perf_counter() - t0, costs=costs)
-    except ClsbenchError as exc:
-        return Prepared(error=_record("failed", "model_error", str(exc)))
     except Exception as exc:  # noqa: BLE001 - recorded as the repeat's failure
-        return Prepared(error=_failure(exc))
+        return Prepared(error=failure_record(exc))
 
 
 def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str, Any]:
@@ -161,8 +220,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
         return prepared.error
     import torch
 
-    from clsbench.measure.device import device_capabilities, memory_readings, reset_peak_memory
-    from clsbench.modes import parse_mode
+    from clsbench.measure.device import memory_readings, reset_peak_memory
     from clsbench.workloads import WorkloadContext, get_workload
 
     cell = job.cell
@@ -188,17 +246,8 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
 
                 raise DataError(f"real data feeds the train workload only, not {cell.workload}")
             workload = TrainWithData()
-        mode = parse_mode(cell.mode)
-        bf16, tf32 = device_capabilities(device)
-        mode_ctx = mode.context(device, workload.kind, bf16_supported=bf16, tf32_supported=tf32,
-                                compile_mode=job.compile_mode)
-        reason = mode.unsupported_reason(mode_ctx)
-        if reason:
-            return _record("skipped", "unsupported_mode", reason)
-        torch.backends.cudnn.benchmark = job.cudnn_benchmark
-        flags = mode.configure(mode_ctx)
-        flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-        flags["num_threads"] = torch.get_num_threads()
+        mode, mode_ctx, flags = configure_mode(cell.mode, device, workload.kind, compile_mode=job.compile_mode,
+                                               cudnn_benchmark=job.cudnn_benchmark)
         t0 = time.perf_counter()
         model = prepared.model.to(device)
         if workload.kind == "inference":
@@ -223,13 +272,8 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
                               # workload's own threads disturb it.
                               host_calibration=device.type == "cuda",
                               gate=gate)
-        # As timeit and pyperf do: no garbage-collector pauses inside the timed loops (collect once before).
-        gc.collect()
-        gc.disable()
-        try:
+        with no_gc():
             out = workload.run(ctx)
-        finally:
-            gc.enable()
         flags["gc_disabled_while_running"] = True
         timings = {"prepare_s": prepared.prepare_s, "context_s": context_s, "setup_s": setup_s, **out.timings}
         if ctx.compiled:
@@ -237,8 +281,8 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             timings["compile_s"] = out.timings.get("first_iteration_s")
         memory = memory_readings(device)
         timings["measure_s"] = time.perf_counter() - started  # all of measure: what the phases above leave out
-        return _record(
-            "ok",
+        return record(
+            Status.OK,
             samples=out.samples,
             timings=timings,
             validity=out.validity,
@@ -254,7 +298,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             **({"data": out.data} if out.data is not None else {}),
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
-        return _failure(exc)
+        return failure_record(exc)
 
 
 def execute(job: Job) -> dict[str, Any]:

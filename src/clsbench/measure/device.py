@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import resource
 import sys
+import warnings
 from typing import Any
 
 import torch
+
+
+def set_tf32(enabled: bool) -> dict[str, Any]:
+    """Set TF32 for matmuls and cuDNN convolutions, and return the flags now in force."""
+    with warnings.catch_warnings():
+        # Newer torch prefers the fp32_precision API and may warn about the legacy flags; both are honoured.
+        warnings.simplefilter("ignore")
+        torch.backends.cuda.matmul.allow_tf32 = enabled
+        torch.backends.cudnn.allow_tf32 = enabled
+        torch.set_float32_matmul_precision("high" if enabled else "highest")
+        return {
+            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        }
 
 
 def synchronize(device: torch.device) -> None:

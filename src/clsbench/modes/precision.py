@@ -6,28 +6,13 @@ lets cuDNN use TF32 for convolutions, which would make "fp32" silently mean "TF3
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from clsbench.measure.device import set_tf32
 from clsbench.modes.base import ModeContext, Prepared
-
-
-def set_tf32(enabled: bool) -> dict[str, Any]:
-    """Set TF32 for matmuls and cuDNN convolutions, and return the flags now in force."""
-    with warnings.catch_warnings():
-        # Newer torch prefers the fp32_precision API and may warn about the legacy flags; both are honoured.
-        warnings.simplefilter("ignore")
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
-        torch.set_float32_matmul_precision("high" if enabled else "highest")
-        return {
-            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        }
 
 
 @dataclass(frozen=True)

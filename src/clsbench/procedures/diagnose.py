@@ -33,20 +33,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clsbench.core.data_settings import PIPELINES, DataSettings, data_label
+from clsbench.core.data_settings import PIPELINES, DataSettings
+from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, StopRule
-from clsbench.engine.runner import ProgressCallback
+from clsbench.engine.incremental import IncrementalRun
+from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
-from clsbench.measure.clock import Clock
 from clsbench.report.table import fmt_rate, render_rows
 from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import BenchmarkResult, Measurement, data_label
+from clsbench.system.machine import resolve_device, run_facts
 
 #: A real pipeline reaching less than this fraction of the synthetic throughput leaves the GPU waiting for data.
 #: The issue's goal for a good pipeline ("at least 90% of synthetic") is the same line.
@@ -65,6 +66,8 @@ EPOCH_START_NOTE = 0.02
 GPU_RULE = StopRule(warmup=3, min_iterations=5, min_seconds=3.0, warmup_seconds=0.5, max_seconds=60.0)
 CPU_RULE = StopRule(warmup=2, min_iterations=5, min_seconds=1.0, max_seconds=30.0)
 GPU_QUICK_RULE = StopRule(warmup=2, min_iterations=3, min_seconds=1.0, warmup_seconds=0.5, max_seconds=30.0)
+#: Each setting is measured once by default: diagnose compares settings far apart, and runs many of them.
+DIAGNOSE_OPTIONS = MeasureOptions(repeats=1)
 CPU_QUICK_RULE = StopRule(warmup=1, min_iterations=2, min_seconds=0.2, max_seconds=10.0)
 
 
@@ -159,55 +162,42 @@ def diagnose(
     workers: Sequence[int] | None = None,
     pipelines: Sequence[str] = PIPELINES,
     quick: bool = False,
-    repeats: int = 1,
-    warmup: int | None = None,
-    iterations: int | None = None,
-    min_time: float | None = None,
-    max_time: float | None = None,
-    input_size: int | None = None,
-    timeout_s: float = 900.0,
+    options: MeasureOptions = DIAGNOSE_OPTIONS,
+    execution: Execution = Execution(),
     data_timeout_s: float | None = None,
-    seed: int = 0,
-    cudnn_benchmark: bool = True,
-    telemetry: bool = True,
     output: str | os.PathLike[str] | None = None,
-    isolation: str = "process",
-    clock: Clock | None = None,
-    progress: ProgressCallback | None = None,
-    env: dict[str, Any] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> DiagnoseResult:
     """Measure the synthetic ceiling and the pipeline settings (module docstring); save one result file.
 
     Args:
-        model, mode, batch_size, device, input_size, seed, cudnn_benchmark, telemetry, timeout_s: as for
-            ``clsbench run`` (the batch size defaults to run's train default).
+        model, mode, batch_size, device: as for ``clsbench run`` (the batch size defaults to run's train default).
         data_dir: the dataset (ImageFolder layout).
         source: ``folder`` or ``memory`` for every setting (dali always reads the folder).
         workers: the ``num_workers`` values to sweep (default :func:`sweep_workers` of the CPU count; with
             ``quick``, 0 and the CPU count).
         pipelines: which pipelines to try besides the default.
         quick: short stop rules (smoke tests, CI).
-        repeats, warmup, iterations, min_time, max_time: override the diagnose stop rule (:data:`GPU_RULE`...).
+        options: what each setting's measurement does (``repeats`` defaults to 1 here); its warmup, iterations,
+            min_time and max_time override the diagnose stop rule (:data:`GPU_RULE`...).
         data_timeout_s: seconds one batch may take (default :data:`clsbench.core.data_settings.DEFAULT_DATA_TIMEOUT_S`).
         output: the result file (never overwritten); None keeps it in memory.
-        isolation, clock, progress, env: as for :func:`clsbench.api.run`.
+        execution: isolation, clock, progress and the environment to record, as for :func:`clsbench.api.run`
+            (overlapped preparation and the GPU probe are never used here).
         warn: called with each warning about the dataset (files skipped...) before anything is measured.
 
     Raises:
         InvalidInputError: bad input (unknown model or mode, unusable dataset, bad lists...).
         ResultFileError: ``output`` exists or cannot be written.
     """
-    from clsbench import api
     from clsbench.core.suites import get_suite
     from clsbench.data.plan import prepare_data_settings
     from clsbench.modes import parse_mode
-    from clsbench.procedures.sweep import IncrementalRun, prepare_environment
 
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
-    resolved = api.resolve_device(device)
+    resolved = resolve_device(device)
     chosen = parse_pipelines(pipelines)
     batch = batch_size or get_suite("seed").batch_sizes["train"]
     cpus = os.cpu_count() or 1
@@ -222,16 +212,10 @@ def diagnose(
             warn(line)
     on_gpu = resolved.startswith("cuda")
     rule = (GPU_QUICK_RULE if quick else GPU_RULE) if on_gpu else (CPU_QUICK_RULE if quick else CPU_RULE)
-    overrides = {k: v for k, v in {"warmup": warmup, "min_iterations": iterations, "min_seconds": min_time,
-                                   "max_seconds": max_time}.items() if v is not None}
-    if overrides:
-        from clsbench.api import _replace_rule
-
-        rule = _replace_rule(rule, overrides)
-    plan = api.plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch], device=resolved,
-                        repeats=repeats, input_size=input_size, timeout_s=timeout_s, seed=seed,
-                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=False, telemetry=telemetry,
-                        environment=env)
+    rule = rule.with_overrides(**options.stop_overrides())
+    plan = plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch], device=resolved,
+                    options=options, execution=dataclasses.replace(execution, overlap=False),
+                    environment=execution.env)
     plan = dataclasses.replace(plan, stop_rules={"train": rule})
     plan.validate()
     synthetic = plan.cells[0]
@@ -244,7 +228,7 @@ def diagnose(
         "mode": parse_mode(mode).name,
         "batch_size": batch,
         "device": resolved,
-        "input_size": input_size,
+        "input_size": options.input_size,
         "directory": base.directory,
         "source": source,
         "dataset": index.facts(limit=20),
@@ -256,9 +240,8 @@ def diagnose(
         "default": default_setting(base.directory, source).label(),
         "rules": {"input_bound_ratio": INPUT_BOUND_RATIO, "idle_limit": IDLE_LIMIT},
     }
-    environment = prepare_environment(resolved, env, probe=False)
-    run = IncrementalRun(plan, path, environment=environment, key="diagnose", facts=facts, isolation=isolation,
-                         clock=clock, progress=progress)
+    environment = run_facts(resolved, execution.env, probe=False)
+    run = IncrementalRun(plan, path, environment=environment, key="diagnose", facts=facts, execution=execution)
     run.measure(cells)
     return DiagnoseResult(result=run.result, analysis=analyze_diagnose(run.result), path=path,
                           dataset_warnings=tuple(index.warnings()))
@@ -295,7 +278,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "decode_failures_n": d.get("decode_failures_n") or 0,
         "spread_pct": _number(s.get("spread_pct")),
         "is_default": label is not None and label == default_label,
-        "cell": m.cell,
+        "cell": Cell.of(m),
     }
 
 
@@ -369,34 +352,6 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
     return lines
 
 
-def reproduce(plan: RunPlan, cell: Cell) -> str:
-    """The ``clsbench run`` command that measures ``cell`` again with the plan's settings."""
-    from clsbench.procedures.tune import reproduce_command
-
-    if cell.data is None:
-        return reproduce_command(plan, cell)
-    # `run --data` turns overlapped preparation off by itself: no need to say so.
-    command = reproduce_command(dataclasses.replace(plan, overlap_prepare=True), cell)
-    d = cell.data
-    args = ["--data", d.directory, "--data-source", d.source, "--pipeline", d.pipeline, "--num-workers",
-            str(d.num_workers)]
-    if d.pin_memory:
-        args.append("--pin-memory")
-    if d.persistent_workers:
-        args.append("--persistent-workers")
-    if d.prefetch_factor is not None:
-        args += ["--prefetch-factor", str(d.prefetch_factor)]
-    if not d.prime_cache:
-        args.append("--no-prime-cache")
-    if d.normalize != "worker":
-        args += ["--normalize-on", d.normalize]
-    from clsbench.core.data_settings import DEFAULT_DATA_TIMEOUT_S
-
-    if d.timeout_s != DEFAULT_DATA_TIMEOUT_S:
-        args += ["--data-timeout", f"{d.timeout_s:g}"]
-    return command + " " + " ".join(shlex.quote(a) for a in args)
-
-
 def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
     """Rows, verdicts, the best setting, its gain over the default and the command, from the file alone."""
     facts = result.settings.get("diagnose") or {}
@@ -451,7 +406,7 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
             out["gain_over_default"] = best["throughput_img_s"] / default["throughput_img_s"]
         try:
             plan = RunPlan.from_dict(result.settings)
-            out["command"] = reproduce(plan, best["cell"])
+            out["command"] = reproduce_command(plan, best["cell"])
         except (KeyError, TypeError, ValueError):
             out["command"] = None
     return out

@@ -24,20 +24,21 @@ throughput seen in the sweep.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clsbench.core.plan import MAX_BATCH_SIZE, WORKLOADS, Cell, RunPlan, validate_batch_size
-from clsbench.engine.runner import ProgressCallback, new_result, run_plan
+from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.plan import MAX_BATCH_SIZE, Cell, validate_batch_size
+from clsbench.engine.incremental import IncrementalRun
+from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
-from clsbench.measure.clock import Clock
 from clsbench.report.table import fmt_ms, fmt_rate, render_rows
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.system.machine import resolve_device, run_facts
 
 #: The knee rule's default: the smallest batch reaching 90% of the best throughput (the rule the issue's seed
 #: articles use for the "sweet spot"; configurable with ``knee_fraction`` / ``--knee``).
@@ -121,73 +122,6 @@ def _validate_max_batch(value: int) -> int:
     return value
 
 
-# ------------------------------------------------------------------------------------ one growing result file
-
-
-def prepare_environment(device: str, env: dict[str, Any] | None, probe: bool) -> dict[str, Any]:
-    """The environment to record, as :func:`clsbench.api.run` builds it (with the GPU probe when asked)."""
-    from clsbench import api
-
-    facts = env if env is not None else api.environment(device)
-    if probe and device.startswith("cuda") and "probe" not in facts:
-        from clsbench.system.probe import probe_in_subprocess
-
-        facts = {**facts, "probe": probe_in_subprocess(device)}
-    return facts
-
-
-class IncrementalRun:
-    """One result file that grows a step at a time: each step measures new cells with the same plan settings.
-
-    Before each step the stored ``settings`` become the plan of every cell asked for so far (plus ``facts`` under
-    ``key``), and :func:`~clsbench.engine.runner.run_plan` saves after every measurement; so an interrupted step is
-    finished by ``clsbench run --resume FILE``, and the file always reads as an ordinary run.
-
-    Args:
-        plan: the settings every step uses (its cells are ignored).
-        path: the result file (None: keep in memory only). It must not exist yet; it is claimed at once.
-        environment: the environment to record.
-        key: where in ``settings`` the procedure's own facts go (``"sweep"``, ``"tune"``).
-        facts: those facts; the caller may update the dict and call :meth:`save`.
-    """
-
-    def __init__(self, plan: RunPlan, path: Path | None, *, environment: dict[str, Any], key: str,
-                 facts: dict[str, Any], isolation: str = "process", clock: Clock | None = None,
-                 progress: ProgressCallback | None = None) -> None:
-        self.base = plan
-        self.path = path
-        self.key = key
-        self.facts = facts
-        self.isolation = isolation
-        self.clock = clock
-        self.progress = progress
-        self.cells: list[Cell] = []
-        self.result = new_result(dataclasses.replace(plan, cells=()), environment)
-        self.save()  # the path is claimed, and known to be writable, before anything is measured
-
-    @property
-    def plan(self) -> RunPlan:
-        return dataclasses.replace(self.base, cells=tuple(self.cells))
-
-    def save(self) -> None:
-        """Store the current plan and facts in the result, and write it (atomically) if there is a file."""
-        settings = {**self.plan.to_dict(), self.key: self.facts}
-        self.result = dataclasses.replace(self.result, settings=settings)
-        if self.path is not None:
-            result_io.save(self.result, self.path)
-
-    def measure(self, cells: Sequence[Cell]) -> list[Measurement]:
-        """Measure the cells the result lacks (each repeat in its own worker); return the measurement of each."""
-        for cell in cells:
-            if cell not in self.cells:
-                self.cells.append(cell)
-        self.save()
-        self.result = run_plan(self.plan, self.result, self.path, isolation=self.isolation, clock=self.clock,
-                               progress=self.progress)
-        found = [self.result.find(cell.key) for cell in cells]
-        return [m for m in found if m is not None]
-
-
 # ------------------------------------------------------------------------------------------------ the sweep
 
 
@@ -234,25 +168,10 @@ def sweep(
     batch_sizes: Sequence[int] | str = AUTO,
     output: str | Path | None = None,
     *,
-    repeats: int = 3,
-    warmup: int | None = None,
-    iterations: int | None = None,
-    min_time: float | None = None,
-    max_time: float | None = None,
-    input_size: int | None = None,
-    timeout_s: float = 900.0,
-    compile_mode: str = "default",
-    seed: int = 0,
-    cudnn_benchmark: bool = True,
-    overlap_prepare: bool = True,
-    telemetry: bool = True,
-    isolation: str = "process",
-    clock: Clock | None = None,
-    progress: ProgressCallback | None = None,
+    options: MeasureOptions = MeasureOptions(),
+    execution: Execution = Execution(),
     knee_fraction: float = DEFAULT_KNEE_FRACTION,
     max_batch: int = DEFAULT_MAX_BATCH,
-    env: dict[str, Any] | None = None,
-    probe: bool = True,
 ) -> SweepResult:
     """Measure one model/workload/mode at several batch sizes, each in its own worker processes.
 
@@ -260,37 +179,30 @@ def sweep(
         model, workload, mode, device: the series to sweep (as for ``clsbench run``).
         batch_sizes: the sizes to measure, or ``"auto"`` (see the module docstring).
         output: the result file, saved after every measurement (None: memory only); never overwritten.
-        repeats, warmup, iterations, min_time, max_time, input_size, timeout_s, compile_mode, seed,
-            cudnn_benchmark, overlap_prepare, telemetry: as for :func:`clsbench.api.plan_run`.
-        isolation, clock, progress: as for :func:`clsbench.engine.runner.run_plan`.
+        options: what each measurement does (as for :func:`clsbench.api.plan_run`).
+        execution: isolation, clock, progress, the environment to record and the GPU probe (as for ``run``).
         knee_fraction: the knee is the smallest batch reaching this fraction of the best throughput.
         max_batch: the largest size automatic growth may try.
-        env: the environment to record (None: read it now).
-        probe: on a GPU, measure the matmul and copy ceilings first (as ``clsbench run`` does).
 
     Raises:
         InvalidInputError: bad input (empty or invalid sizes, knee fraction outside (0, 1], unknown names...).
         ResultFileError: ``output`` exists or cannot be written.
         RunInterrupted: Ctrl-C; what finished is saved, and ``clsbench run --resume`` finishes the step in flight.
     """
-    from clsbench import api
     from clsbench.modes import parse_mode
+    from clsbench.workloads import WORKLOADS
 
     sizes = parse_batch_sizes(batch_sizes) if isinstance(batch_sizes, str) else parse_batch_sizes(list(batch_sizes))
     knee_fraction = validate_knee_fraction(knee_fraction)
     max_batch = _validate_max_batch(max_batch)
-    if workload not in WORKLOADS:
-        raise InvalidInputError(f"unknown workload {workload!r}", "choose from: " + ", ".join(WORKLOADS))
+    WORKLOADS.get(workload)
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
-    resolved = api.resolve_device(device)
+    resolved = resolve_device(device)
     first = AUTO_START_BATCH if sizes == AUTO else sizes[0]
-    plan = api.plan_run(models=[model], workloads=[workload], modes=[mode], batch_sizes=[first], device=resolved,
-                        repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time, max_time=max_time,
-                        input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode, seed=seed,
-                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap_prepare, telemetry=telemetry,
-                        environment=env)
+    plan = plan_run(models=[model], workloads=[workload], modes=[mode], batch_sizes=[first], device=resolved,
+                    options=options, execution=execution, environment=execution.env)
     canonical = parse_mode(mode).name
     facts: dict[str, Any] = {
         "format": SWEEP_FORMAT,
@@ -298,7 +210,7 @@ def sweep(
         "workload": workload,
         "mode": canonical,
         "device": resolved,
-        "input_size": input_size,
+        "input_size": options.input_size,
         "batch_sizes": sizes,
         "knee_fraction": knee_fraction,
         "order": [],
@@ -309,12 +221,11 @@ def sweep(
                          "refine_failure_steps": AUTO_REFINE_FAILURE_STEPS,
                          "refine_plateau_steps": AUTO_REFINE_PLATEAU_STEPS}
         facts["growth_stopped_by"] = None
-    environment = prepare_environment(resolved, env, probe)
-    run = IncrementalRun(plan, path, environment=environment, key="sweep", facts=facts, isolation=isolation,
-                         clock=clock, progress=progress)
+    environment = run_facts(resolved, execution.env, probe=execution.probe)
+    run = IncrementalRun(plan, path, environment=environment, key="sweep", facts=facts, execution=execution)
 
     def cell(size: int) -> Cell:
-        return Cell(model, workload, canonical, size, resolved, input_size)
+        return Cell(model, workload, canonical, size, resolved, options.input_size)
 
     def measure(batch: list[int]) -> list[Measurement]:
         facts["order"].extend(b for b in batch if b not in facts["order"])

@@ -37,20 +37,21 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clsbench.core.plan import WORKLOADS, Cell, RunPlan, TrainSettings, default_stop_rules
-from clsbench.engine.runner import ProgressCallback
+from clsbench.core.options import Execution, MeasureOptions, reproduce_command
+from clsbench.core.plan import Cell, RunPlan, TrainSettings
+from clsbench.engine.incremental import IncrementalRun
+from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
-from clsbench.measure.clock import Clock
-from clsbench.procedures.sweep import AUTO_MIN_GAIN, IncrementalRun, parse_batch_sizes, prepare_environment
+from clsbench.procedures.sweep import AUTO_MIN_GAIN, parse_batch_sizes
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.system.machine import resolve_device, run_facts
 
 #: Precisions explored for every workload, each with and without ``+cl``.
 TUNE_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
@@ -78,6 +79,7 @@ LATENCY_BATCH = 1
 #: Repeats per candidate: a search ranks candidates; `clsbench run` with the printed command measures the winner
 #: with its own repeats and spread.
 DEFAULT_TUNE_REPEATS = 1
+TUNE_OPTIONS = MeasureOptions(repeats=DEFAULT_TUNE_REPEATS)
 
 #: Maximum relative error of the logits against fp32 eager, by precision: max |out - ref| / max |ref| over the
 #: batch (normalised by the largest reference logit, since single logits near zero make elementwise relative
@@ -496,27 +498,13 @@ def tune(
     modes: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | str | None = None,
     output: str | Path | None = None,
-    repeats: int = DEFAULT_TUNE_REPEATS,
-    warmup: int | None = None,
-    iterations: int | None = None,
-    min_time: float | None = None,
-    max_time: float | None = None,
-    input_size: int | None = None,
-    timeout_s: float = 900.0,
-    seed: int = 0,
-    cudnn_benchmark: bool = True,
-    overlap_prepare: bool = True,
-    telemetry: bool = True,
+    options: MeasureOptions = TUNE_OPTIONS,
+    execution: Execution = Execution(),
     compile_variants: bool = True,
     variants: Sequence[str] | None = None,
     max_autotune: bool = True,
     check_outputs: bool = True,
     tolerances: Mapping[str, float] | None = None,
-    isolation: str = "process",
-    clock: Clock | None = None,
-    progress: ProgressCallback | None = None,
-    env: dict[str, Any] | None = None,
-    probe: bool = True,
 ) -> TuneResult:
     """Search execution modes x batch sizes for the fastest configuration within the limits (module docstring).
 
@@ -527,17 +515,15 @@ def tune(
         modes: the eager modes of the first phase (default: :func:`default_modes`).
         batch_sizes: the sizes to try (default: batch 1 for infer-latency, a short doubling otherwise).
         output: the result file (None: memory only); never overwritten.
-        repeats, warmup, iterations, min_time, max_time, input_size, timeout_s, seed, cudnn_benchmark,
-            overlap_prepare, telemetry: as for :func:`clsbench.api.plan_run` (``repeats`` defaults to 1).
+        options: what each candidate's measurement does (``repeats`` defaults to 1 here).
+        execution: isolation, clock, progress, environment and probe; with ``isolation="inline"`` the correctness
+            check also runs in this process.
         compile_variants: try phases 2 and 3 (torch.compile, CUDA graphs).
         variants: the phase-2 variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
             :func:`parse_variants`); fewer variants, fewer cold compilations.
         max_autotune: try phase 3 (``+compile:max-autotune``).
         check_outputs: run the correctness guard (off: the winner's outputs are not compared).
         tolerances: per-precision output tolerances replacing :data:`OUTPUT_RTOL` entries.
-        isolation, clock, progress: as for :func:`clsbench.engine.runner.run_plan`; with ``isolation="inline"`` the
-            correctness check also runs in this process.
-        env, probe: as for :func:`clsbench.procedures.sweep.sweep`.
 
     Raises:
         InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names...).
@@ -545,47 +531,84 @@ def tune(
             candidate that does was rejected by the correctness guard. The measurements are saved first.
         ResultFileError: ``output`` exists or cannot be written.
     """
-    from clsbench import api
-    from clsbench.modes import parse_mode
+    from clsbench.workloads import WORKLOADS
 
     started = time.monotonic()
     limits = {"max_latency_ms": validate_limit("max_latency_ms", max_latency_ms),
               "max_memory_gb": validate_limit("max_memory_gb", max_memory_gb)}
-    if workload not in WORKLOADS:
-        raise InvalidInputError(f"unknown workload {workload!r}", "choose from: " + ", ".join(WORKLOADS))
-    if tolerances:
-        for key, value in tolerances.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise InvalidInputError(f"tolerance for {key!r} must be a number >= 0, got {value!r}")
-    base_modes = [parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))]
-    base_modes = list(dict.fromkeys(base_modes))
+    WORKLOADS.get(workload)
+    _validate_tolerances(tolerances)
+    base_modes = _base_modes(workload, modes)
     suffixes = parse_variants(workload, variants)
-    if not base_modes:
-        raise InvalidInputError("no modes to explore", "leave out --modes, or name some, e.g. --modes fp32,amp-bf16")
-    resolved = api.resolve_device(device)
-    explicit = batch_sizes is not None
-    if batch_sizes is None:
-        sizes = [LATENCY_BATCH] if workload == "infer-latency" else [
-            START_BATCH["cuda" if resolved.startswith("cuda") else "cpu"] * 2 ** i for i in range(BATCH_DOUBLINGS + 1)]
-    else:
-        parsed = parse_batch_sizes(batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes))
-        if parsed == "auto":
-            raise InvalidInputError("tune chooses its batch sizes itself; give a list or leave it out",
-                                    "e.g. --batch-sizes 32,64,128")
-        sizes = list(parsed)
+    resolved = resolve_device(device)
+    sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
-    plan = api.plan_run(models=[model], workloads=[workload], modes=base_modes, batch_sizes=[sizes[0]],
-                        device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
-                        max_time=max_time, input_size=input_size, timeout_s=timeout_s, seed=seed,
-                        cudnn_benchmark=cudnn_benchmark, overlap_prepare=overlap_prepare, telemetry=telemetry,
-                        environment=env)
-    facts: dict[str, Any] = {
+    plan = plan_run(models=[model], workloads=[workload], modes=base_modes, batch_sizes=[sizes[0]], device=resolved,
+                    options=options, execution=execution, environment=execution.env)
+    facts = _facts(model, workload, resolved, options.input_size, limits, base_modes, sizes, explicit, suffixes,
+                   compile_variants=compile_variants, max_autotune=max_autotune, check_outputs=check_outputs,
+                   tolerances=tolerances)
+    run = IncrementalRun(plan, path, environment=run_facts(resolved, execution.env, probe=execution.probe),
+                         key="tune", facts=facts, execution=execution)
+    search = _Search(run, model, workload, resolved, options.input_size, limits, base_modes)
+    search.eager(sizes, explicit)
+    if compile_variants:
+        search.compiled(suffixes, max_autotune)
+    # Correctness: the best candidates within the limits, top first, until one passes.
+    if check_outputs:
+        _guard(run, workload, resolved, limits, tolerances, execution.isolation)
+    facts["search_s"] = time.monotonic() - started
+    run.save()
+    analysis = analyze_tune(run.result)
+    outcome = TuneResult(result=run.result, analysis=analysis, path=path)
+    if analysis["winner"] is None:
+        message, hint = no_winner_message(analysis)
+        raise NoConfigurationError(message, hint, outcome)
+    return outcome
+
+
+def _validate_tolerances(tolerances: Mapping[str, float] | None) -> None:
+    for key, value in (tolerances or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise InvalidInputError(f"tolerance for {key!r} must be a number >= 0, got {value!r}")
+
+
+def _base_modes(workload: str, modes: Sequence[str] | None) -> list[str]:
+    """The eager modes of phase 1, canonically spelt, without repeats."""
+    from clsbench.modes import parse_mode
+
+    chosen = list(dict.fromkeys(parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))))
+    if not chosen:
+        raise InvalidInputError("no modes to explore", "leave out --modes, or name some, e.g. --modes fp32,amp-bf16")
+    return chosen
+
+
+def _batch_sizes(workload: str, device: str, batch_sizes: Sequence[int] | str | None) -> tuple[list[int], bool]:
+    """The sizes to try and whether the user named them (then growth does not stop on a plateau)."""
+    if batch_sizes is None:
+        if workload == "infer-latency":
+            return [LATENCY_BATCH], False
+        start = START_BATCH["cuda" if device.startswith("cuda") else "cpu"]
+        return [start * 2 ** i for i in range(BATCH_DOUBLINGS + 1)], False
+    parsed = parse_batch_sizes(batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes))
+    if parsed == "auto":
+        raise InvalidInputError("tune chooses its batch sizes itself; give a list or leave it out",
+                                "e.g. --batch-sizes 32,64,128")
+    return list(parsed), True
+
+
+def _facts(model: str, workload: str, device: str, input_size: int | None, limits: dict[str, float | None],
+           base_modes: list[str], sizes: list[int], explicit: bool, suffixes: tuple[str, ...], *,
+           compile_variants: bool, max_autotune: bool, check_outputs: bool,
+           tolerances: Mapping[str, float] | None) -> dict[str, Any]:
+    """What ``settings["tune"]`` records before the search starts (the search appends its phases and decisions)."""
+    return {
         "format": TUNE_FORMAT,
         "model": model,
         "workload": workload,
-        "device": resolved,
+        "device": device,
         "input_size": input_size,
         "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "objective": "lowest p50 request latency" if workload == "infer-latency" else "highest img/s",
@@ -605,45 +628,59 @@ def tune(
         "correctness": [],
         "search_s": None,
     }
-    environment = prepare_environment(resolved, env, probe)
-    run = IncrementalRun(plan, path, environment=environment, key="tune", facts=facts, isolation=isolation,
-                         clock=clock, progress=progress)
 
-    def cell(mode: str, batch: int) -> Cell:
-        return Cell(model, workload, mode, batch, resolved, input_size)
 
-    def figures(m: Measurement) -> dict[str, Any]:
-        return candidate_figures(m, workload)
+class _Search:
+    """The measuring phases of one tune: eager modes per batch size, then compiled variants, then max-autotune."""
 
-    # Phase 1: eager modes, a round per batch size; a mode drops out at a failure, a broken limit or a plateau.
-    points: dict[str, list[Measurement]] = {mode: [] for mode in base_modes}
-    active = list(base_modes)
-    for index, batch in enumerate(sizes):
-        if not active:
-            break
-        measured = run.measure([cell(mode, batch) for mode in active])
-        facts["phases"].append({"phase": "eager", "batch_size": batch, "modes": list(active)})
-        still = []
-        for m in measured:
-            previous = [f["score"] for f in map(figures, points[m.mode]) if f["score"] is not None]
-            points[m.mode].append(m)
-            f = figures(m)
-            if m.status != "ok" or limit_violations(f, limits) or index == len(sizes) - 1:
-                continue
-            if not explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
-                continue  # throughput stopped rising: larger batches only cost memory and latency
-            still.append(m.mode)
-        active = still
+    def __init__(self, run: IncrementalRun, model: str, workload: str, device: str, input_size: int | None,
+                 limits: dict[str, float | None], base_modes: list[str]) -> None:
+        self.run = run
+        self.facts = run.facts
+        self.model, self.workload, self.device, self.input_size = model, workload, device, input_size
+        self.limits = limits
+        self.base_modes = base_modes
+        self.points: dict[str, list[Measurement]] = {mode: [] for mode in base_modes}
 
-    def family_point(family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
+    def cell(self, mode: str, batch: int) -> Cell:
+        return Cell(self.model, self.workload, mode, batch, self.device, self.input_size)
+
+    def figures(self, m: Measurement) -> dict[str, Any]:
+        return candidate_figures(m, self.workload)
+
+    def eager(self, sizes: list[int], explicit: bool) -> None:
+        """Phase 1: eager modes, a round per batch size; a mode drops out at a failure, a broken limit or a
+        plateau."""
+        active = list(self.base_modes)
+        for index, batch in enumerate(sizes):
+            if not active:
+                break
+            measured = self.run.measure([self.cell(mode, batch) for mode in active])
+            self.facts["phases"].append({"phase": "eager", "batch_size": batch, "modes": list(active)})
+            still = []
+            for m in measured:
+                previous = [f["score"] for f in map(self.figures, self.points[m.mode]) if f["score"] is not None]
+                self.points[m.mode].append(m)
+                f = self.figures(m)
+                if m.status != "ok" or limit_violations(f, self.limits) or index == len(sizes) - 1:
+                    continue
+                if not explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
+                    continue  # throughput stopped rising: larger batches only cost memory and latency
+                still.append(m.mode)
+            active = still
+
+    def family_point(self, family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
         """The family's best point within the limits; else its smallest ok batch (most likely to fit)."""
-        ok = [m for m in [*points[family], *extra] if m.status == "ok"]
-        within = [m for m in ok if not limit_violations(figures(m), limits)]
+        ok = [m for m in [*self.points[family], *extra] if m.status == "ok"]
+        within = [m for m in ok if not limit_violations(self.figures(m), self.limits)]
         if within:
-            return max(within, key=lambda m: figures(m)["score"] or 0.0)
+            return max(within, key=lambda m: self.figures(m)["score"] or 0.0)
         return min(ok, key=lambda m: m.batch_size) if ok else None
 
-    def rank_families(stage: str, suffixes: Sequence[str], keep: int, scored: Mapping[str, float],
+    def score_of(self, m: Measurement | None) -> float | None:
+        return self.figures(m)["score"] if m is not None else None
+
+    def rank_families(self, stage: str, suffixes: Sequence[str], keep: int, scored: Mapping[str, float],
                       best: float) -> list[str]:
         """The families worth compiling: within the pruning margin of ``best``, at most ``keep``, best first."""
         chosen = []
@@ -652,64 +689,50 @@ def tune(
             if not variants:
                 continue
             if scored[family] < (1.0 - PRUNE_LOSS_FRACTION) * best:
-                facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
-                                        "reason": f"its best result is {100 * scored[family] / best:.0f}% of the "
-                                                  f"best so far, below the {100 * (1 - PRUNE_LOSS_FRACTION):.0f}% "
-                                                  "needed"})
+                self.facts["pruned"].append({
+                    "stage": stage, "mode": family, "variants": variants,
+                    "reason": f"its best result is {100 * scored[family] / best:.0f}% of the best so far, below the "
+                              f"{100 * (1 - PRUNE_LOSS_FRACTION):.0f}% needed"})
             elif len(chosen) >= keep:
-                facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
-                                        "reason": f"not among the {keep} best modes"})
+                self.facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
+                                             "reason": f"not among the {keep} best modes"})
             else:
                 chosen.append(family)
         return chosen
 
-    def score_of(m: Measurement | None) -> float | None:
-        return figures(m)["score"] if m is not None else None
-
-    if compile_variants:
-        # Phase 2: compile (and CUDA graphs for inference) of the best eager modes, each at its best batch.
-        eager_scores = {fam: s for fam in base_modes if (s := score_of(family_point(fam))) is not None}
-        families = rank_families("compile", suffixes, MAX_COMPILE_FAMILIES, eager_scores,
-                                 max(eager_scores.values(), default=0.0))
+    def compiled(self, suffixes: tuple[str, ...], max_autotune: bool) -> None:
+        """Phase 2: compile (and CUDA graphs for inference) of the best eager modes, each at its best batch; then
+        phase 3: max-autotune for the best precisions still within the margin of the best result so far."""
+        eager_scores = {fam: s for fam in self.base_modes if (s := self.score_of(self.family_point(fam))) is not None}
+        families = self.rank_families("compile", suffixes, MAX_COMPILE_FAMILIES, eager_scores,
+                                      max(eager_scores.values(), default=0.0))
         family_of: dict[str, str] = {}
         cells = []
         for family in families:
-            anchor = family_point(family)
+            anchor = self.family_point(family)
             for variant in (_variant(family, s) for s in suffixes):
                 if anchor is not None and variant:
                     family_of[variant] = family
-                    cells.append(cell(variant, anchor.batch_size))
-        compiled: dict[str, list[Measurement]] = {fam: [] for fam in base_modes}
+                    cells.append(self.cell(variant, anchor.batch_size))
+        compiled: dict[str, list[Measurement]] = {fam: [] for fam in self.base_modes}
         if cells:
-            facts["phases"].append({"phase": "compile", "modes": [c.mode for c in cells]})
-            for m in run.measure(cells):
+            self.facts["phases"].append({"phase": "compile", "modes": [c.mode for c in cells]})
+            for m in self.run.measure(cells):
                 compiled[family_of[m.mode]].append(m)
-        # Phase 3: max-autotune for the best precisions still within the margin of the best result so far.
-        if max_autotune and families:
-            scores = {fam: s for fam in families if (s := score_of(family_point(fam, compiled[fam]))) is not None}
-            best = max([*scores.values(), *eager_scores.values()], default=0.0)
-            chosen = rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
-            cells = []
-            for family in chosen:
-                anchor = family_point(family)
-                variant = _variant(family, "+compile:max-autotune")
-                if anchor is not None and variant:
-                    cells.append(cell(variant, anchor.batch_size))
-            if cells:
-                facts["phases"].append({"phase": "max-autotune", "modes": [c.mode for c in cells]})
-                run.measure(cells)
-
-    # Correctness: the best candidates within the limits, top first, until one passes.
-    if check_outputs:
-        _guard(run, workload, resolved, limits, tolerances, isolation)
-    facts["search_s"] = time.monotonic() - started
-    run.save()
-    analysis = analyze_tune(run.result)
-    outcome = TuneResult(result=run.result, analysis=analysis, path=path)
-    if analysis["winner"] is None:
-        message, hint = no_winner_message(analysis)
-        raise NoConfigurationError(message, hint, outcome)
-    return outcome
+        if not (max_autotune and families):
+            return
+        scores = {fam: s for fam in families if (s := self.score_of(self.family_point(fam, compiled[fam]))) is not None}
+        best = max([*scores.values(), *eager_scores.values()], default=0.0)
+        chosen = self.rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
+        cells = []
+        for family in chosen:
+            anchor = self.family_point(family)
+            variant = _variant(family, "+compile:max-autotune")
+            if anchor is not None and variant:
+                cells.append(self.cell(variant, anchor.batch_size))
+        if cells:
+            self.facts["phases"].append({"phase": "max-autotune", "modes": [c.mode for c in cells]})
+            self.run.measure(cells)
 
 
 def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str, float | None],
@@ -749,40 +772,6 @@ def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str,
 
 
 # -------------------------------------------------------------------------------------------- analysis (pure)
-
-
-def reproduce_command(plan: RunPlan, cell: Cell) -> str:
-    """The ``clsbench run`` command that measures ``cell`` with the settings of ``plan`` (defaults left out)."""
-    args = ["clsbench", "run", "--model", cell.model, "--workload", cell.workload, "--mode", cell.mode,
-            "--batch-size", str(cell.batch_size), "--device", cell.device]
-    if cell.input_size is not None:
-        args += ["--input-size", str(cell.input_size)]
-    if plan.repeats != 3:
-        args += ["--repeats", str(plan.repeats)]
-    rule = plan.stop_rules.get(cell.workload)
-    default = default_stop_rules(cell.device).get(cell.workload)
-    if rule is not None and default is not None:
-        if rule.warmup != default.warmup:
-            args += ["--warmup", str(rule.warmup)]
-        if rule.min_iterations != default.min_iterations:
-            args += ["--iterations", str(rule.min_iterations)]
-        if rule.min_seconds != default.min_seconds:
-            args += ["--min-time", f"{rule.min_seconds:g}"]
-        if rule.max_seconds is not None and rule.max_seconds != default.max_seconds:
-            args += ["--max-time", f"{rule.max_seconds:g}"]
-    if plan.seed != 0:
-        args += ["--seed", str(plan.seed)]
-    if plan.compile_mode != "default":
-        args += ["--compile-mode", plan.compile_mode]
-    if plan.timeout_s != 900.0:
-        args += ["--timeout", f"{plan.timeout_s:g}"]
-    if not plan.cudnn_benchmark:
-        args.append("--no-cudnn-benchmark")
-    if not plan.telemetry:
-        args.append("--no-telemetry")
-    if not plan.overlap_prepare:
-        args.append("--no-overlap")
-    return " ".join(shlex.quote(a) for a in args)
 
 
 _VERDICT_ORDER = {"winner": 0, "allowed": 1, "rejected": 2, "over limit": 3, "failed": 4, "skipped": 5}

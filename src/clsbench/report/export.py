@@ -34,9 +34,9 @@ from clsbench.analysis.compare import (
 )
 from clsbench.analysis.significance import format_p
 from clsbench.errors import InvalidInputError, ResultFileError
-from clsbench.results.io import _jsonable, write_text_atomic
+from clsbench.results.facts import get_field
+from clsbench.results.io import jsonable, write_text_atomic
 from clsbench.results.schema import BenchmarkResult, Measurement
-from clsbench.system.environment import get_field
 
 #: Formats of ``show`` and ``compare``.
 FORMATS = ("table", "json", "csv", "markdown")
@@ -156,7 +156,7 @@ def to_csv(table: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) ->
 
 def to_json(table: Sequence[dict[str, Any]]) -> str:
     """A JSON list of row objects (missing values are ``null``), as standard JSON (no NaN)."""
-    return json.dumps(_jsonable(list(table)), indent=1, allow_nan=False) + "\n"
+    return json.dumps(jsonable(list(table)), indent=1, allow_nan=False) + "\n"
 
 
 def _md_cell(value: Any) -> str:
@@ -437,7 +437,7 @@ def comparison_markdown(comparison: Comparison) -> str:
 
 
 def comparison_json(comparison: Comparison) -> str:
-    return json.dumps(_jsonable(comparison.to_dict()), indent=1, allow_nan=False) + "\n"
+    return json.dumps(jsonable(comparison.to_dict()), indent=1, allow_nan=False) + "\n"
 
 
 def export_comparison(comparison: Comparison, fmt: str) -> str:

@@ -9,6 +9,7 @@ n is repeats x samples per repeat.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from clsbench.results.schema import BenchmarkResult, Measurement
 
@@ -52,7 +53,7 @@ def workload_text(m: Measurement) -> str:
     """The workload, with the data settings of a real-data measurement: ``train [folder cpu w8 pin]``."""
     if m.data is None:
         return m.workload
-    from clsbench.core.data_settings import data_label
+    from clsbench.results.schema import data_label
 
     return f"{m.workload} [{data_label(m.data)}]"
 
@@ -195,10 +196,61 @@ def render(result: BenchmarkResult) -> str:
                   "`clsbench probe` peak)", ""]
         lines.extend(render_rows(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured]))
     if any(m.data is not None for m in measured):
-        from clsbench.analysis.data import data_section
-
         lines += data_section(measured)
     notes = warnings(measurements)
     if notes:
         lines += [""] + notes
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------ real-data pipelines
+
+DATA_COLUMNS = ("model", "mode", "batch", "data", "img/s", "data wait", "epoch start", "copy", "idle", "idle by",
+                "start-up s", "set-up s", "skipped", "undecodable")
+DATA_RIGHT = {"batch", "img/s", "data wait", "epoch start", "copy", "idle", "start-up s", "set-up s", "skipped",
+              "undecodable"}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
+    """One row per ok real-data measurement for the table's data-pipeline section."""
+    rows = []
+    for m in measurements:
+        d = (m.summary or {}).get("data")
+        if m.status != "ok" or not d:
+            continue
+        idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
+        rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",
+                     fmt_rate(m.summary.get("throughput_img_s")), _pct(d.get("data_wait_fraction")),
+                     _pct(d.get("epoch_start_wait_fraction")), _pct(d.get("copy_fraction")),
+                     _pct(d.get("idle_fraction")), idle_by,
+                     _seconds(d.get("data_startup_s")), _seconds(d.get("data_setup_s")),
+                     str(d.get("skipped_n") if d.get("skipped_n") is not None else "-"),
+                     str(d.get("decode_failures_n") or 0)))
+    return rows
+
+
+def data_section(measurements: Sequence[Any]) -> list[str]:
+    """The lines of the table's data-pipeline section (empty when no measurement used real data)."""
+    rows = data_rows(measurements)
+    if not rows:
+        return []
+    lines = ["", "data pipelines (data wait: share of the timed wall time spent waiting for a prepared batch, of "
+             "which epoch start: the first batch of an epoch begun while timing; copy: placing it on the device; "
+             "idle: GPU idle between steps from CUDA events, on a CPU wait + copy; start-up: workers' start to the "
+             "first batch, outside the timed region)", ""]
+    lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
+    for m in measurements:
+        d = (m.summary or {}).get("data") or {}
+        if d.get("decode_failures_n"):
+            names = ", ".join(d.get("decode_failures") or [])
+            lines.append(f"warning: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: "
+                         f"{d['decode_failures_n']} image(s) failed to decode and were replaced: {names}")
+    return lines

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+import itertools
 import json
 import math
 import os
 import secrets
+import socket
 from pathlib import Path
 from typing import Any
 
 from clsbench.errors import ResultFileError
 from clsbench.results.schema import BenchmarkResult
 
+#: Where a result goes when no ``--output`` is given.
+DEFAULT_RESULTS_DIR = Path("clsbench-results")
 
-def _jsonable(value: Any) -> Any:
+
+def jsonable(value: Any) -> Any:
     """JSON has no NaN/Infinity: store them as strings so the file stays standard JSON, not Python's dialect."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
 
 
@@ -64,7 +70,7 @@ def write_text_atomic(path: Path, text: str) -> int:
 
 def save(result: BenchmarkResult, path: Path) -> None:
     """Write ``result`` to ``path`` atomically (see :func:`write_text_atomic`)."""
-    write_text_atomic(path, json.dumps(_jsonable(result.to_dict()), indent=1, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(jsonable(result.to_dict()), indent=1, allow_nan=False) + "\n")
 
 
 def load(path: str | Path) -> BenchmarkResult:
@@ -89,3 +95,16 @@ def load(path: str | Path) -> BenchmarkResult:
         raise ResultFileError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg}); truncated or foreign?",
                               "pass a file written by `clsbench run`") from None
     return BenchmarkResult.from_dict(data, source=str(path))
+
+
+def default_output_path(device: str, directory: Path = DEFAULT_RESULTS_DIR) -> Path:
+    """A new file name that does not exist yet: clsbench-results/<UTC time>-<host>-<device>.json."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    host = socket.gethostname().split(".")[0] or "host"
+    stem = f"{stamp}-{host}-{device.replace(':', '')}"
+    path = directory / f"{stem}.json"
+    for n in itertools.count(2):
+        if not path.exists():
+            return path
+        path = directory / f"{stem}-{n}.json"
+    raise AssertionError("unreachable")

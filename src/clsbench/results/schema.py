@@ -23,8 +23,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from clsbench.core.data_settings import DataSettings, data_label
-from clsbench.core.plan import Cell
 from clsbench.errors import ResultFileError
 
 SCHEMA_VERSION = 1
@@ -33,6 +31,33 @@ READABLE_VERSIONS = (1,)
 TOOL_NAME = "clsbench"
 
 STATUSES = ("ok", "failed", "skipped")
+
+#: The real-data settings that make two measurements different ones, and their defaults (the fields of
+#: :class:`clsbench.core.data_settings.DataSettings` that its label shows; timeouts and fingerprints are not part
+#: of a measurement's identity).
+DATA_IDENTITY_DEFAULTS: dict[str, Any] = {"source": "folder", "pipeline": "cpu", "num_workers": 0, "pin_memory": False,
+                                          "persistent_workers": False, "prefetch_factor": None, "prime_cache": True,
+                                          "normalize": "worker"}
+
+
+def data_label(data: dict[str, Any] | None) -> str | None:
+    """The short label of stored real-data settings, unique among those that change a measurement, e.g.
+    ``folder cpu w8 pin persistent`` (``uint8`` at the end: batches normalised on the device); None: synthetic."""
+    if data is None:
+        return None
+    d = {**DATA_IDENTITY_DEFAULTS, **data}
+    parts = [str(d["source"]), str(d["pipeline"]), f"w{d['num_workers']}"]
+    if d["pin_memory"]:
+        parts.append("pin")
+    if d["persistent_workers"]:
+        parts.append("persistent")
+    if d["prefetch_factor"] is not None:
+        parts.append(f"pf{d['prefetch_factor']}")
+    if not d["prime_cache"] and d["source"] == "folder":
+        parts.append("cold")
+    if d["normalize"] == "device":
+        parts.append("uint8")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -58,11 +83,6 @@ class Measurement:
         base = (self.model, self.workload, self.mode, self.batch_size, self.device)
         return base if self.data is None else (*base, data_label(self.data))
 
-    @property
-    def cell(self) -> Cell:
-        data = DataSettings.from_dict(self.data) if self.data is not None else None
-        return Cell(self.model, self.workload, self.mode, self.batch_size, self.device, self.input_size, data)
-
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["repeats"] = list(self.repeats)
@@ -79,8 +99,8 @@ class Measurement:
                 raise ValueError(f"measurement field {key!r} must be a {kind.__name__}")
         if any(not isinstance(r, dict) for r in data.get("repeats") or ()):
             raise ValueError("every repeat must be an object")
-        if data.get("data") is not None:
-            DataSettings.from_dict(data["data"])  # a damaged block is a damaged file, not a crash later
+        if data.get("data") is not None and not isinstance(data["data"], dict):
+            raise ValueError("measurement field 'data' must be an object")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["repeats"] = tuple(data.get("repeats") or ())

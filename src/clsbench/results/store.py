@@ -461,9 +461,9 @@ def _text(value: Any) -> str | None:
 
 def _canonical(value: Any) -> Any:
     """The settings as the saved file holds them, so a result in memory and its file give the same run id."""
-    # result_io._jsonable is the exact transformation io.save applies (non-finite floats become strings);
+    # result_io.jsonable is the exact transformation io.save applies (non-finite floats become strings);
     # the JSON round trip turns tuples into lists.
-    return json.loads(json.dumps(result_io._jsonable(value), allow_nan=False, default=str))
+    return json.loads(json.dumps(result_io.jsonable(value), allow_nan=False, default=str))
 
 
 def _is_hex(text: str) -> bool:

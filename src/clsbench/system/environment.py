@@ -1,8 +1,8 @@
 """Environment capture: the facts stored inside every result file, so a number can be reproduced or rejected.
 
 A benchmark number means nothing without the machine and software that produced it. ``collect_environment``
-gathers those facts into one nested, JSON-serialisable dict that the result file carries, and ``KEY_FIELDS``
-names the facts that make two results not comparable (pyperf's ``_CHECKED_METADATA`` plays the same part).
+gathers those facts into one nested, JSON-serialisable dict that the result file carries;
+:mod:`clsbench.results.facts` reads them back (which facts make two results not comparable, the lines people see).
 
 Rules the collection follows, because the benchmark runs right after it:
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import re
 import socket
 import subprocess
 import sys
@@ -33,32 +32,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from clsbench.errors import InvalidInputError
-
-__all__ = ["KEY_FIELDS", "collect_environment", "environment_lines", "get_field"]
-
-KEY_FIELDS: tuple[str, ...] = (
-    "gpu.name",
-    "gpu.mig_enabled",
-    "gpu.power_limit_enforced_w",
-    "gpu.driver_version",
-    "software.torch",
-    "software.torch_cuda_version",
-    "software.cudnn_version",
-    "software.torchvision",
-    "software.timm",
-    "software.triton",
-    "cpu.model",
+from clsbench.errors import REASON_MAX_CHARS, short_reason
+from clsbench.system.nvml import (
+    cuda_index_of,
+    map_cuda_index,
+    nvml_reason,
+    nvml_text,
+    open_nvml,
+    shutdown,
+    visible_nvml_indices,
 )
-"""Dotted paths of the facts that make two results not comparable when they differ.
 
-The GPU model (NVIDIA's names carry the memory size: ``A100-SXM4-40GB``), MIG slicing and the power cap
-change what the hardware can do; driver, CUDA, cuDNN, torch, torchvision, timm and triton change which kernels
-run; the CPU model matters for CPU runs and for input pipelines. Clocks, temperature and torch flags are
-recorded but not listed: they vary from run to run or belong to the benchmark's own settings. Nor is
-``gpu.memory_total_bytes``: NVML and CUDA count it differently (CUDA leaves out reserved memory), so it would
-tell apart one GPU read two ways.
-"""
+__all__ = ["collect_environment"]
 
 ENV_VARS: tuple[str, ...] = (
     "CUDA_VISIBLE_DEVICES",
@@ -82,15 +67,10 @@ ENV_VAR_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCHINDUCTOR_")
 _GIT_EXECUTABLE = "git"
 _GIT_TIMEOUT_S = 5.0  # a `git status` on a cold, large checkout can take a few seconds; never hang the run
 _GIT_COMMIT_ENV = "CLSBENCH_GIT_COMMIT"
-_REASON_MAX_CHARS = 160
 
 # NVML's compute modes (nvml.h, nvmlComputeMode_t).
 _COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 _NVML_PSTATE_UNKNOWN = 32  # nvml.h, NVML_PSTATE_UNKNOWN
-# nvml.h error codes, used when the pynvml module in hand does not define the constants.
-_NVML_ERROR_NOT_SUPPORTED = 3
-_NVML_ERROR_NO_PERMISSION = 4
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
 
 _GPU_KEYS: tuple[str, ...] = (
     "source",
@@ -125,9 +105,6 @@ _GPU_KEYS: tuple[str, ...] = (
     "compute_mode",
 )
 
-_NOT_AVAILABLE = "n/a"
-
-
 class _Unavailable(Exception):
     """Raised inside a fact reader to say the fact is absent, with the reason to record."""
 
@@ -141,7 +118,7 @@ class _Collector:
     def missing(self, section: dict[str, Any], path: str, reason: str) -> None:
         """Stores ``None`` for ``path`` and records why."""
         section[path.rsplit(".", 1)[-1]] = None
-        self.unavailable[path] = _shorten(reason)
+        self.unavailable[path] = reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
 
     def read(
         self,
@@ -167,7 +144,7 @@ class _Collector:
             self.missing(section, path, str(exc))
             return None
         except Exception as exc:  # a fact that cannot be read must not stop the collection
-            self.missing(section, path, reason_of(exc) if reason_of else _exception_reason(exc))
+            self.missing(section, path, reason_of(exc) if reason_of else short_reason(exc))
             return None
         if value is None:
             self.missing(section, path, "not reported")
@@ -196,7 +173,7 @@ def collect_environment(device: str = "cpu") -> dict:
     Raises:
         InvalidInputError: ``device`` is not one of the forms above (a bad argument, not a missing fact).
     """
-    cuda_index = _parse_device(device)
+    cuda_index = cuda_index_of(device)
     collector = _Collector()
     env: dict[str, Any] = {"device": device}
     sections: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -214,116 +191,13 @@ def collect_environment(device: str = "cpu") -> dict:
             env[name] = collect()
         except Exception as exc:  # a bug here must cost one section, never the benchmark run
             env[name] = {}
-            collector.unavailable[name] = f"collection failed: {_exception_reason(exc)}"
+            collector.unavailable[name] = f"collection failed: {short_reason(exc)}"
     env["unavailable"] = dict(sorted(collector.unavailable.items()))
     return env
 
 
-def get_field(env: dict, dotted: str) -> Any:
-    """Reads a fact by its dotted path, e.g. ``get_field(env, "gpu.name")``.
-
-    Args:
-        env: a dict from ``collect_environment`` or loaded from a result file (possibly older or partial).
-        dotted: keys joined by dots.
-
-    Returns:
-        The value, or ``None`` when any key on the way is absent or leads to something that is not a dict.
-    """
-    node: Any = env
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def environment_lines(env: dict) -> list[tuple[str, str]]:
-    """Turns an environment dict into ``(label, value)`` rows for ``clsbench env`` and the header of a report.
-
-    The rows come in a fixed order and depend on nothing but ``env``, so printed output can be compared as
-    text. Absent facts print as ``n/a``; a dict from an older or partial file prints without error. When no
-    GPU was described, the GPU rows collapse into one ``GPU`` row that says why.
-
-    Args:
-        env: a dict from ``collect_environment`` or loaded from a result file.
-
-    Returns:
-        The rows, e.g. ``("GPU", "NVIDIA H200 ×1, 143771 MiB, cc 9.0, 132 SMs")``.
-    """
-
-    def field(path: str) -> Any:
-        return get_field(env, path)
-
-    def text(path: str) -> str:
-        value = field(path)
-        return _NOT_AVAILABLE if value is None else str(value)
-
-    rows: list[tuple[str, str]] = []
-
-    commit = field("clsbench.git_commit")
-    clsbench = text("clsbench.version")
-    if commit:
-        dirty = field("clsbench.git_dirty")
-        clsbench += f", git {str(commit)[:12]}" + (" (dirty)" if dirty else "")
-    rows.append(("clsbench", clsbench))
-    rows.append(
-        ("Python", f"{text('python.version')} ({text('python.implementation')}), {text('python.executable')}")
-    )
-    rows.append(("OS", text("os.platform")))
-    rows.append(("Host", text("os.hostname")))
-
-    cpu = text("cpu.model")
-    cpu += f", {text('cpu.physical_cores')} cores / {text('cpu.logical_cores')} threads"
-    cpu += f", {text('cpu.allowed_cpus_count')} allowed"
-    rows.append(("CPU", cpu))
-    rows.append(("RAM", _format_gib(field("cpu.memory_total_bytes"))))
-
-    cudnn = field("software.cudnn_version")
-    rows.append(
-        (
-            "torch",
-            f"{text('software.torch')}, CUDA {text('software.torch_cuda_version')}, "
-            f"cuDNN {_format_cudnn(cudnn) if isinstance(cudnn, int) else _NOT_AVAILABLE}",
-        )
-    )
-    libraries = [
-        ("torchvision", "software.torchvision"),
-        ("timm", "software.timm"),
-        ("triton", "software.triton"),
-        ("numpy", "software.numpy"),
-        ("nvidia-ml-py", "software.nvidia_ml_py"),
-    ]
-    rows.append(("Libraries", ", ".join(f"{label} {text(path)}" for label, path in libraries)))
-    rows.append(("Torch flags", _format_torch_flags(env)))
-
-    rows.extend(_gpu_lines(env))
-
-    env_vars = field("env_vars")
-    if isinstance(env_vars, dict) and env_vars:
-        rows.append(("Env vars", ", ".join(f"{name}={value}" for name, value in sorted(env_vars.items()))))
-    else:
-        rows.append(("Env vars", "none of the recorded ones set"))
-
-    unavailable = field("unavailable")
-    count = len(unavailable) if isinstance(unavailable, dict) else 0
-    rows.append(("Unavailable", f"{count} fact{'s' if count != 1 else ''} (reasons under `unavailable`)"))
-    return rows
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Sections
-
-
-def _parse_device(device: str) -> int | None:
-    """Returns the CUDA index a device string names, or None for the CPU."""
-    if device == "cpu":
-        return None
-    if device == "cuda":
-        return 0
-    match = re.fullmatch(r"cuda:(\d+)", device) if isinstance(device, str) else None
-    if match is None:
-        raise InvalidInputError(f"unknown device {device!r}", hint="use cpu, cuda or cuda:N")
-    return int(match.group(1))
 
 
 def _collect_clsbench(c: _Collector) -> dict[str, Any]:
@@ -380,7 +254,7 @@ def _git_state(package_dir: Path) -> tuple[str | None, bool | None, str]:
     except FileNotFoundError:
         return None, None, "git not installed"
     except Exception as exc:  # timeout, permissions: the commit is simply unknown
-        return None, None, f"git failed: {_exception_reason(exc)}"
+        return None, None, f"git failed: {short_reason(exc)}"
     lines = found.stdout.split()
     if found.returncode != 0 or len(lines) != 2:
         return None, None, "not run from a git checkout"
@@ -634,23 +508,20 @@ def _collect_gpu(cuda_index: int | None, c: _Collector) -> dict[str, Any]:
     else:
         gpu["index"] = cuda_index
 
-    nvml, nvml_reason = _nvml_open()
+    nvml, nvml_why = open_nvml()
     if nvml is not None:
         gpu["source"] = "nvml"
         try:
             leftover_reason = _gpu_from_nvml(nvml, cuda_index, gpu, c)
         except Exception as exc:  # e.g. a GPU that falls off the bus mid-read: keep what was read
-            leftover_reason = f"NVML failed: {_exception_reason(exc)}"
+            leftover_reason = f"NVML failed: {short_reason(exc)}"
         finally:
-            try:
-                nvml.nvmlShutdown()
-            except Exception:  # the facts are read; a failed shutdown changes none of them
-                pass
+            shutdown(nvml)
     elif cuda_index is None:
-        c.missing(gpu, "gpu.count", nvml_reason)
+        c.missing(gpu, "gpu.count", nvml_why)
         leftover_reason = "device is cpu"
     else:
-        leftover_reason = _gpu_from_torch(cuda_index, gpu, c, nvml_reason)
+        leftover_reason = _gpu_from_torch(cuda_index, gpu, c, nvml_why)
 
     for key in _GPU_KEYS:
         if key not in gpu:
@@ -658,64 +529,22 @@ def _collect_gpu(cuda_index: int | None, c: _Collector) -> dict[str, Any]:
     return {key: gpu[key] for key in _GPU_KEYS}
 
 
-def _nvml_open() -> tuple[Any, str]:
-    """Imports pynvml and initialises NVML; returns (module, "") or (None, reason)."""
-    try:
-        import pynvml  # lazy: only GPU machines need it, and importing it has a cost
-    except ImportError:
-        return None, "NVML not installed (nvidia-ml-py)"
-    except Exception as exc:
-        return None, f"NVML import failed: {_exception_reason(exc)}"
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # no driver, no library: the machine has no usable NVIDIA GPU
-        return None, f"NVML unavailable: {_exception_reason(exc)}"
-    return pynvml, ""
-
-
-def _nvml_reason(nvml: Any) -> Callable[[Exception], str]:
-    """Returns a function that turns an NVML exception into a short reason."""
-    not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED)
-    no_permission = getattr(nvml, "NVML_ERROR_NO_PERMISSION", _NVML_ERROR_NO_PERMISSION)
-    function_not_found = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _NVML_ERROR_FUNCTION_NOT_FOUND)
-
-    def reason(exc: Exception) -> str:
-        if isinstance(exc, AttributeError):
-            return "not in this nvidia-ml-py version"
-        code = getattr(exc, "value", None)
-        if code == not_supported:
-            return "not supported on this GPU"
-        if code == no_permission:
-            return "no permission to read it"
-        if code == function_not_found:
-            return "not in this driver's NVML"
-        return f"NVML error: {_exception_reason(exc)}"
-
-    return reason
-
-
 def _gpu_from_nvml(nvml: Any, cuda_index: int | None, gpu: dict[str, Any], c: _Collector) -> str:
     """Fills ``gpu`` from NVML for CUDA device ``cuda_index``; returns the reason for facts left unread."""
-    reason = _nvml_reason(nvml)
+    reason = nvml_reason(nvml)
     count = c.read(gpu, "gpu.count", lambda: int(nvml.nvmlDeviceGetCount()), reason)
     if cuda_index is None:
         return "device is cpu"
     if count is None:
         return "NVML could not count the GPUs"
 
-    visible, why = _visible_nvml_indices(nvml, count)
+    visible, why = visible_nvml_indices(nvml, count)
     if visible is None:
         return why
     gpu["visible_count"] = len(visible)
-    if cuda_index >= len(visible):
-        return f"no CUDA device cuda:{cuda_index} ({len(visible)} visible)"
-    nvml_index = visible[cuda_index]
-    if len(visible) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-        # CUDA's default order is fastest first; NVML's is PCI bus order. They agree when all visible GPUs are
-        # the same model, so only a mixed machine leaves the mapping unknown.
-        names = {_nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in visible}
-        if len(names) > 1:
-            return "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: cannot tell which GPU is meant"
+    nvml_index, why = map_cuda_index(nvml, visible, cuda_index)
+    if nvml_index is None:
+        return why
     gpu["nvml_index"] = nvml_index
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
@@ -740,15 +569,15 @@ def _gpu_from_nvml(nvml: Any, cuda_index: int | None, gpu: dict[str, Any], c: _C
         return int(constraints[position]) / 1000.0
 
     facts: list[tuple[str, Callable[[], Any]]] = [
-        ("name", lambda: _nvml_text(nvml.nvmlDeviceGetName(handle))),
-        ("uuid", lambda: _nvml_text(nvml.nvmlDeviceGetUUID(handle))),
-        ("pci_bus_id", lambda: _nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
+        ("name", lambda: nvml_text(nvml.nvmlDeviceGetName(handle))),
+        ("uuid", lambda: nvml_text(nvml.nvmlDeviceGetUUID(handle))),
+        ("pci_bus_id", lambda: nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
         ("memory_total_bytes", lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
         ("compute_capability", lambda: "{}.{}".format(*nvml.nvmlDeviceGetCudaComputeCapability(handle))),
         ("multiprocessor_count", lambda: _nvml_multiprocessors(nvml, handle)),
-        ("driver_version", lambda: _nvml_text(nvml.nvmlSystemGetDriverVersion())),
+        ("driver_version", lambda: nvml_text(nvml.nvmlSystemGetDriverVersion())),
         ("cuda_driver_version", lambda: _format_cuda_version(nvml.nvmlSystemGetCudaDriverVersion())),
-        ("nvml_version", lambda: _nvml_text(nvml.nvmlSystemGetNVMLVersion())),
+        ("nvml_version", lambda: nvml_text(nvml.nvmlSystemGetNVMLVersion())),
         ("clock_sm_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_SM")),
         ("clock_mem_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_MEM")),
         ("clock_sm_max_mhz", mhz(nvml.nvmlDeviceGetMaxClockInfo, "NVML_CLOCK_SM")),
@@ -772,48 +601,6 @@ def _gpu_from_nvml(nvml: Any, cuda_index: int | None, gpu: dict[str, Any], c: _C
     for key, reader in facts:
         c.read(gpu, f"gpu.{key}", reader, reason)
     return "not read"
-
-
-def _visible_nvml_indices(nvml: Any, count: int) -> tuple[list[int] | None, str]:
-    """NVML indices of the GPUs this process sees, in CUDA order, following ``CUDA_VISIBLE_DEVICES``.
-
-    Entries are indices or (prefixes of) ``GPU-`` UUIDs; like CUDA, the list ends at the first entry that
-    names no GPU. A ``MIG-`` entry cannot be mapped to a whole GPU and leaves the GPU facts unread.
-    """
-    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return list(range(count)), ""
-    uuids: list[str] | None = None
-    visible: list[int] = []
-    for raw in spec.split(","):
-        entry = raw.strip()
-        if entry.startswith("MIG-"):
-            return None, "CUDA_VISIBLE_DEVICES names a MIG instance, which is not mapped to a GPU"
-        if entry.isdigit() and int(entry) < count:
-            index = int(entry)
-        elif entry.startswith("GPU-"):
-            if uuids is None:
-                uuids = [
-                    _nvml_text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))
-                    for i in range(count)
-                ]
-            matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-            if len(matches) != 1:
-                break
-            index = matches[0]
-        else:
-            break
-        if index in visible:
-            break
-        visible.append(index)
-    return visible, ""
-
-
-def _nvml_text(value: Any) -> str:
-    """NVML strings come back as bytes from older nvidia-ml-py versions and from ctypes structure fields."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _nvml_multiprocessors(nvml: Any, handle: Any) -> int:
@@ -857,7 +644,7 @@ def _gpu_from_torch(cuda_index: int, gpu: dict[str, Any], c: _Collector, nvml_re
             return "no CUDA device"
         visible = int(torch.cuda.device_count())
     except Exception as exc:
-        return f"{nvml_reason}; torch.cuda failed: {_exception_reason(exc)}"
+        return f"{nvml_reason}; torch.cuda failed: {short_reason(exc)}"
     gpu["source"] = "torch"
     gpu["visible_count"] = visible
     if "CUDA_VISIBLE_DEVICES" not in os.environ:
@@ -867,7 +654,7 @@ def _gpu_from_torch(cuda_index: int, gpu: dict[str, Any], c: _Collector, nvml_re
     try:
         props = torch.cuda.get_device_properties(cuda_index)
     except Exception as exc:
-        return f"{nvml_reason}; torch.cuda.get_device_properties failed: {_exception_reason(exc)}"
+        return f"{nvml_reason}; torch.cuda.get_device_properties failed: {short_reason(exc)}"
     c.read(gpu, "gpu.name", lambda: str(props.name))
     c.read(gpu, "gpu.uuid", lambda: _torch_uuid(props))
     c.read(gpu, "gpu.pci_bus_id", lambda: _torch_pci_bus_id(props))
@@ -904,114 +691,9 @@ def _torch_pci_bus_id(props: Any) -> str:
 # Formatting and small helpers
 
 
-def _gpu_lines(env: dict) -> list[tuple[str, str]]:
-    def field(path: str) -> Any:
-        return get_field(env, f"gpu.{path}")
-
-    def text(path: str, unit: str = "") -> str:
-        value = field(path)
-        if value is None:
-            return _NOT_AVAILABLE
-        if isinstance(value, float):
-            value = f"{value:g}"
-        return f"{value}{unit}"
-
-    name = field("name")
-    if name is None:
-        unavailable = get_field(env, "unavailable")
-        reason = unavailable.get("gpu.name") if isinstance(unavailable, dict) else None
-        count = field("count")
-        present = (
-            f"; {count} GPU{'s' if count != 1 else ''} present" if isinstance(count, int) and count else ""
-        )
-        return [("GPU", f"none ({reason or 'not recorded'}){present}")]
-
-    count = field("count")
-    visible = field("visible_count")
-    summary = f"{name} ×{count if count is not None else '?'}"
-    if isinstance(visible, int) and visible != count:
-        summary += f" ({visible} visible)"
-    memory = field("memory_total_bytes")
-    summary += f", {memory // 2**20} MiB" if isinstance(memory, int) else f", {_NOT_AVAILABLE} MiB"
-    summary += f", cc {text('compute_capability')}"
-    if field("multiprocessor_count") is not None:
-        summary += f", {field('multiprocessor_count')} SMs"
-
-    device = f"cuda:{text('index')} (NVML {text('nvml_index')}, via {text('source')})"
-    device += f", {text('uuid')}, PCI {text('pci_bus_id')}"
-
-    driver = f"{text('driver_version')}, CUDA {text('cuda_driver_version')}, NVML {text('nvml_version')}"
-
-    clocks = (
-        f"SM {text('clock_sm_mhz')} (max {text('clock_sm_max_mhz')}, app {text('clock_sm_app_mhz')}) MHz, "
-        f"memory {text('clock_mem_mhz')} (max {text('clock_mem_max_mhz')}, "
-        f"app {text('clock_mem_app_mhz')}) MHz"
-    )
-    power = (
-        f"{text('power_limit_enforced_w', ' W')} (default {text('power_limit_default_w', ' W')}, "
-        f"range {text('power_limit_min_w')}–{text('power_limit_max_w', ' W')})"
-    )
-    state = (
-        f"persistence {_on_off(field('persistence_enabled'))}, MIG {_on_off(field('mig_enabled'))}, "
-        f"ECC {_on_off(field('ecc_enabled'))}, {text('performance_state')}, {text('temperature_c', ' °C')}, "
-        f"compute mode {text('compute_mode')}"
-    )
-    return [
-        ("GPU", summary),
-        ("GPU device", device),
-        ("Driver", driver),
-        ("Clocks", clocks),
-        ("Power limit", power),
-        ("GPU state", state),
-    ]
-
-
-def _format_torch_flags(env: dict) -> str:
-    def flag(name: str) -> Any:
-        return get_field(env, f"torch_flags.{name}")
-
-    def shown(name: str) -> str:
-        value = flag(name)
-        return _NOT_AVAILABLE if value is None else str(value)
-
-    return (
-        f"TF32 matmul {_on_off(flag('matmul_allow_tf32'))}, TF32 cuDNN {_on_off(flag('cudnn_allow_tf32'))}, "
-        f"float32 matmul precision {shown('float32_matmul_precision')}, "
-        f"cudnn.benchmark {_on_off(flag('cudnn_benchmark'))}, "
-        f"cudnn.deterministic {_on_off(flag('cudnn_deterministic'))}, "
-        f"threads {shown('num_threads')} intra-op / {shown('num_interop_threads')} inter-op"
-    )
-
-
-def _on_off(value: Any) -> str:
-    if value is None:
-        return _NOT_AVAILABLE
-    return "on" if value else "off"
-
-
-def _format_gib(value: Any) -> str:
-    return f"{value / 2**30:.1f} GiB" if isinstance(value, int) else _NOT_AVAILABLE
-
-
-def _format_cudnn(version: int) -> str:
-    """cuDNN 9 encodes 9.1.0 as 90100; cuDNN 8 and older encode 8.9.2 as 8902."""
-    if version >= 10000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
 def _import_optional(name: str) -> Any:
     """Imports a module, or returns None when it is not installed or fails to import."""
     try:
         return __import__(name)
     except Exception:  # an optional module that fails to import is a missing fact
         return None
-
-
-def _exception_reason(exc: BaseException) -> str:
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return _shorten(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
-
-
-def _shorten(reason: str) -> str:
-    return reason if len(reason) <= _REASON_MAX_CHARS else reason[: _REASON_MAX_CHARS - 1] + "…"

@@ -4,7 +4,8 @@ Launch-bound measurements (batch-1 latency, small-batch training) run at the spe
 kernels, so anything that takes that thread's core away moves the figure: another process on the machine, the
 hypervisor running someone else's virtual CPU (``steal`` in ``/proc/stat``), or the scheduler pre-empting us
 (involuntary context switches). These readings say, per repeat, whether that happened; they cost two file reads
-and one ``getrusage`` call at each edge of the timed region and nothing inside it.
+and one ``getrusage`` call at each edge of the timed region and nothing inside it. What in a reading is a
+concern is judged on reading, by :mod:`clsbench.analysis.hostcpu`.
 
 Linux only for the machine-wide figures (``/proc/stat``); elsewhere those fields are ``None``.
 """
@@ -17,10 +18,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-#: Flag a repeat when the hypervisor took more than this share of the machine's CPU time.
-STEAL_WARN_PCT = 2.0
-#: Flag a repeat when other work kept more than this many cores busy besides this process.
-OTHER_BUSY_WARN_CORES = 1.0
 #: Host-speed calibration: this many tiny CPU tensor additions, timed as one block, at each edge of the timed
 #: region (about 1-3 ms in all on a current server core).
 CALIBRATION_OPS = 200
@@ -115,18 +112,4 @@ def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
             tick = ticks_per_s or _clock_ticks_per_s()
             busy_core_s = busy / tick
             out["other_busy_cores"] = max(0.0, (busy_core_s - (end.process_cpu_s - start.process_cpu_s)) / wall)
-    return out
-
-
-def concerns(reading: dict[str, Any] | None) -> list[str]:
-    """What in one reading could have slowed a CPU-bound (launch-bound) measurement, in words."""
-    if not reading:
-        return []
-    out = []
-    steal = reading.get("steal_pct")
-    if steal is not None and steal > STEAL_WARN_PCT:
-        out.append(f"hypervisor steal {steal:.1f}% of CPU time")
-    other = reading.get("other_busy_cores")
-    if other is not None and other > OTHER_BUSY_WARN_CORES:
-        out.append(f"other work kept {other:.1f} cores busy")
     return out

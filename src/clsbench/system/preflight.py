@@ -16,10 +16,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from clsbench.errors import InvalidInputError
+from clsbench.errors import InvalidInputError, short_reason
 from clsbench.results.telemetry import THROTTLE_REASONS, reason_label, reason_names
-from clsbench.system.environment import _exception_reason, _nvml_open, _nvml_reason, _parse_device
-from clsbench.system.telemetry.nvml import open_nvml_handle
+from clsbench.system.nvml import cuda_index_of, nvml_reason, open_nvml, open_nvml_handle, shutdown
 
 __all__ = [
     "CHECKS",
@@ -61,19 +60,19 @@ def preflight_checks(device: str) -> list[dict]:
         status ``"unavailable"`` gives the reason. Never raises.
     """
     try:
-        cuda_index = _parse_device(device)
+        cuda_index = cuda_index_of(device)
     except InvalidInputError as exc:
         return [_entry("nvml", "unavailable", f"no GPU checks: {exc.message}")]
     if cuda_index is None:
         return [_entry("nvml", "unavailable", "no GPU checks: device is cpu")]
-    nvml, why = _nvml_open()
+    nvml, why = open_nvml()
     if nvml is None:
         return [_entry("nvml", "unavailable", f"no GPU checks: {why}")]
     try:
         handle, _, why = open_nvml_handle(nvml, cuda_index)
         if handle is None:
             return [_entry("nvml", "unavailable", f"no GPU checks: {why}")]
-        reason = _nvml_reason(nvml)
+        reason = nvml_reason(nvml)
         entries = []
         for name, check in CHECKS:
             try:
@@ -83,12 +82,9 @@ def preflight_checks(device: str) -> list[dict]:
             entries.append(_entry(name, status, message))
         return entries
     except Exception as exc:  # a bug or a GPU falling off the bus: say so, do not stop the run
-        return [_entry("nvml", "unavailable", f"GPU checks failed: {_exception_reason(exc)}")]
+        return [_entry("nvml", "unavailable", f"GPU checks failed: {short_reason(exc)}")]
     finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # the facts are read; a failed shutdown changes none of them
-            pass
+        shutdown(nvml)
 
 
 def _entry(check: str, status: str, message: str) -> dict:

@@ -48,7 +48,7 @@ def run_probe(device: str = "cuda", *, n: int = MATMUL_N, copy_bytes: int = COPY
     """Measure matmul FLOP/s per dtype and copy bandwidth on ``device``; never changes any GPU setting."""
     import torch
 
-    from clsbench.modes.precision import set_tf32
+    from clsbench.measure.device import set_tf32
 
     dev = torch.device(device)
     if dev.type != "cuda" or not torch.cuda.is_available():

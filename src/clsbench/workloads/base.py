@@ -14,12 +14,16 @@ from typing import Any, Protocol
 import torch
 
 from clsbench.core.plan import Cell, StopRule, TrainSettings
+from clsbench.core.registry import Registry
 from clsbench.measure.clock import NS_PER_S, Clock
 from clsbench.modes.base import Prepared
 
 #: Planned timed blocks are sized for this much more than the remaining minimum time, so that one block usually
 #: satisfies the stop rule despite small differences between warm-up and timed iterations.
 BLOCK_MARGIN = 1.05
+
+#: The workloads, by name; each module of this folder registers its own (``WORKLOADS.register(name, obj)``).
+WORKLOADS: Registry[Workload] = Registry("workload", package="clsbench.workloads", option="--workload")
 
 
 class NonFiniteLossError(RuntimeError):

@@ -14,7 +14,7 @@ import torch
 
 from clsbench.measure.clock import NS_PER_MS, NS_PER_S
 from clsbench.measure.device import synchronize
-from clsbench.workloads.base import StopWatch, WorkloadContext, WorkloadOutput
+from clsbench.workloads.base import WORKLOADS, StopWatch, WorkloadContext, WorkloadOutput
 
 #: Distinct host inputs cycled through, so no request reuses the previous request's buffer.
 HOST_INPUT_POOL = 8
@@ -76,3 +76,6 @@ class InferLatency:
                    "warmup_s": warm.elapsed_ns / NS_PER_S}
         return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
                               busy=busy)
+
+
+WORKLOADS.register(InferLatency.name, InferLatency())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from clsbench.measure.device import synchronize
-from clsbench.workloads.base import WorkloadContext, WorkloadOutput
+from clsbench.workloads.base import WORKLOADS, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import run_timed_loop
 
 
@@ -34,3 +34,6 @@ class InferThroughput:
                 prepared.forward(x)
 
             return run_timed_loop(ctx, step, first_call_done=True, first_call_ns=first_ns)
+
+
+WORKLOADS.register(InferThroughput.name, InferThroughput())

@@ -13,12 +13,45 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clsbench.analysis import stats
-from clsbench.measure.clock import NS_PER_MS, NS_PER_S
+from clsbench.measure.clock import NS_PER_MS, NS_PER_S, Clock
 from clsbench.measure.device import EventTimeline, synchronize
 from clsbench.workloads.base import StopWatch, WorkloadContext, WorkloadOutput
 
 #: Warm-up iterations used to estimate the time of one timed iteration (median of the last few).
 ESTIMATE_WINDOW = 5
+
+
+def timed_block(step: Callable[[], object], n: int, clock: Clock, *, cuda: bool, synchronize: Callable[[], None],
+                before: Callable[[], None] | None = None) -> tuple[int, list[float]]:
+    """One timed block, the same for every loop (the workloads' and scale's ranks'): synchronise (then ``before``,
+    e.g. a barrier across ranks), read the clock, run ``step`` ``n`` times back to back, synchronise, read the clock.
+
+    Returns:
+        The block's wall time in ns, and the time of each iteration in ms: from CUDA events recorded between the
+        iterations on a GPU (a few microseconds of host time each, never a synchronisation), from the host clock
+        on a CPU (which runs synchronously).
+    """
+    synchronize()
+    if before is not None:
+        before()
+    if cuda:
+        timeline = EventTimeline()
+        start = clock.now_ns()
+        timeline.mark()
+        for _ in range(n):
+            step()
+            timeline.mark()
+        synchronize()
+        end = clock.now_ns()
+        return end - start, timeline.intervals_ms()
+    start = last = clock.now_ns()
+    per_iteration_ms: list[float] = []
+    for _ in range(n):
+        step()
+        now = clock.now_ns()
+        per_iteration_ms.append((now - last) / NS_PER_MS)
+        last = now
+    return last - start, per_iteration_ms
 
 
 def run_timed_loop(
@@ -69,26 +102,9 @@ def run_timed_loop(
     ctx.timed_region_started()
     while not timed.done:
         n = timed.plan_block(estimate_ns)
-        timeline = EventTimeline() if on_cuda else None
-        synchronize(device)
-        start = clock.now_ns()
-        if timeline is not None:
-            timeline.mark()
-            for _ in range(n):
-                step()
-                timeline.mark()
-            synchronize(device)
-            end = clock.now_ns()
-            iteration_ms.extend(timeline.intervals_ms())
-        else:
-            last = start
-            for _ in range(n):
-                step()
-                now = clock.now_ns()
-                iteration_ms.append((now - last) / NS_PER_MS)
-                last = now
-            end = last
-        timed.add(n, end - start)
+        elapsed_ns, per_iteration_ms = timed_block(step, n, clock, cuda=on_cuda, synchronize=lambda: synchronize(device))
+        iteration_ms.extend(per_iteration_ms)
+        timed.add(n, elapsed_ns)
         blocks += 1
         if timed.iterations:
             estimate_ns = timed.elapsed_ns / timed.iterations

@@ -15,7 +15,7 @@ from clsbench.core.plan import TrainSettings
 from clsbench.measure.clock import NS_PER_S
 from clsbench.measure.device import synchronize
 from clsbench.modes.base import Prepared
-from clsbench.workloads.base import NonFiniteLossError, WorkloadContext, WorkloadOutput
+from clsbench.workloads.base import WORKLOADS, NonFiniteLossError, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import run_timed_loop
 
 
@@ -89,3 +89,6 @@ class Train:
         out.samples["loss_last"] = last_value[0]  # after the last timed block, before any busy-time profiling
         out.timings.setdefault("first_iteration_s", first_ns / NS_PER_S)
         return out
+
+
+WORKLOADS.register(Train.name, Train())

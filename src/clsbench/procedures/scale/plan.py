@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from clsbench.core.options import MeasureOptions
 from clsbench.core.plan import Cell, StopRule, TrainSettings
 from clsbench.errors import DeviceUnavailableError, InvalidInputError
 
@@ -31,6 +32,9 @@ DEFAULT_REPEATS = 3
 
 #: The first port of a multi-node run's rendezvous when --rdzv-endpoint names none (torchrun's own default).
 DEFAULT_RDZV_PORT = 29500
+
+#: Scale's option defaults: cuDNN autotuning is left to each strategy (DataParallel on 2+ GPUs turns it off).
+SCALE_OPTIONS = MeasureOptions(repeats=DEFAULT_REPEATS, timeout_s=DEFAULT_TIMEOUT_S, cudnn_benchmark=None)
 
 #: Upper bound on processes per node on a CPU (gloo), where ``--gpus`` counts processes: far beyond any use.
 MAX_CPU_PROCESSES = 256
@@ -204,13 +208,13 @@ def validate_nodes(nnodes: int, node_rank: int, rdzv_endpoint: str | None) -> No
 
 def resolve_scale_device(device: str) -> str:
     """``auto`` -> ``cuda`` when a GPU is present, else ``cpu``; ``cuda:N`` is refused (GPUs 0..k-1 are used)."""
-    from clsbench import api
+    from clsbench.system.machine import resolve_device
 
     text = device.strip().lower()
     if text.startswith("cuda:"):
         raise InvalidInputError(f"--device {device}: scale uses GPUs 0..k-1 of those visible, not one named GPU",
                                 "use --device cuda and pick the GPUs with CUDA_VISIBLE_DEVICES, e.g. =2,3")
-    return api.resolve_device(text)
+    return resolve_device(text)
 
 
 def validate_gpu_counts(gpus: Sequence[int], device: str, *, visible: int | None = None) -> None:
@@ -239,16 +243,7 @@ def plan_scale(
     mode: str = "fp32",
     batch_size_per_gpu: int,
     device: str = "auto",
-    repeats: int = DEFAULT_REPEATS,
-    warmup: int | None = None,
-    iterations: int | None = None,
-    min_time: float | None = None,
-    max_time: float | None = None,
-    input_size: int | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    compile_mode: str = "default",
-    seed: int = 0,
-    cudnn_benchmark: bool | None = None,
+    options: MeasureOptions = SCALE_OPTIONS,
     comm_share: bool = True,
     nnodes: int = 1,
     node_rank: int = 0,
@@ -257,23 +252,22 @@ def plan_scale(
 ) -> ScalePlan:
     """Validate the input and build the plan; every problem is one :class:`InvalidInputError` line.
 
-    The stop rule is the train workload's default for the device (``clsbench.core.plan``), with ``warmup``,
-    ``iterations``, ``min_time`` and ``max_time`` replacing its fields as they do for ``clsbench run``.
+    The stop rule is the train workload's default for the device (``clsbench.core.plan``), with the options'
+    ``warmup``, ``iterations``, ``min_time`` and ``max_time`` replacing its fields as they do for ``clsbench run``.
+    ``options.cudnn_benchmark`` None (the default) lets each strategy decide (:meth:`Strategy.cudnn_benchmark`).
 
     Args:
         visible_gpus: GPUs visible on this node (default: ``torch.cuda.device_count()``); for tests.
     """
-    from clsbench import api
+    from clsbench.engine.planning import plan_run
 
     counts = parse_gpus(gpus)
     strategies = parse_strategies(strategy)
     validate_nodes(nnodes, node_rank, rdzv_endpoint)
     resolved = resolve_scale_device(device)
     # The single-GPU train plan validates the model, mode, batch, input size, repeats and stop rule exactly as `run`.
-    base = api.plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch_size_per_gpu],
-                        device=resolved, repeats=repeats, warmup=warmup, iterations=iterations, min_time=min_time,
-                        max_time=max_time, input_size=input_size, timeout_s=timeout_s, compile_mode=compile_mode,
-                        seed=seed, cudnn_benchmark=True if cudnn_benchmark is None else cudnn_benchmark)
+    base = plan_run(models=[model], workloads=["train"], modes=[mode], batch_sizes=[batch_size_per_gpu],
+                    device=resolved, options=options)
     validate_gpu_counts(counts, resolved, visible=visible_gpus)
     from clsbench.core.plan import validate_batch_size
 
@@ -281,6 +275,7 @@ def plan_scale(
     (cell,) = base.cells
     return ScalePlan(model=model, gpus=counts, strategies=strategies, mode=cell.mode,
                      batch_size_per_gpu=batch_size_per_gpu, device=resolved, stop=base.stop_rule("train"),
-                     repeats=repeats, input_size=input_size, seed=seed, data_seed=seed, timeout_s=timeout_s,
-                     compile_mode=compile_mode, cudnn_benchmark=cudnn_benchmark, comm_share=comm_share,
+                     repeats=options.repeats, input_size=options.input_size, seed=options.seed,
+                     data_seed=options.seed, timeout_s=options.timeout_s, compile_mode=options.compile_mode,
+                     cudnn_benchmark=options.cudnn_benchmark, comm_share=comm_share,
                      nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, train=base.train)

@@ -19,7 +19,6 @@ once every rank has finished (see ``DdpSession.close``).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import socket
@@ -34,15 +33,11 @@ from clsbench.procedures.scale.files import GATHERED_FILE, PID_FILE, RANK_FILE
 
 def write_json(path: Path, data: Any) -> None:
     """Write atomically (temporary file + rename), so the parent never reads half a record."""
-    from clsbench.results.io import _jsonable
+    from clsbench.results.io import jsonable
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(_jsonable(data)), encoding="utf-8")
+    tmp.write_text(json.dumps(jsonable(data)), encoding="utf-8")
     os.replace(tmp, path)
-
-
-class ModelError(Exception):
-    """The model could not be resolved or built (``model_error``, as in the single-process worker)."""
 
 
 def _rank_from_environment() -> int:
@@ -54,36 +49,23 @@ def measure(job: dict[str, Any], session: Any) -> dict[str, Any]:
     import torch
 
     from clsbench.core.plan import StopRule, TrainSettings
-    from clsbench.errors import ClsbenchError
+    from clsbench.engine.worker import build_model, configure_mode, no_gc
     from clsbench.measure.clock import WallClock
-    from clsbench.measure.device import device_capabilities, memory_readings, reset_peak_memory
-    from clsbench.models import get_model_spec
-    from clsbench.modes import parse_mode
+    from clsbench.measure.device import memory_readings, reset_peak_memory
     from clsbench.modes.base import Prepared
     from clsbench.modes.compile import Compile
     from clsbench.procedures.scale.rank_loop import run_rank_loop
     from clsbench.workloads.train import make_optimizer, train_step
 
     t0 = time.perf_counter()
-    try:
-        spec = get_model_spec(job["model"])
-        input_size = job["input_size"] or spec.input_size
-        model = spec.build(seed=job["seed"], num_classes=job["num_classes"], input_size=job["input_size"])
-    except ClsbenchError as exc:
-        raise ModelError(str(exc)) from exc
+    model, input_size = build_model(job["model"], seed=job["seed"], num_classes=job["num_classes"],
+                                    input_size=job["input_size"])
     prepare_s = time.perf_counter() - t0
 
     device = session.device
-    mode = parse_mode(job["mode"])
-    bf16, tf32 = device_capabilities(device)
-    ctx = mode.context(device, "train", bf16_supported=bf16, tf32_supported=tf32, compile_mode=job["compile_mode"])
-    reason = mode.unsupported_reason(ctx)
-    if reason:
-        raise ClsbenchError(reason)  # recorded as skipped (unsupported_mode)
-    torch.backends.cudnn.benchmark = bool(job["cudnn_benchmark"])
-    flags = mode.configure(ctx)
-    flags["cudnn_benchmark"] = bool(torch.backends.cudnn.benchmark)
-    flags["num_threads"] = torch.get_num_threads()
+    # An unsupported mode raises ClsbenchError: recorded as skipped (unsupported_mode).
+    mode, ctx, flags = configure_mode(job["mode"], device, "train", compile_mode=job["compile_mode"],
+                                      cudnn_benchmark=bool(job["cudnn_benchmark"]))
 
     t0 = time.perf_counter()
     model = model.to(device)
@@ -127,14 +109,9 @@ def measure(job: dict[str, Any], session: Any) -> dict[str, Any]:
             losses.append(float(last[0]))  # the first call's loss
         return bool(flag)
 
-    # As the single-process worker does: no garbage-collector pauses inside the timed loops (collect once before).
-    gc.collect()
-    gc.disable()
-    try:
+    with no_gc():
         out = run_rank_loop(session, step, StopRule(**job["stop"]), WallClock(), nonfinite=nonfinite,
                             comm_share=bool(job["comm_share"]))
-    finally:
-        gc.enable()
     flags["gc_disabled_while_running"] = True
     out["samples"]["loss_first"] = losses[0] if losses else None
     out["samples"]["loss_last"] = float(last[0]) if last else None
@@ -174,13 +151,12 @@ def _identity(session: Any, rank: int) -> dict[str, Any]:
 
 
 def failure_record(exc: BaseException) -> dict[str, Any]:
-    """The failed (or skipped) record of an exception, classified as a single-process worker classifies it."""
-    from clsbench.engine.worker import _failure
+    """The failed (or skipped) record of an exception, classified as a single-process worker classifies it, with
+    the wall-clock time of the failure (the earliest failure over the ranks is the cause)."""
+    from clsbench.engine.worker import failure_record as classify
 
-    if isinstance(exc, ModelError):
-        return {"status": "failed", "reason": "model_error", "detail": str(exc)[:500], "failed_at": time.time()}
     try:
-        record = _failure(exc)
+        record = classify(exc)
     except Exception:  # noqa: BLE001 - classification must never hide the original failure
         record = {"status": "failed", "reason": "crash", "detail": f"{type(exc).__name__}: {exc}"[:500]}
     record.setdefault("traceback", traceback.format_exc(limit=8))

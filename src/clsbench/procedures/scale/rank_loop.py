@@ -25,10 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 from clsbench.analysis import stats
-from clsbench.measure.clock import NS_PER_MS, NS_PER_S, Clock
+from clsbench.measure.clock import NS_PER_S, Clock
 from clsbench.procedures.scale.strategies.base import Session
 from clsbench.workloads.base import NonFiniteLossError, StopWatch
-from clsbench.workloads.loop import ESTIMATE_WINDOW
+from clsbench.workloads.loop import ESTIMATE_WINDOW, timed_block
 
 #: Each communication-share block runs this fraction of the timed iterations, and at least
 #: :data:`COMM_MIN_ITERATIONS`: enough to average out one slow step, short enough to add little to a launch.
@@ -37,29 +37,10 @@ COMM_MIN_ITERATIONS = 5
 
 
 def _block(session: Session, step: Callable[[], object], n: int, clock: Clock) -> tuple[int, list[float]]:
-    """Run ``n`` steps between synchronised edges; return this rank's wall ns and its per-step ms."""
-    from clsbench.measure.device import EventTimeline
-
-    session.synchronize()
-    session.barrier()
-    if session.device.type == "cuda":
-        timeline = EventTimeline()
-        start = clock.now_ns()
-        timeline.mark()
-        for _ in range(n):
-            step()
-            timeline.mark()
-        session.synchronize()
-        end = clock.now_ns()
-        return end - start, timeline.intervals_ms()
-    start = last = clock.now_ns()
-    per_step: list[float] = []
-    for _ in range(n):
-        step()
-        now = clock.now_ns()
-        per_step.append((now - last) / NS_PER_MS)
-        last = now
-    return last - start, per_step
+    """Run ``n`` steps between synchronised edges, the ranks lined up by a barrier first; return this rank's wall
+    ns and its per-step ms."""
+    return timed_block(step, n, clock, cuda=session.device.type == "cuda", synchronize=session.synchronize,
+                       before=session.barrier)
 
 
 def run_rank_loop(session: Session, step: Callable[[], object], stop: Any, clock: Clock, *,

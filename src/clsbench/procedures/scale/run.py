@@ -14,14 +14,16 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from clsbench.analysis.summary import build_measurement
-from clsbench.core.plan import RunPlan
-from clsbench.engine.runner import ProgressCallback, ProgressEvent, new_result
+from clsbench.core.options import Execution
+from clsbench.core.plan import Cell, RunPlan
+from clsbench.core.vocab import Reason, Status
+from clsbench.engine.loop import Procedure, measure_all
+from clsbench.engine.runner import new_result
 from clsbench.errors import EXIT_INTERRUPTED, ClsbenchError
 from clsbench.procedures.scale.figures import finalize, scale_figures
 from clsbench.procedures.scale.files import JOB_FILE
@@ -158,8 +160,7 @@ def run_scale(
     plan: ScalePlan,
     output: str | Path | None = None,
     *,
-    env: dict[str, Any] | None = None,
-    progress: ProgressCallback | None = None,
+    execution: Execution = Execution(),
     runner: Callable[..., Any] = launch,
 ) -> BenchmarkResult:
     """Measure ``plan``; save to ``output`` after every measurement (never over an existing file).
@@ -168,66 +169,49 @@ def run_scale(
         plan: from :func:`clsbench.procedures.scale.plan_scale`.
         output: the result file (None: keep in memory). On a node other than node 0 of a multi-node run nothing
             is written: node 0, which runs global rank 0, gathers every rank's record and writes the result.
-        env: the environment to record (default: read now, plus ``distributed``).
-        progress: called with a :class:`~clsbench.engine.runner.ProgressEvent` per launch and per measurement.
+        execution: ``env``, the environment to record (default: read now, plus ``distributed``), and
+            ``progress``, called with a :class:`~clsbench.engine.events.ProgressEvent` per launch and per
+            measurement. Each launch is its own set of processes, so isolation and overlap do not apply.
         runner: what runs one launch (tests replace it).
 
     Raises:
         ResultFileError: ``output`` exists or cannot be written.
         ScaleInterrupted: Ctrl-C; the launch in flight was ended, and the finished measurements are saved.
     """
-    from clsbench import api
     from clsbench.procedures.scale.nccl import distributed_facts
+    from clsbench.system.machine import environment
 
     path = Path(output) if output is not None and plan.node_rank == 0 else None
     if path is not None:
         result_io.check_writable(path, exists_hint="choose another --output")
-    facts = env if env is not None else api.environment(plan.device)
+    facts = execution.env if execution.env is not None else environment(plan.device)
     if "distributed" not in facts:
         facts = {**facts, "distributed": distributed_facts(plan.device)}
     result = new_result(RunPlan(cells=()), facts)
     result = dataclasses.replace(result, settings=settings_of(plan))
     if path is not None:
         result_io.save(result, path)
-    notify = progress or (lambda event: None)
-    total = len(plan.measurements()) * plan.repeats
-    done = 0
-    spent = 0.0
-    launched = 0
-    notify(ProgressEvent("start", 0, total))
-    try:
-        for strategy, gpus in plan.measurements():
-            cell = plan.cell(strategy, gpus)
-            mode_reason = _mode_skip(plan, facts)
-            reason = mode_reason or get_strategy(strategy).unsupported_reason(plan, gpus)
-            records: list[dict[str, Any]] = []
-            if reason:
-                code = "unsupported_mode" if mode_reason else "unsupported_strategy"
-                records.append({"status": "skipped", "reason": code, "detail": reason})
-                done += plan.repeats
-            for repeat in range(0 if reason else plan.repeats):
-                eta = spent / launched * (total - done) if launched else None
-                notify(ProgressEvent("repeat", done, total, cell, repeat + 1, plan.repeats, eta))
-                t0 = time.monotonic()
-                record = run_launch(plan, strategy, gpus, repeat, runner=runner)
-                spent += time.monotonic() - t0
-                launched += 1
-                done += 1
-                records.append(record)
-                if record["status"] != "ok":
-                    done += plan.repeats - 1 - repeat
-                    break
-            measurement = build_scale_measurement(plan, strategy, gpus, records, facts)
-            result = finalize(result.with_measurement(measurement))
-            if path is not None:
-                result_io.save(result, path)
-            notify(ProgressEvent("measurement", done, total, cell, measurement=measurement))
-    except KeyboardInterrupt:
+    mode_reason = _mode_skip(plan, facts)
+    cells = {plan.cell(strategy, gpus): (strategy, gpus) for strategy, gpus in plan.measurements()}
+
+    def skip(cell: Cell) -> dict[str, Any] | None:
+        reason = mode_reason or get_strategy(cells[cell][0]).unsupported_reason(plan, cells[cell][1])
+        if not reason:
+            return None
+        code = Reason.UNSUPPORTED_MODE if mode_reason else Reason.UNSUPPORTED_STRATEGY
+        return {"status": Status.SKIPPED, "reason": code, "detail": reason}
+
+    def interrupted(partial: BenchmarkResult) -> ScaleInterrupted:
         where = f" in {path}" if path is not None else ""
-        raise ScaleInterrupted(f"interrupted: {len(result.measurements)} measurement(s) saved{where}",
-                               "run `clsbench scale` again with another --output for the rest") from None
-    notify(ProgressEvent("finish", done, total))
-    return result
+        return ScaleInterrupted(f"interrupted: {len(partial.measurements)} measurement(s) saved{where}",
+                                "run `clsbench scale` again with another --output for the rest")
+
+    procedure = Procedure(
+        run_repeat=lambda cell, repeat: run_launch(plan, *cells[cell], repeat, runner=runner),
+        build=lambda cell, records: build_scale_measurement(plan, *cells[cell], records, facts),
+        skip=skip, finalize=finalize, interrupted=interrupted)
+    save = (lambda r: result_io.save(r, path)) if path is not None else (lambda r: None)
+    return measure_all(list(cells), plan.repeats, result, procedure, save=save, progress=execution.progress)
 
 
 def _mode_skip(plan: ScalePlan, environment: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ Typical use inside a workload::
 from __future__ import annotations
 
 from clsbench.errors import InvalidInputError
-from clsbench.system.environment import _parse_device
+from clsbench.system.nvml import cuda_index_of
 from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S, TelemetrySource
 from clsbench.system.telemetry.fake import FakeSource
 from clsbench.system.telemetry.none import NoneSource
@@ -44,7 +44,7 @@ def make_source(device: str, *, interval_s: float = DEFAULT_INTERVAL_S) -> Telem
     if not interval_s > 0:
         raise InvalidInputError(f"telemetry interval must be positive, got {interval_s!r}", hint="e.g. 0.05")
     try:
-        cuda_index = _parse_device(device)
+        cuda_index = cuda_index_of(device)
     except InvalidInputError:
         return NoneSource(f"no GPU telemetry for device {device!r}", interval_s=interval_s)
     if cuda_index is None:

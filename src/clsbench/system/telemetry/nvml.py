@@ -8,77 +8,34 @@ Each series is read by its own guarded call. A call that fails leaves ``None`` f
 will not go away (the GPU or driver does not support the query, no permission, a function this driver or
 nvidia-ml-py lacks) also stops further calls for that series and is recorded in ``series_unavailable``.
 
-The CUDA-index → NVML-device mapping (honouring ``CUDA_VISIBLE_DEVICES``) reuses the helpers of
-``clsbench.system.environment``.
+Opening NVML and the CUDA-index → NVML-device mapping (honouring ``CUDA_VISIBLE_DEVICES``) are
+:mod:`clsbench.system.nvml`'s.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from clsbench.errors import InvalidInputError
+from clsbench.errors import InvalidInputError, short_reason
 from clsbench.results.telemetry import SERIES, make_record
-from clsbench.system.environment import (
-    _exception_reason,
-    _nvml_open,
-    _nvml_reason,
-    _nvml_text,
-    _visible_nvml_indices,
+from clsbench.system.nvml import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    is_permanent,
+    nvml_reason,
+    nvml_text,
+    open_nvml,
+    open_nvml_handle,
+    shutdown,
 )
 from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S
 from clsbench.system.telemetry.none import NoneSource
 
-__all__ = ["NvmlSource", "open_nvml_handle", "resolve_nvml_index", "source_for_cuda_index"]
+__all__ = ["NvmlSource", "source_for_cuda_index"]
 
-_NVML_ERROR_NOT_SUPPORTED = 3  # nvml.h error codes, for a pynvml that lacks the constants
-_NVML_ERROR_NO_PERMISSION = 4
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
 _JOIN_TIMEOUT_MIN_S = 2.0  # one NVML call can take tens of ms on a busy driver; never hang the run for long
-
-
-def resolve_nvml_index(nvml: Any, cuda_index: int) -> tuple[int | None, str]:
-    """Maps CUDA device ``cuda_index`` (as torch counts, after ``CUDA_VISIBLE_DEVICES``) to an NVML index.
-
-    The same rules as ``collect_environment``: indices or ``GPU-`` UUID prefixes in ``CUDA_VISIBLE_DEVICES``, a
-    ``MIG-`` entry is not mapped, and on a machine with mixed GPU models CUDA's default fastest-first order is
-    only trusted when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
-
-    Args:
-        nvml: the initialised pynvml module.
-        cuda_index: the N of ``cuda:N``.
-
-    Returns:
-        ``(nvml_index, "")``, or ``(None, reason)`` when the GPU cannot be told.
-    """
-    try:
-        count = int(nvml.nvmlDeviceGetCount())
-        visible, why = _visible_nvml_indices(nvml, count)
-        if visible is None:
-            return None, why
-        if cuda_index >= len(visible):
-            return None, f"no CUDA device cuda:{cuda_index} ({len(visible)} visible)"
-        if len(visible) > 1 and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-            names = {_nvml_text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in visible}
-            if len(names) > 1:
-                return None, "mixed GPU models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: cannot tell which GPU is meant"
-        return visible[cuda_index], ""
-    except Exception as exc:  # a driver hiccup while mapping: no telemetry, never a failed run
-        return None, f"NVML could not map cuda:{cuda_index}: {_exception_reason(exc)}"
-
-
-def open_nvml_handle(nvml: Any, cuda_index: int) -> tuple[Any, int | None, str]:
-    """``(handle, nvml_index, "")`` for CUDA device ``cuda_index``, or ``(None, None, reason)``."""
-    nvml_index, why = resolve_nvml_index(nvml, cuda_index)
-    if nvml_index is None:
-        return None, None, why
-    try:
-        return nvml.nvmlDeviceGetHandleByIndex(nvml_index), nvml_index, ""
-    except Exception as exc:
-        return None, None, f"NVML could not open GPU {nvml_index}: {_nvml_reason(nvml)(exc)}"
 
 
 def source_for_cuda_index(cuda_index: int, *, interval_s: float = DEFAULT_INTERVAL_S) -> NvmlSource | NoneSource:
@@ -87,7 +44,7 @@ def source_for_cuda_index(cuda_index: int, *, interval_s: float = DEFAULT_INTERV
     NVML is initialised only to resolve the GPU (by UUID, which stays valid however the process enumerates
     devices) and shut down again; ``start()`` opens it anew.
     """
-    nvml, why = _nvml_open()
+    nvml, why = open_nvml()
     if nvml is None:
         return NoneSource(why, interval_s=interval_s)
     try:
@@ -95,15 +52,12 @@ def source_for_cuda_index(cuda_index: int, *, interval_s: float = DEFAULT_INTERV
         if handle is None or nvml_index is None:
             return NoneSource(why, interval_s=interval_s)
         try:
-            uuid: str | None = _nvml_text(nvml.nvmlDeviceGetUUID(handle))
+            uuid: str | None = nvml_text(nvml.nvmlDeviceGetUUID(handle))
         except Exception:  # the index alone still names the GPU within this process
             uuid = None
         return NvmlSource(nvml_index=nvml_index, uuid=uuid, interval_s=interval_s)
     finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # NVML's init count is per process; a failed shutdown only leaks a reference
-            pass
+        shutdown(nvml)
 
 
 class _Series:
@@ -164,7 +118,7 @@ class NvmlSource:
         try:
             self._open()
         except Exception as exc:  # never fail the measurement for telemetry
-            self._unavailable = f"telemetry failed to start: {_exception_reason(exc)}"
+            self._unavailable = f"telemetry failed to start: {short_reason(exc)}"
 
     def stop(self) -> dict:
         """Reads the energy counter, stops and joins the thread, takes a last sample, shuts NVML down.
@@ -178,7 +132,7 @@ class NvmlSource:
             self._record = self._finish()
         except Exception as exc:  # a bug here must cost the telemetry, never the measurement
             self._record = make_record(
-                self.name, self.interval_s, unavailable=f"telemetry failed: {_exception_reason(exc)}"
+                self.name, self.interval_s, unavailable=f"telemetry failed: {short_reason(exc)}"
             )
         return self._record
 
@@ -270,7 +224,7 @@ class NvmlSource:
                 event(handle)
             except Exception as exc:
                 if getattr(exc, "value", None) == getattr(
-                    nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _NVML_ERROR_FUNCTION_NOT_FOUND
+                    nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", NVML_ERROR_FUNCTION_NOT_FOUND
                 ):
                     return lambda: throttle(handle)
         return lambda: event(handle)
@@ -286,7 +240,7 @@ class NvmlSource:
                 return None
             return int(self._energy_read())
         except Exception as exc:
-            self._energy_reason = _nvml_reason(self._nvml)(exc)
+            self._energy_reason = nvml_reason(self._nvml)(exc)
             return None
 
     def _run(self) -> None:
@@ -305,7 +259,7 @@ class NvmlSource:
                 if wait(delay):
                     return
         except Exception as exc:  # a bug must not kill the process; the record says sampling stopped early
-            self._thread_error = f"sampling stopped early: {_exception_reason(exc)}"
+            self._thread_error = f"sampling stopped early: {short_reason(exc)}"
 
     def _sample(self) -> None:
         """One sample: the time, then each series' value or None. Kept tiny: it runs beside the measurement."""
@@ -330,15 +284,10 @@ class NvmlSource:
     def _failed(self, series: _Series, exc: Exception) -> None:
         """Stops calling a query whose failure is permanent; a transient error only loses this sample."""
         nvml = self._nvml
-        permanent = {
-            getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", _NVML_ERROR_NOT_SUPPORTED),
-            getattr(nvml, "NVML_ERROR_NO_PERMISSION", _NVML_ERROR_NO_PERMISSION),
-            getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _NVML_ERROR_FUNCTION_NOT_FOUND),
-        }
-        if isinstance(exc, (AttributeError, TypeError)) or getattr(exc, "value", None) in permanent:
+        if isinstance(exc, TypeError) or is_permanent(nvml, exc):
             series.read = None
             for name in series.names:
-                self._series_unavailable[name] = _nvml_reason(nvml)(exc)
+                self._series_unavailable[name] = nvml_reason(nvml)(exc)
 
     def _finish(self) -> dict:
         thread = self._thread

@@ -1,0 +1,135 @@
+"""What every command shares: one ``error:`` line and exit code per failure, the one progress display, the start
+of a measuring command (device, environment, output path, pre-flight warnings) and its end (saved, indexed)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from clsbench.errors import EXIT_INTERNAL, ClsbenchError, InvalidInputError
+
+
+def fail(message: str, hint: str | None, code: int) -> None:
+    """Print ``error: MESSAGE`` (and ``hint: HINT``) on stderr and exit with ``code``."""
+    click.echo(f"error: {message}", err=True)
+    if hint:
+        click.echo(f"hint: {hint}", err=True)
+    sys.exit(code)
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ClsbenchError into one error line plus a hint and its exit code; anything else is a bug."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ClsbenchError as exc:
+            fail(exc.message, exc.hint, exc.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", None, 130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+            if os.environ.get("CLSBENCH_DEBUG"):
+                raise
+            fail(f"internal error: {type(exc).__name__}: {exc}",
+                 "this is a bug in clsbench; re-run with CLSBENCH_DEBUG=1 for a traceback and report it",
+                 EXIT_INTERNAL)
+
+    return wrapper
+
+
+def duration(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``9`` -> ``9s``."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    """Progress on stderr for every procedure: a live bar on a terminal, one line per repeat otherwise."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.live = sys.stderr.isatty() and not quiet
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, event: Any) -> None:
+        if self.quiet:
+            return
+        eta = "" if event.eta_s is None else f", about {duration(event.eta_s)} left"
+        if self.live:
+            self._live(event, eta)
+            return
+        if event.kind == "repeat":
+            click.echo(f"[{event.done + 1}/{event.total}] {event.cell.label()} repeat {event.repeat}/"
+                       f"{event.repeats}{eta}", err=True)
+        elif event.kind == "measurement" and event.measurement.status != "ok":
+            m = event.measurement
+            click.echo(f"    {m.status}: {m.reason}: {m.detail}", err=True)
+
+    def _live(self, event: Any, eta: str) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        if event.kind == "start":
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[eta]}"), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("starting", total=event.total, eta="")
+        elif self._bar is not None and event.kind == "repeat":
+            self._bar.update(self._task, completed=event.done, eta=eta.lstrip(", "),
+                             description=f"{event.cell.label()} r{event.repeat}/{event.repeats}")
+        elif self._bar is not None and event.kind == "measurement":
+            self._bar.update(self._task, completed=event.done)
+        elif self._bar is not None and event.kind == "finish":
+            self._bar.stop()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def fake_clock(spec: str | None) -> Any:
+    """The clock of the hidden ``--clock fake:1ms[,2ms...]`` testing hook (None: the wall clock)."""
+    from clsbench.measure.clock import make_clock
+
+    try:
+        return make_clock(spec) if spec else None
+    except ValueError as exc:
+        raise InvalidInputError(str(exc), "e.g. --clock fake:1ms") from None
+
+
+def start(device: str, output: str | None) -> tuple[str, dict[str, Any], str]:
+    """Resolve the device, read the environment, choose the output path and print the pre-flight warnings."""
+    from clsbench import api
+
+    resolved = api.resolve_device(device)
+    env = api.environment(resolved)
+    path = output or str(api.default_output_path(resolved))
+    for line in api.preflight_warnings(env):
+        click.echo(f"warning: {line}", err=True)
+    return resolved, env, path
+
+
+def index(path: str, result: Any) -> None:
+    """Add the finished run to the history index; a problem there is a warning, never a failed run."""
+    from clsbench.results import store
+
+    try:
+        store.index_result(path, result)
+    except ClsbenchError as exc:
+        click.echo(f"warning: not indexed in the history ({exc.message}); `clsbench import {path}` adds it later",
+                   err=True)
+
+
+def saved(path: str, result: Any) -> None:
+    """Say where the file is and add it to the history index."""
+    click.echo(f"\nsaved: {path}", err=True)
+    index(path, result)

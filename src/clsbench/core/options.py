@@ -1,0 +1,195 @@
+"""The options every procedure shares, declared once: what a measurement does and how a run executes.
+
+:class:`MeasureOptions` holds what changes the figures (repeats, the stop rule's overrides, input size, timeout,
+compile mode, seed, cuDNN autotuning, telemetry); :class:`Execution` how a procedure runs without changing what it
+measures (isolation, overlapped preparation, the GPU probe, and the testing hooks: a fake clock, a progress
+callback, a pre-read environment). ``run``, ``sweep``, ``tune``, ``diagnose`` and ``scale`` take these two objects;
+the CLI declares their options from the field metadata below (:mod:`clsbench.cli.options`), and every "reproduce
+this" line renders them back with :meth:`MeasureOptions.to_cli_args`. A new option is one field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from clsbench.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from clsbench.core.data_settings import DataSettings
+    from clsbench.core.plan import Cell, RunPlan
+
+#: Seconds a worker (one repeat, compilation included) may take before it is killed and recorded as ``timeout``.
+DEFAULT_TIMEOUT_S = 900.0
+#: The torch.compile mode used when a mode names ``+compile`` without its own.
+DEFAULT_COMPILE_MODE = "default"
+
+
+def _option(flag: str, help: str, *, negative: str | None = None, metavar: str | None = None) -> dict[str, Any]:
+    """Field metadata: the command-line flag, its help text, and for a switch the flag that turns it off."""
+    return {"flag": flag, "help": help, "negative": negative, "metavar": metavar}
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """What every measurement does and when it stops.
+
+    ``warmup``, ``iterations``, ``min_time`` and ``max_time`` override the fields of the workload's stop rule
+    (:class:`~clsbench.core.plan.StopRule`); None keeps the rule's default for the device.
+    """
+
+    repeats: int = field(default=3, metadata=_option("--repeats", "Fresh worker processes per measurement."))
+    warmup: int | None = field(default=None, metadata=_option(
+        "--warmup", "Warm-up iterations (requests) before timing; default: the workload's rule."))
+    iterations: int | None = field(default=None, metadata=_option(
+        "--iterations", "Minimum timed iterations (requests) per repeat; default: the workload's rule."))
+    min_time: float | None = field(default=None, metadata=_option(
+        "--min-time", "Minimum timed seconds per repeat; default: the workload's rule."))
+    max_time: float | None = field(default=None, metadata=_option(
+        "--max-time", "Stop a repeat after this many timed seconds."))
+    input_size: int | None = field(default=None, metadata=_option(
+        "--input-size", "Square input side; default: the model's own (usually 224)."))
+    seed: int = field(default=0, metadata=_option("--seed", "Seed for weights and synthetic data."))
+    compile_mode: str = field(default=DEFAULT_COMPILE_MODE, metadata=_option(
+        "--compile-mode", "torch.compile mode for +compile."))
+    timeout_s: float = field(default=DEFAULT_TIMEOUT_S, metadata=_option(
+        "--timeout", "Seconds before a worker is killed and the repeat recorded as failed (timeout)."))
+    cudnn_benchmark: bool | None = field(default=True, metadata=_option(
+        "--cudnn-benchmark", "Let cuDNN autotune convolution algorithms (in the untimed first iteration).",
+        negative="--no-cudnn-benchmark"))
+    telemetry: bool = field(default=True, metadata=_option(
+        "--telemetry", "On a GPU, sample power, clocks, temperature and throttling over each timed region (NVML).",
+        negative="--no-telemetry"))
+
+    def validate(self) -> MeasureOptions:
+        """Raise InvalidInputError on a value no measurement can use; return self."""
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise InvalidInputError(f"repeats must be >= 1, got {self.repeats}", "e.g. --repeats 3")
+        if not self.timeout_s > 0:
+            raise InvalidInputError("timeout must be > 0 seconds", "e.g. --timeout 600")
+        if self.input_size is not None and not 16 <= self.input_size <= 4096:
+            raise InvalidInputError(f"input size {self.input_size} is out of range",
+                                    "use 16..4096, e.g. --input-size 224")
+        return self
+
+    def stop_overrides(self) -> dict[str, Any]:
+        """The stop-rule fields these options replace, as :meth:`StopRule.with_overrides` takes them."""
+        return {"warmup": self.warmup, "min_iterations": self.iterations, "min_seconds": self.min_time,
+                "max_seconds": self.max_time}
+
+    @classmethod
+    def of_plan(cls, plan: RunPlan, workload: str) -> MeasureOptions:
+        """The options that made ``plan`` (for ``workload``'s stop rule): what a reproduce line must say."""
+        from clsbench.core.plan import default_stop_rules
+
+        device = plan.cells[0].device if plan.cells else "cpu"
+        rule = plan.stop_rules.get(workload)
+        default = default_stop_rules(device).get(workload)
+        overrides: dict[str, Any] = {}
+        if rule is not None and default is not None:
+            overrides = {
+                "warmup": rule.warmup if rule.warmup != default.warmup else None,
+                "iterations": rule.min_iterations if rule.min_iterations != default.min_iterations else None,
+                "min_time": rule.min_seconds if rule.min_seconds != default.min_seconds else None,
+                "max_time": rule.max_seconds if rule.max_seconds is not None
+                and rule.max_seconds != default.max_seconds else None,
+            }
+        return cls(repeats=plan.repeats, timeout_s=plan.timeout_s, compile_mode=plan.compile_mode, seed=plan.seed,
+                   cudnn_benchmark=plan.cudnn_benchmark, telemetry=plan.telemetry, **overrides)
+
+    def to_cli_args(self, *, skip: frozenset[str] = frozenset()) -> list[str]:
+        """The command-line flags that give these options, leaving out defaults (and the fields in ``skip``)."""
+        return _cli_args(self, MeasureOptions(), skip)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a procedure runs, without changing what it measures.
+
+    Attributes:
+        isolation: ``process`` (a fresh worker per repeat; the default) or ``inline`` (this process: debugging
+            and tests only).
+        overlap: on a GPU, prepare the next worker while the current one starts up and warms up
+            (:mod:`clsbench.engine.executor`); recorded in the plan.
+        probe: on a GPU, measure the matmul and copy ceilings first (about 10 s), for MFU against them.
+        clock: the clock the workloads read (a :class:`~clsbench.measure.clock.FakeClock` in tests); None: wall.
+        progress: called with each :class:`~clsbench.engine.events.ProgressEvent`.
+        env: the environment to record; None reads it now.
+    """
+
+    isolation: str = field(default="process", metadata=_option(
+        "--isolation", "process: a fresh worker per repeat; inline: this process (debugging only)."))
+    overlap: bool = field(default=True, metadata=_option(
+        "--overlap", "On a GPU, fork the next worker and build its model while the current one starts up and warms "
+                     "up; it is stopped during the timed region (0.57 s hidden per repeat in the H200 seed suite).",
+        negative="--no-overlap"))
+    probe: bool = field(default=True, metadata=_option(
+        "--probe", "On a GPU, first measure the matmul and copy ceilings (about 10 s), for MFU against them.",
+        negative="--no-probe"))
+    clock: Any = None
+    progress: Any = None
+    env: dict[str, Any] | None = None
+
+    def validate(self) -> Execution:
+        if self.isolation not in ("process", "inline"):
+            raise InvalidInputError(f"unknown isolation {self.isolation!r}", "use process or inline")
+        return self
+
+    def to_cli_args(self) -> list[str]:
+        """The flags that matter to what a reproduce line measures (``--no-overlap``); the rest are left out."""
+        return _cli_args(self, Execution(), frozenset({"isolation", "probe"}))
+
+
+def _cli_args(options: Any, defaults: Any, skip: frozenset[str]) -> list[str]:
+    args: list[str] = []
+    for f in dataclasses.fields(options):
+        flag = f.metadata.get("flag")
+        value = getattr(options, f.name)
+        if flag is None or f.name in skip or value is None or value == getattr(defaults, f.name):
+            continue
+        if isinstance(value, bool):
+            args.append(flag if value else f.metadata["negative"])
+        else:
+            args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
+def data_cli_args(data: DataSettings) -> list[str]:
+    """The ``run`` flags that select the real-data settings ``data``."""
+    from clsbench.core.data_settings import DEFAULT_DATA_TIMEOUT_S
+
+    args = ["--data", data.directory, "--data-source", data.source, "--pipeline", data.pipeline, "--num-workers",
+            str(data.num_workers)]
+    if data.pin_memory:
+        args.append("--pin-memory")
+    if data.persistent_workers:
+        args.append("--persistent-workers")
+    if data.prefetch_factor is not None:
+        args += ["--prefetch-factor", str(data.prefetch_factor)]
+    if not data.prime_cache:
+        args.append("--no-prime-cache")
+    if data.normalize != "worker":
+        args += ["--normalize-on", data.normalize]
+    if data.timeout_s != DEFAULT_DATA_TIMEOUT_S:
+        args += ["--data-timeout", f"{data.timeout_s:g}"]
+    return args
+
+
+def reproduce_command(plan: RunPlan, cell: Cell) -> str:
+    """The ``clsbench run`` command that measures ``cell`` again with ``plan``'s settings (defaults left out).
+
+    A real-data cell adds its data flags; ``run --data`` turns overlapped preparation off by itself, so such a
+    line never says ``--no-overlap``.
+    """
+    args = ["clsbench", "run", "--model", cell.model, "--workload", cell.workload, "--mode", cell.mode,
+            "--batch-size", str(cell.batch_size), "--device", cell.device]
+    if cell.input_size is not None:
+        args += ["--input-size", str(cell.input_size)]
+    args += MeasureOptions.of_plan(plan, cell.workload).to_cli_args()
+    if cell.data is None:
+        args += Execution(overlap=plan.overlap_prepare).to_cli_args()
+    else:
+        args += data_cli_args(cell.data)
+    return " ".join(shlex.quote(a) for a in args)
