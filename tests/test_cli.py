@@ -133,7 +133,7 @@ def test_failed_measurement_exits_4_with_table_and_file(tmp_path: Path):
     assert "Traceback" not in result.output
     row = table_rows(result.stdout)[("clsbench_testmodels:nan_model", "train")]
     assert row[-1] == "FAILED: nan_loss"
-    assert "FAILED  clsbench_testmodels:nan_model train fp32 bs8: nan_loss" in result.stdout
+    assert "FAILED    clsbench_testmodels:nan_model train fp32 bs8: nan_loss" in result.stdout
     stored = result_io.load(out)
     (measurement,) = stored.measurements
     assert (measurement.status, measurement.reason) == ("failed", "nan_loss")

@@ -112,6 +112,8 @@ def test_table_prints_the_specific_advice():
     records = latency_records([2.0] * 60 + [4.0] * 40, [2.0] * 40 + [4.0] * 60, [2.0] * 70 + [2.5] * 30)
     m = build_measurement(LATENCY, records)
     text = table.render(BenchmarkResult(environment={}, settings={}, measurements=(m,)))
-    line = next(x for x in text.splitlines() if x.startswith("UNSTABLE "))
-    assert line.startswith("UNSTABLE clsbench_testmodels:tiny infer-latency fp32 bs1: spread 100.0% over 3 repeats; ")
-    assert line.endswith(TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0))
+    lines = text.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("UNSTABLE "))
+    assert lines[at] == ("UNSTABLE  clsbench_testmodels:tiny infer-latency fp32 bs1: spread 100.0% of p50 latency over "
+                         "3 repeats; up to 100.0% within a repeat (time-varying cause)")
+    assert lines[at + 1].strip() == "what to do: " + TIME_VARYING_ADVICE.format(limit=10.0, drift=100.0)

@@ -32,6 +32,7 @@ from typing import Any
 from clsbench.analysis import stats
 from clsbench.analysis.significance import DEFAULT_ALPHA, TEST_NAME, TestResult, welch_t_test
 from clsbench.core.plan import WORKLOADS
+from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.results.facts import KEY_FIELDS, get_field
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -275,7 +276,7 @@ def metric_of(workload: str) -> tuple[str, bool]:
 
 def per_repeat_values(m: Measurement) -> list[float]:
     """The figure of each ok repeat: p50 of its ``wall_ms`` (infer-latency), else its img/s; finite values only."""
-    ok = [r for r in m.repeats if r.get("status") == "ok" and isinstance(r.get("samples"), dict)]
+    ok = [r for r in m.repeats if r.get("status") == Status.OK and isinstance(r.get("samples"), dict)]
     values: list[float] = []
     if m.workload in LATENCY_WORKLOADS:
         values = [stats.percentile(r["samples"]["wall_ms"], 50.0) for r in ok if r["samples"].get("wall_ms")]
@@ -304,7 +305,7 @@ def figure_of(m: Measurement) -> float | None:
 def cell_of(m: Measurement | None) -> CellValue:
     if m is None:
         return CellValue(status="missing")
-    if m.status != "ok":
+    if m.status != Status.OK:
         return CellValue(status=m.status, reason=m.reason, device=m.device)
     value = figure_of(m)
     if value is None:
@@ -315,7 +316,7 @@ def cell_of(m: Measurement | None) -> CellValue:
 
 def ratio_of(base: CellValue, other: CellValue, higher_is_better: bool, alpha: float) -> Ratio:
     """Speed-up of ``other`` against ``base`` and its verdict (see the module docstring)."""
-    if base.status != "ok" or other.status != "ok" or not base.value or not other.value:
+    if base.status != Status.OK or other.status != Status.OK or not base.value or not other.value:
         return Ratio(None, VERDICT_NA)
     speedup = other.value / base.value if higher_is_better else base.value / other.value
     test = welch_t_test(other.values, base.values, alpha)
@@ -484,7 +485,7 @@ def _pick_train(rows: list[Row]) -> Row | None:
     """Of a model's training rows in one mode, the batch size with the most runs ok (the first on a tie)."""
     if not rows:
         return None
-    return max(rows, key=lambda r: sum(c.status == "ok" for c in r.cells))
+    return max(rows, key=lambda r: sum(c.status == Status.OK for c in r.cells))
 
 
 def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, Measurement]]) -> list[CrossRow]:
@@ -510,7 +511,7 @@ def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, 
             memory, kind = _peak_memory(m_train)
             figures.append(CrossRunFigures(
                 train_img_s=train.cells[i].value if train else None,
-                train_batch_size=train.batch_size if train and train.cells[i].status == "ok" else None,
+                train_batch_size=train.batch_size if train and train.cells[i].status == Status.OK else None,
                 latency_p50_ms=latency.cells[i].value if latency else None,
                 peak_memory_bytes=memory,
                 peak_memory_kind=kind,
@@ -527,7 +528,7 @@ def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, 
 
 
 def _peak_memory(m: Measurement | None) -> tuple[int | None, str | None]:
-    if m is None or m.status != "ok":
+    if m is None or m.status != Status.OK:
         return None, None
     if m.summary.get("peak_memory_allocated_bytes") is not None:
         return m.summary["peak_memory_allocated_bytes"], "allocated"
@@ -537,7 +538,7 @@ def _peak_memory(m: Measurement | None) -> tuple[int | None, str | None]:
 
 
 def _power(m: Measurement | None) -> float | None:
-    if m is None or m.status != "ok":
+    if m is None or m.status != Status.OK:
         return None
     return (m.summary.get("telemetry") or {}).get("power_avg_w")
 
@@ -566,12 +567,12 @@ def lost_measurements(comparison: Comparison) -> list[str]:
     out = []
     missing = dict.fromkeys((run.label for run in comparison.runs[1:]), 0)
     for row in comparison.rows():
-        if row.cells[0].status != "ok":
+        if row.cells[0].status != Status.OK:
             continue
         for run, cell in zip(comparison.runs[1:], row.cells[1:], strict=True):
             if cell.status == "missing":
                 missing[run.label] += 1
-            elif cell.status != "ok":
+            elif cell.status != Status.OK:
                 reason = f": {cell.reason}" if cell.reason else ""
                 out.append(f"{row.label()}: ok in {comparison.runs[0].label}, {cell.status}{reason} in {run.label}")
     for label, count in missing.items():

@@ -20,6 +20,7 @@ from typing import Any
 
 from clsbench.analysis import stats
 from clsbench.core.plan import Cell, StopRule
+from clsbench.core.vocab import Status
 from clsbench.results.schema import Measurement
 
 UNSTABLE_ADVICE = (
@@ -104,7 +105,7 @@ def stop_rule_text(rule: StopRule | dict[str, Any]) -> str:
 
 def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Summary and validity of the ``ok`` records of one measurement (empty summary when none is ok)."""
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if r["status"] == Status.OK]
     if not ok:
         return {}, {"valid": False, "repeats_ok": 0, "repeats_run": len(records)}
     throughputs = [t for t in (_throughput(r) for r in ok) if t is not None]
@@ -289,9 +290,9 @@ TRAIN_BYTES_FACTOR = 3.0
 def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule | None = None,
                       environment: dict[str, Any] | None = None) -> Measurement:
     """Combine the repeat records of ``cell`` into a Measurement; the first non-ok record sets the status."""
-    bad = next((r for r in records if r["status"] != "ok"), None)
+    bad = next((r for r in records if r["status"] != Status.OK), None)
     summary, validity = summarize(records, cell.workload)
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in records if r["status"] == Status.OK]
     if ok:
         summary["flags"] = ok[0].get("flags")
         telemetry = combine_telemetry(ok)
@@ -316,7 +317,7 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
     detail = None
     if bad is not None:
         detail = bad.get("detail") or bad.get("reason")
-        if bad["status"] == "failed":  # a skip is a property of the cell; a failure happened in one repeat
+        if bad["status"] == Status.FAILED:  # a skip is a property of the cell; a failure happened in one repeat
             detail = f"{detail} (repeat {records.index(bad) + 1}/{len(records)})"
     return Measurement(
         model=cell.model,

@@ -19,6 +19,7 @@ from clsbench.cli.common import Progress, fail, handle_errors, saved
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.version import __version__
 
@@ -114,14 +115,13 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
         progress.close()
     click.echo(table.render(result), nl=False)
     saved(path, result)
-    if any(m.status == "failed" for m in result.measurements):
+    if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 
 @main.command()
 @click.argument("files", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
-              show_default=True,
+@click.option("--format", "fmt", default="table", show_default=True,
               help="table: for people; json: the result file(s) as stored; csv, markdown: one flat row per "
                    "measurement, units in the column names.")
 @click.option("--output", "-o", default="-", show_default=True,
@@ -130,39 +130,14 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
 def show(files: tuple[str, ...], fmt: str, output: str) -> None:
     """Print the results of FILE(S), from the files alone (no GPU needed)."""
     from clsbench import api
-    from clsbench.report import export, table
+    from clsbench.procedures.base import sections
+    from clsbench.report import export
+    from clsbench.report.exporters import EXPORTERS
 
     if output != "-":
         export.check_output(output)
     results = [api.load(name) for name in files]
-    if fmt == "json":
-        documents = [result.to_dict() for result in results]
-        text = json.dumps(documents[0] if len(documents) == 1 else documents, indent=1) + "\n"
-    elif fmt in ("csv", "markdown"):
-        text = export.export_results(results, list(files), fmt)
-    else:
-        parts = []
-        for name, result in zip(files, results, strict=True):
-            heading = f"== {name}\n" if len(files) > 1 else ""
-            text = table.render(result)
-            if "sweep" in result.settings:
-                from clsbench.procedures.sweep import analyze_sweep, render_sweep
-
-                text += "\n" + render_sweep(analyze_sweep(result))
-            if "tune" in result.settings:
-                from clsbench.procedures.tune import analyze_tune, render_tune
-
-                text += "\n" + render_tune(analyze_tune(result))
-            if "diagnose" in result.settings:
-                from clsbench.procedures.diagnose import analyze_diagnose, render_diagnose
-
-                text += "\n" + render_diagnose(analyze_diagnose(result))
-            if "scale" in result.settings:
-                from clsbench.procedures.scale import analyze_scale, render_scale
-
-                text += "\n" + render_scale(analyze_scale(result))
-            parts.append(heading + text)
-        text = "\n".join(parts)
+    text = EXPORTERS.get(fmt)(results, list(files), sections)
     if output == "-":
         click.echo(text, nl=False)
     else:

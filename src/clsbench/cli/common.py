@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERNAL, ClsbenchError, InvalidInputError
 
 
@@ -70,7 +71,7 @@ class Progress:
         if event.kind == "repeat":
             click.echo(f"[{event.done + 1}/{event.total}] {event.cell.label()} repeat {event.repeat}/"
                        f"{event.repeats}{eta}", err=True)
-        elif event.kind == "measurement" and event.measurement.status != "ok":
+        elif event.kind == "measurement" and event.measurement.status != Status.OK:
             m = event.measurement
             click.echo(f"    {m.status}: {m.reason}: {m.detail}", err=True)
 

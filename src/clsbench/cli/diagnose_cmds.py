@@ -16,6 +16,7 @@ from clsbench.cli.common import Progress, saved, start
 from clsbench.cli.options import measure_options
 from clsbench.core.data_settings import PIPELINES, SOURCES
 from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
 from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
 
@@ -71,7 +72,7 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
             click.echo(line)
     click.echo(f"(every figure: clsbench show {path})")
     saved(path, outcome.result)
-    if any(m.status == "failed" for m in outcome.result.measurements):
+    if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 

@@ -15,6 +15,7 @@ import click
 from clsbench.cli.common import Progress, saved
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
 from clsbench.procedures.scale.plan import SCALE_OPTIONS
 
@@ -95,7 +96,7 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
         saved(path, result)
     elif not quiet:
         click.echo(f"\nnode {plan.node_rank}: done; the result file is written on node 0", err=True)
-    if any(m.status == "failed" for m in result.measurements):
+    if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 

@@ -16,6 +16,7 @@ import click
 from clsbench.cli.common import Progress, saved, start
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.vocab import Reason, Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.procedures.tune import TUNE_OPTIONS
 
@@ -57,7 +58,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
     click.echo("")
     click.echo(render_sweep(outcome.analysis), nl=False)
     saved(path, outcome.result)
-    if any(m.status == "failed" and m.reason != "oom" for m in outcome.result.measurements):
+    if any(m.status == Status.FAILED and m.reason != Reason.OOM for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from clsbench.core.vocab import Reason, Status
 from clsbench.errors import InvalidInputError
 
 
@@ -57,12 +58,12 @@ def data_failure_record(exc: BaseException) -> dict[str, Any] | None:
     exc = translate_loader_error(exc)
     message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
     if isinstance(exc, PipelineUnsupportedError):
-        return {"status": "skipped", "reason": "unsupported_pipeline", "detail": str(exc)}
+        return {"status": Status.SKIPPED, "reason": Reason.UNSUPPORTED_PIPELINE, "detail": str(exc)}
     if isinstance(exc, DataError):
-        return {"status": "failed", "reason": "data_error", "detail": str(exc)[:500]}
+        return {"status": Status.FAILED, "reason": Reason.DATA_ERROR, "detail": str(exc)[:500]}
     if isinstance(exc, DataLoaderTimeoutError):
-        return {"status": "failed", "reason": "data_loader_timeout", "detail": message}
+        return {"status": Status.FAILED, "reason": Reason.DATA_LOADER_TIMEOUT, "detail": message}
     if isinstance(exc, DataWorkerError):
-        return {"status": "failed", "reason": "data_loader_crash", "detail": message,
+        return {"status": Status.FAILED, "reason": Reason.DATA_LOADER_CRASH, "detail": message,
                 "traceback": traceback.format_exc(limit=8)}
     return None

@@ -22,6 +22,7 @@ import signal
 import time
 from typing import Any
 
+from clsbench.core.vocab import Reason, Status
 from clsbench.engine.worker import Job, execute, worker_main
 
 #: Modules the forkserver imports once, so forked workers start with them loaded (import errors are ignored).
@@ -93,10 +94,10 @@ class _Worker:
         self.process.join(1.0)
         code = self.process.exitcode
         if code is None:
-            return {"status": "failed", "reason": "timeout",
+            return {"status": Status.FAILED, "reason": Reason.TIMEOUT,
                     "detail": f"no result within {timeout_s:g} s; the worker was killed"}
         what = f"signal {-code}" if code < 0 else f"exit code {code}"
-        return {"status": "failed", "reason": "crash", "detail": f"worker process died ({what}) without a result"}
+        return {"status": Status.FAILED, "reason": Reason.CRASH, "detail": f"worker process died ({what}) without a result"}
 
 
 class ProcessExecutor:

@@ -41,9 +41,11 @@ from typing import Any
 from clsbench.core.data_settings import PIPELINES, DataSettings
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, StopRule
+from clsbench.core.vocab import Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
+from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.report.table import fmt_rate, render_rows
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement, data_label
@@ -257,7 +259,7 @@ def _number(value: Any) -> float | None:
 def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> dict[str, Any]:
     s = m.summary or {}
     d = s.get("data") or {}
-    rate = _number(s.get("throughput_img_s")) if m.status == "ok" else None
+    rate = _number(s.get("throughput_img_s")) if m.status == Status.OK else None
     label = data_label(m.data) if m.data is not None else None
     return {
         "label": label or "synthetic",
@@ -359,7 +361,7 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
     synthetic = next((m for m in measurements if m.data is None), None)
     ceiling = None
     ceiling_bound = None
-    if synthetic is not None and synthetic.status == "ok":
+    if synthetic is not None and synthetic.status == Status.OK:
         ceiling = _number(synthetic.summary.get("throughput_img_s"))
         ceiling_bound = (synthetic.summary.get("efficiency") or {}).get("bound_by")
     default_label = facts.get("default")
@@ -428,7 +430,7 @@ def _pct(value: float | None) -> str:
 
 
 def _status(row: dict[str, Any]) -> str:
-    if row["status"] == "ok":
+    if row["status"] == Status.OK:
         return "ok"
     return f"{row['status'].upper()}: {row['reason']}"
 
@@ -505,3 +507,6 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
     if analysis.get("quick"):
         lines.append("note: --quick: short measurement windows; rerun without it before trusting small differences")
     return "\n".join(lines) + "\n"
+
+
+PROCEDURES.register("diagnose", ProcedureView("diagnose", lambda result: render_diagnose(analyze_diagnose(result))))

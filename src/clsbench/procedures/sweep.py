@@ -30,19 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clsbench.analysis.knee import DEFAULT_KNEE_FRACTION, knee
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import MAX_BATCH_SIZE, Cell, validate_batch_size
+from clsbench.core.vocab import Reason, Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
+from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.report.table import fmt_ms, fmt_rate, render_rows
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.system.machine import resolve_device, run_facts
-
-#: The knee rule's default: the smallest batch reaching 90% of the best throughput (the rule the issue's seed
-#: articles use for the "sweet spot"; configurable with ``knee_fraction`` / ``--knee``).
-DEFAULT_KNEE_FRACTION = 0.9
 
 #: Automatic growth continues only while a doubling raises the best throughput seen by at least this fraction.
 #: 3% is about three times the spread of batch >= 64 throughput between fresh processes on the H200 (<= 0.91%,
@@ -156,7 +155,7 @@ class _Growth:
 
 
 def _throughput(m: Measurement) -> float:
-    value = m.summary.get("throughput_img_s") if m.status == "ok" else None
+    value = m.summary.get("throughput_img_s") if m.status == Status.OK else None
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
@@ -251,7 +250,7 @@ def _grow(measure: Any, max_batch: int) -> str:
     size, last_ok, best, best_size, strikes = AUTO_START_BATCH, None, 0.0, AUTO_START_BATCH, 0
     while True:
         point = one(size)
-        if point.status != "ok":
+        if point.status != Status.OK:
             stopped_by = point.reason or point.status
             break
         throughput = _throughput(point)
@@ -267,7 +266,7 @@ def _grow(measure: Any, max_batch: int) -> str:
             return "max_batch"
         size *= AUTO_GROWTH_FACTOR
 
-    if last_ok is None or point.status == "skipped":
+    if last_ok is None or point.status == Status.SKIPPED:
         return stopped_by  # nothing ran at all (the first size failed, or the mode cannot run here)
     if stopped_by == "plateau":
         # The rise ended between the last size that raised the best and the next one: look in between.
@@ -284,7 +283,7 @@ def _grow(measure: Any, max_batch: int) -> str:
         mid = (low + high) // 2
         if mid <= low:
             break
-        if one(mid).status == "ok":
+        if one(mid).status == Status.OK:
             low = mid
         else:
             high = mid
@@ -352,7 +351,7 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
     fraction = validate_knee_fraction(knee_fraction if knee_fraction is not None else
                                       facts.get("knee_fraction", DEFAULT_KNEE_FRACTION))
     points = sorted((_point(m) for m in measurements), key=lambda p: p["batch_size"])
-    ok = [p for p in points if p["status"] == "ok" and p["throughput_img_s"] is not None]
+    ok = [p for p in points if p["status"] == Status.OK and p["throughput_img_s"] is not None]
     first = measurements[0] if measurements else None
     workload = facts.get("workload") or (first.workload if first else None)
     out: dict[str, Any] = {
@@ -366,18 +365,17 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
         "points": points,
         "best": None,
         "knee": None,
-        "largest_fitting_batch": max((p["batch_size"] for p in points if p["status"] == "ok"), default=None),
-        "smallest_oom_batch": min((p["batch_size"] for p in points if p["reason"] == "oom"), default=None),
+        "largest_fitting_batch": max((p["batch_size"] for p in points if p["status"] == Status.OK), default=None),
+        "smallest_oom_batch": min((p["batch_size"] for p in points if p["reason"] == Reason.OOM), default=None),
         "latency_throughput_curve": None,
         "still_rising": None,
     }
     if ok:
         best = max(ok, key=lambda p: (p["throughput_img_s"], -p["batch_size"]))
         out["best"] = {"batch_size": best["batch_size"], "throughput_img_s": best["throughput_img_s"]}
-        threshold = fraction * best["throughput_img_s"]
-        knee = min((p for p in ok if p["throughput_img_s"] >= threshold), key=lambda p: p["batch_size"])
-        out["knee"] = {"batch_size": knee["batch_size"], "throughput_img_s": knee["throughput_img_s"],
-                       "fraction_of_best": knee["throughput_img_s"] / best["throughput_img_s"],
+        knee_batch, knee_rate = knee([(p["batch_size"], p["throughput_img_s"]) for p in ok], fraction) or (0, 0.0)
+        out["knee"] = {"batch_size": knee_batch, "throughput_img_s": knee_rate,
+                       "fraction_of_best": knee_rate / best["throughput_img_s"],
                        "rule": f"smallest batch reaching >= {fraction:g} of the best throughput"}
         ordered = sorted(ok, key=lambda p: p["batch_size"])
         if len(ordered) >= 2 and ordered[-1] is best and ordered[-2]["throughput_img_s"]:
@@ -431,7 +429,7 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     rows = []
     for p in analysis.get("points", []):
         share = "-"
-        if best and p["status"] == "ok" and p["throughput_img_s"] is not None:
+        if best and p["status"] == Status.OK and p["throughput_img_s"] is not None:
             share = f"{100.0 * p['throughput_img_s'] / best['throughput_img_s']:.0f}%"
         notes = []
         if knee and p["batch_size"] == knee["batch_size"]:
@@ -440,8 +438,8 @@ def render_sweep(analysis: dict[str, Any]) -> str:
             notes.append("best")
         if p["batch_size"] == analysis.get("largest_fitting_batch"):
             notes.append("largest fit")
-        status = p["status"] if p["status"] == "ok" else f"{p['status'].upper()}: {p['reason']}"
-        if p["status"] == "ok" and p["unstable"]:
+        status = p["status"] if p["status"] == Status.OK else f"{p['status'].upper()}: {p['reason']}"
+        if p["status"] == Status.OK and p["unstable"]:
             status = "UNSTABLE"
         rows.append((str(p["batch_size"]), fmt_rate(p["throughput_img_s"]), share, fmt_ms(p["latency_p50_ms"]),
                      fmt_ms(p["latency_p99_ms"]), _mem(p),
@@ -486,3 +484,6 @@ def render_sweep(analysis: dict[str, Any]) -> str:
             for c in curve], {"batch", "p99 ms", "img/s"})
         lines += ["  " + line for line in table]
     return "\n".join(lines) + "\n"
+
+
+PROCEDURES.register("sweep", ProcedureView("sweep", lambda result: render_sweep(analyze_sweep(result))))

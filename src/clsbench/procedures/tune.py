@@ -45,9 +45,11 @@ from typing import Any
 
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, TrainSettings
+from clsbench.core.vocab import Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
+from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.procedures.sweep import AUTO_MIN_GAIN, parse_batch_sizes
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -226,7 +228,7 @@ def candidate_figures(m: Measurement, workload: str) -> dict[str, Any]:
     if memory is None:
         memory, memory_kind = s.get("host_peak_rss_bytes"), "worker peak RSS"
     limited_latency = p50 if workload == "infer-latency" else p99
-    if m.status != "ok":
+    if m.status != Status.OK:
         score = None
     elif workload == "infer-latency":
         score = 1000.0 / p50 if p50 else None
@@ -662,7 +664,7 @@ class _Search:
                 previous = [f["score"] for f in map(self.figures, self.points[m.mode]) if f["score"] is not None]
                 self.points[m.mode].append(m)
                 f = self.figures(m)
-                if m.status != "ok" or limit_violations(f, self.limits) or index == len(sizes) - 1:
+                if m.status != Status.OK or limit_violations(f, self.limits) or index == len(sizes) - 1:
                     continue
                 if not explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
                     continue  # throughput stopped rising: larger batches only cost memory and latency
@@ -671,7 +673,7 @@ class _Search:
 
     def family_point(self, family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
         """The family's best point within the limits; else its smallest ok batch (most likely to fit)."""
-        ok = [m for m in [*self.points[family], *extra] if m.status == "ok"]
+        ok = [m for m in [*self.points[family], *extra] if m.status == Status.OK]
         within = [m for m in ok if not limit_violations(self.figures(m), self.limits)]
         if within:
             return max(within, key=lambda m: self.figures(m)["score"] or 0.0)
@@ -793,11 +795,11 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
             continue
         f = candidate_figures(m, workload or m.workload)
-        f["violations"] = limit_violations(f, limits) if m.status == "ok" else []
+        f["violations"] = limit_violations(f, limits) if m.status == Status.OK else []
         f["correctness"] = checks.get((m.mode, m.batch_size))
         if m.mode == "fp32" and f["correctness"] is None and guard:
             f["correctness"] = {"ok": True, "reason": None, "error": 0.0, "reference": True}
-        if m.status != "ok":
+        if m.status != Status.OK:
             f["verdict"] = m.status
         elif f["violations"]:
             f["verdict"] = "over limit"
@@ -827,7 +829,7 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
                                                    facts.get("input_size")))
     closest = None
     if winner is None:
-        pool = [f for f in candidates if f["status"] == "ok" and f["verdict"] != "rejected"]
+        pool = [f for f in candidates if f["status"] == Status.OK and f["verdict"] != "rejected"]
         if pool:
             closest = min(pool, key=lambda f: (_overshoot(f, limits), -(f["score"] or 0.0)))
     return {
@@ -872,7 +874,7 @@ def no_winner_message(analysis: dict[str, Any]) -> tuple[str, str]:
     candidates = analysis.get("candidates") or []
     closest = analysis.get("closest")
     text = _limits_text(limits, analysis.get("workload"))
-    if not any(f["status"] == "ok" for f in candidates):
+    if not any(f["status"] == Status.OK for f in candidates):
         reasons = sorted({f"{f['status']}: {f['reason']}" for f in candidates})
         return (f"no configuration ran successfully ({'; '.join(reasons) or 'nothing measured'})",
                 "see the table and each failure's reason; `clsbench run` one mode to investigate")
@@ -915,7 +917,7 @@ def render_tune(analysis: dict[str, Any]) -> str:
     for f in analysis.get("candidates") or []:
         correctness = f.get("correctness")
         if correctness is None:
-            outputs = "-" if f["status"] == "ok" else ""
+            outputs = "-" if f["status"] == Status.OK else ""
         elif correctness.get("reference"):
             outputs = "reference"
         elif correctness.get("error") is None:
@@ -980,3 +982,5 @@ __all__ = [
     "validate_limit",
 ]
 
+
+PROCEDURES.register("tune", ProcedureView("tune", lambda result: render_tune(analyze_tune(result))))

@@ -33,6 +33,7 @@ from clsbench.analysis.compare import (
     format_ratio,
 )
 from clsbench.analysis.significance import format_p
+from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results.facts import get_field
 from clsbench.results.io import jsonable, write_text_atomic
@@ -105,7 +106,7 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
         "reason": m.reason,
         "throughput_img_s": s.get("throughput_img_s"),
         "spread_pct": s.get("spread_pct"),
-        "unstable": s.get("unstable") if m.status == "ok" else None,
+        "unstable": s.get("unstable") if m.status == Status.OK else None,
         "latency_p50_ms": latency.get("p50"),
         "latency_p90_ms": latency.get("p90"),
         "latency_p99_ms": latency.get("p99"),
@@ -242,7 +243,7 @@ def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
                     "batch_size": row.batch_size, "run": run.name, "run_label": run.label,
                     "hardware": run.hardware, "device": cell.device, "status": cell.status, "reason": cell.reason,
                     "value": cell.value, "repeats": len(cell.values) if cell.values else None,
-                    "cv_pct": cell.cv_pct, "unstable": cell.unstable if cell.status == "ok" else None,
+                    "cv_pct": cell.cv_pct, "unstable": cell.unstable if cell.status == Status.OK else None,
                     "speedup_vs_first": ratio.speedup if ratio else None,
                     "slowdown_pct": ratio.slowdown_pct if ratio else None,
                     "verdict": ratio.verdict if ratio else None,
@@ -266,8 +267,8 @@ def _fmt_figure(metric: str, value: float | None) -> str:
 def _fmt_cell(metric: str, cell: CellValue) -> str:
     if cell.status == "missing":
         return "missing"
-    if cell.status != "ok":
-        label = "FAILED" if cell.status == "failed" else cell.status
+    if cell.status != Status.OK:
+        label = "FAILED" if cell.status == Status.FAILED else cell.status
         return f"{label}: {cell.reason}" if cell.reason else label
     text = _fmt_figure(metric, cell.value)
     cv = cell.cv_pct

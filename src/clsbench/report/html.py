@@ -31,16 +31,13 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from clsbench.analysis.summary import drift_is_time_varying
+from clsbench.analysis.knee import DEFAULT_KNEE_FRACTION, knee
+from clsbench.analysis.warnings import findings, grouped, preflight_findings
+from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.report import table
 from clsbench.report.table import fmt_ms, fmt_rate
 from clsbench.results.schema import BenchmarkResult, Measurement
-
-#: A sweep's knee: the smallest batch size whose throughput reaches this fraction of the sweep's best. 90% is the
-#: usual "diminishing returns" cut: beyond it, a larger batch buys at most another 10% while costing memory and
-#: latency.
-KNEE_FRACTION = 0.9
 
 #: Most points drawn per curve; longer series are thinned evenly (first and last point kept).
 MAX_POINTS_PER_CURVE = 2000
@@ -113,7 +110,7 @@ def _chunks(items: Sequence[Any], size: int = MAX_CURVES_PER_CHART) -> list[Sequ
 
 
 def _ok(m: Measurement) -> bool:
-    return m.status == "ok"
+    return m.status == Status.OK
 
 
 def _rate(m: Measurement) -> float | None:
@@ -307,19 +304,6 @@ def _patch(color: str, label: str) -> Any:
 # -------------------------------------------------------------------------------------------- batch sweeps
 
 
-def knee(points: Sequence[tuple[int, float]], fraction: float = KNEE_FRACTION) -> tuple[int, float] | None:
-    """The smallest batch size whose throughput reaches ``fraction`` of the best, as (batch size, img/s).
-
-    Args:
-        points: (batch size, img/s) pairs, in any order.
-        fraction: share of the best throughput that counts as "reached" (see :data:`KNEE_FRACTION`).
-    """
-    if not points:
-        return None
-    best = max(v for _, v in points)
-    return min(((b, v) for b, v in points if v >= fraction * best), key=lambda p: p[0])
-
-
 def _sweeps(runs: list[_Run]) -> list[dict[str, Any]]:
     """Every (run, model, workload, mode) measured at two or more batch sizes."""
     many = len(runs) > 1
@@ -335,7 +319,8 @@ def _sweeps(runs: list[_Run]) -> list[dict[str, Any]]:
                 continue
             points = sorted(by_batch.items())
             # A sweep file stores the knee rule it was run with (`clsbench sweep --knee`); use that one.
-            fraction = float((run.result.settings.get("sweep") or {}).get("knee_fraction") or KNEE_FRACTION)
+            sweep_facts = run.result.settings.get("sweep") or {}
+            fraction = float(sweep_facts.get("knee_fraction") or DEFAULT_KNEE_FRACTION)
             knee_b, knee_v = knee(points, fraction) or (None, None)
             best_b, best_v = max(points, key=lambda p: p[1])
             out.append({
@@ -380,7 +365,7 @@ def _sweep_charts(sweeps: list[dict[str, Any]], figs: _Figures) -> list[dict[str
             ax.set_title(title)
             ax.legend(loc="lower right")
             charts.append({"title": title, "svg": figs.svg(fig),
-                           "caption": f"★ knee: the smallest batch reaching {KNEE_FRACTION:.0%} of the best."})
+                           "caption": f"★ knee: the smallest batch reaching {DEFAULT_KNEE_FRACTION:.0%} of the best."})
     return charts
 
 
@@ -390,7 +375,7 @@ def _sweep_charts(sweeps: list[dict[str, Any]], figs: _Figures) -> list[dict[str
 def _wall_samples(m: Measurement) -> list[float]:
     pooled: list[float] = []
     for r in m.repeats:
-        if r.get("status", "ok") != "ok":
+        if r.get("status", "ok") != Status.OK:
             continue
         samples = r.get("samples") if isinstance(r.get("samples"), dict) else {}
         pooled.extend(v for v in (_num(x) for x in samples.get("wall_ms") or ()) if v is not None and v > 0)
@@ -588,64 +573,17 @@ def _roofline(runs: list[_Run], figs: _Figures) -> tuple[list[dict[str, Any]], l
 
 
 #: What to do about each kind of warning, said once per kind rather than after every line.
-ADVICE = {
-    "FAILED": "the reason and the error are recorded per measurement; an oom asks for a smaller batch size",
-    "SKIPPED": "the mode or batch size does not apply to this workload or device; nothing was measured",
-    "UNSTABLE": "results moved by more than 10% between fresh processes. Where the speed also moved within a repeat "
-                "(time-varying cause), the host or the clocks changed during the run: measure on a quiet host, check "
-                "clocks (`clsbench env`), take a launch-bound cell's host out of the loop (+cudagraph, +compile) or "
-                "raise --min-time; where each repeat was steady (per-process cause), raise --repeats and try "
-                "--no-cudnn-benchmark",
-    "THROTTLED": "the figure is what a throttled card delivers: check cooling and the power limit (`clsbench env`)",
-    "NOTE": "a repeat stopped at its maximum before the stop rule held: raise --max-time",
-    "PRE-FLIGHT": "the machine was not in a clean state before measuring: see the pre-flight checks of the run",
-}
-
-
 def _warnings(runs: list[_Run]) -> list[dict[str, Any]]:
-    """Failures, skips, instability, throttling, unmet stop rules and pre-flight problems, grouped by kind.
-
-    Returns one group per kind present, in the order of :data:`ADVICE`, each with its advice said once (the
-    run's own advice where it recorded one) and its items in file order.
-    """
-    items: dict[str, list[dict[str, str]]] = {kind: [] for kind in ADVICE}
-    advice = dict(ADVICE)
+    """Failures, skips, instability, throttling, unmet stop rules and pre-flight problems
+    (:mod:`clsbench.analysis.warnings`), grouped by kind, each group's advice said once."""
+    found = []
     for run in runs:
-        for m in run.measurements:
-            s, v = m.summary, m.validity
-            if m.status == "failed":
-                items["FAILED"].append({"run": run.tag, "label": _label(m), "text": f"{m.reason}: {m.detail or ''}"})
-            elif m.status == "skipped":
-                items["SKIPPED"].append({"run": run.tag, "label": _label(m),
-                                         "text": f"{m.reason}: {m.detail or ''}"})
-            elif s.get("unstable"):
-                spread = _num(s.get("spread_pct"))
-                spread_text = "-" if spread is None else f"{spread:.1f}%"
-                text = (f"spread {spread_text} of {s.get('spread_metric') or 'the figure'} over {s.get('repeats')} "
-                        "repeats")
-                drift = _num(s.get("within_repeat_drift_pct_max"))
-                if drift is not None and spread is not None:
-                    cause = ("time-varying cause" if drift_is_time_varying(drift, spread)
-                             else "steady repeats: per-process cause")
-                    text += f"; up to {drift:.1f}% within a repeat ({cause})"
-                items["UNSTABLE"].append({"run": run.tag, "label": _label(m), "text": text})
-                # One advice for the group: a run's own, unless its cells differ in cause (then each item says it).
-                if v.get("advice") and not items["UNSTABLE"][1:] and drift is None:
-                    advice["UNSTABLE"] = str(v["advice"])
-            elif v.get("throttled"):
-                items["THROTTLED"].append({"run": run.tag, "label": _label(m),
-                                           "text": str(v.get("throttle_summary") or "throttling seen")})
-            elif not v.get("stop_rule_met", True):
-                items["NOTE"].append({"run": run.tag, "label": _label(m),
-                                      "text": f"stop rule not met ({v.get('stop_rule', '')})"})
-        checks = run.result.environment.get("preflight")
-        for check in checks if isinstance(checks, list) else ():
-            # Pre-flight statuses are ok | warn | info | unavailable (clsbench.system.preflight); only "warn" is a problem.
-            if isinstance(check, dict) and check.get("status") == "warn":
-                items["PRE-FLIGHT"].append({"run": run.tag, "label": str(check.get("check")),
-                                            "text": f"{check.get('status')}: {check.get('message')}"})
-    return [{"kind": kind, "css": kind.lower().replace("pre-flight", "note"), "advice": advice[kind],
-             "items": found} for kind, found in items.items() if found]
+        found += findings(run.measurements, label=_label, run=run.tag)
+        found += preflight_findings(run.result.environment, run=run.tag)
+    return [{"kind": group.kind, "css": group.kind.lower().replace("pre-flight", "note"),
+             "advice": " ".join(group.advice),
+             "items": [{"run": f.run, "label": f.label, "text": f.text} for f in group.findings]}
+            for group in grouped(found)]
 
 
 # -------------------------------------------------------------------------------------------- environment
@@ -708,7 +646,7 @@ def _summary(run: _Run) -> dict[str, Any]:
     for m in measurements:
         cells = list(table.row(m))
         status = cells[-1]
-        css = "failed" if m.status == "failed" else "skipped" if m.status == "skipped" else \
+        css = "failed" if m.status == Status.FAILED else "skipped" if m.status == Status.SKIPPED else \
             "unstable" if m.summary.get("unstable") else "throttled" if m.validity.get("throttled") else "ok"
         rows.append({"cells": cells, "status": status, "css": css})
     measured = [m for m in measurements if _ok(m)]
@@ -717,8 +655,8 @@ def _summary(run: _Run) -> dict[str, Any]:
         "total": len(measurements),
         "ok": sum(_ok(m) for m in measurements),
         "unstable": sum(bool(m.summary.get("unstable")) for m in measurements),
-        "failed": sum(m.status == "failed" for m in measurements),
-        "skipped": sum(m.status == "skipped" for m in measurements),
+        "failed": sum(m.status == Status.FAILED for m in measurements),
+        "skipped": sum(m.status == Status.SKIPPED for m in measurements),
     }
     software = run.result.environment.get("software")
     software = software if isinstance(software, dict) else {}
@@ -778,7 +716,7 @@ def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> s
         "throughput": throughput,
         "sweeps": sweeps,
         "sweep_charts": sweep_charts,
-        "knee_pct": f"{KNEE_FRACTION:.0%}",
+        "knee_pct": f"{DEFAULT_KNEE_FRACTION:.0%}",
         "latency": latency,
         "power": power,
         "roofline": roofline,

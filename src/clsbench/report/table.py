@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from clsbench.analysis.warnings import findings, grouped
+from clsbench.core.vocab import Status
 from clsbench.results.schema import BenchmarkResult, Measurement
 
 MIB = 1024 * 1024
@@ -40,7 +42,7 @@ def _fmt_mem(m: Measurement) -> str:
 
 
 def _status(m: Measurement) -> str:
-    if m.status != "ok":
+    if m.status != Status.OK:
         return f"{m.status.upper()}: {m.reason}"
     if m.summary.get("unstable"):
         return "UNSTABLE"
@@ -134,28 +136,14 @@ def has_efficiency(measurements: Sequence[Measurement]) -> bool:
 
 
 def warnings(measurements: Sequence[Measurement]) -> list[str]:
-    """Every failure, skip and instability, in words, with what to do about it."""
-    out = []
-    for m in measurements:
-        label = f"{m.model} {workload_text(m)} {m.mode} bs{m.batch_size}"
-        if m.status == "failed":
-            out.append(f"FAILED  {label}: {m.reason}: {m.detail}")
-        elif m.status == "skipped":
-            out.append(f"skipped {label}: {m.detail}")
-        elif m.summary.get("unstable"):
-            spread = m.summary.get("spread_pct") or 0.0
-            text = (f"UNSTABLE {label}: spread {spread:.1f}% over {m.summary.get('repeats')} repeats; "
-                    f"{m.validity.get('advice', '')}")
-            if m.validity.get("host_cpu_contention"):
-                text += f" Host CPU contention seen: {m.validity['host_cpu_contention']}."
-            out.append(text)
-        elif m.validity.get("throttled"):
-            out.append(f"THROTTLED {label}: {m.validity.get('throttle_summary')}; the figure is what a throttled card "
-                       "delivers: check cooling and the power limit (`clsbench env`)")
-        elif not m.validity.get("stop_rule_met", True):
-            out.append(f"note    {label}: stopped by a maximum before the stop rule held "
-                       f"({m.validity.get('stop_rule', '')}); raise --max-time")
-    return out
+    """Every failure, skip, instability, throttling and unmet stop rule in words (:mod:`clsbench.analysis.warnings`),
+    grouped by kind, each group followed by what to do about it, said once."""
+    lines = []
+    for group in grouped(findings(measurements)):
+        for finding in group.findings:
+            lines.append(f"{group.kind:<9} {finding.label}: {finding.text}")
+        lines += [f"{'':<9} what to do: {advice}" for advice in group.advice]
+    return lines
 
 
 def header_line(result: BenchmarkResult) -> str:
@@ -184,13 +172,13 @@ def render(result: BenchmarkResult) -> str:
         lines.append("(no measurements)")
         return "\n".join(lines) + "\n"
     lines.extend(render_rows(COLUMNS, [row(m) for m in measurements]))
-    ok = sum(m.status == "ok" for m in measurements)
+    ok = sum(m.status == Status.OK for m in measurements)
     unstable = sum(bool(m.summary.get("unstable")) for m in measurements)
     counts = f"{len(measurements)} measurements: {ok} ok, {unstable} unstable, " \
              f"{sum(m.status == 'failed' for m in measurements)} failed, " \
              f"{sum(m.status == 'skipped' for m in measurements)} skipped"
     lines += ["", counts]
-    measured = [m for m in measurements if m.status == "ok"]
+    measured = [m for m in measurements if m.status == Status.OK]
     if has_efficiency(measured):
         lines += ["", "power and efficiency (MFU against the datasheet peak; in brackets against the measured "
                   "`clsbench probe` peak)", ""]
@@ -224,7 +212,7 @@ def data_rows(measurements: Sequence[Any]) -> list[tuple[str, ...]]:
     rows = []
     for m in measurements:
         d = (m.summary or {}).get("data")
-        if m.status != "ok" or not d:
+        if m.status != Status.OK or not d:
             continue
         idle_by = {"cuda_events": "GPU events", "host": "host"}.get(d.get("idle_method") or "", "-")
         rows.append((m.model, m.mode, str(m.batch_size), d.get("label") or "-",

@@ -36,6 +36,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_FILE, ClsbenchError, InvalidInputError, ResultFileError
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -295,7 +296,7 @@ def history(db: str | Path | None = None, *, model: str | None = None, gpu: str 
                 rows = [dict(r) for r in conn.execute(
                     "SELECT * FROM measurements WHERE run_id = ? ORDER BY ordinal", (run["run_id"],))]
                 run["models"] = list(dict.fromkeys(r["model"] for r in rows))
-                run["headline"] = next((_public(r) for r in rows if r["status"] == "ok"
+                run["headline"] = next((_public(r) for r in rows if r["status"] == Status.OK
                                         and (model is None or _match(model, r["model"], False))), None)
     return runs
 
@@ -389,10 +390,10 @@ def _run_row(run_id: str, path: Path, result: BenchmarkResult) -> dict[str, Any]
         "git_commit": _text(_get(env, "clsbench", "git_commit")),
         "suite": _text(result.settings.get("suite")),
         "measurements": len(measurements),
-        "ok": sum(m.status == "ok" for m in measurements),
-        "failed": sum(m.status == "failed" for m in measurements),
-        "skipped": sum(m.status == "skipped" for m in measurements),
-        "unstable": sum(m.status == "ok" and _get(m.summary, "unstable") is True for m in measurements),
+        "ok": sum(m.status == Status.OK for m in measurements),
+        "failed": sum(m.status == Status.FAILED for m in measurements),
+        "skipped": sum(m.status == Status.SKIPPED for m in measurements),
+        "unstable": sum(m.status == Status.OK and _get(m.summary, "unstable") is True for m in measurements),
         "imported_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 

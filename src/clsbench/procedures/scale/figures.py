@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any
 
 from clsbench.analysis import stats
+from clsbench.core.vocab import Status
 from clsbench.procedures.scale.merge import rank_step_ms
 from clsbench.report.table import MIB, fmt_rate, render_rows
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -57,7 +58,7 @@ def scale_figures(records: list[dict[str, Any]], *, strategy: str, gpus: int, nn
         "scaling_efficiency": None,
         "scaling_baseline": None,
     }
-    ok = [r for r in records if r.get("status") == "ok" and r.get("ranks")]
+    ok = [r for r in records if r.get("status") == Status.OK and r.get("ranks")]
     if not ok:
         return out
     per_repeat = [rank_step_ms(r) for r in ok]
@@ -111,7 +112,7 @@ def finalize(result: BenchmarkResult) -> BenchmarkResult:
 
 def efficiencies(measurements: tuple[Measurement, ...] | list[Measurement]) -> dict[tuple, dict[str, Any]]:
     """Scaling efficiency of every ok scale measurement against its strategy's baseline (pure)."""
-    ok = [m for m in measurements if m.status == "ok" and m.summary.get("strategy") and m.summary.get("gpus")
+    ok = [m for m in measurements if m.status == Status.OK and m.summary.get("strategy") and m.summary.get("gpus")
           and m.summary.get("throughput_img_s")]
     out: dict[tuple, dict[str, Any]] = {}
     by_strategy: dict[str, list[Measurement]] = {}
@@ -202,7 +203,7 @@ def _row(row: dict[str, Any]) -> tuple[str, ...]:
     mem = "-" if memory is None else f"{memory / MIB:,.0f} MiB" + (" rss" if row["memory_kind"] ==
                                                                     "host_peak_rss_bytes" else "")
     spread = row["rank_spread_pct"]
-    status = "ok" if row["status"] == "ok" else f"{row['status'].upper()}: {row['reason']}"
+    status = "ok" if row["status"] == Status.OK else f"{row['status'].upper()}: {row['reason']}"
     return (
         row["strategy"],
         "-" if row["gpus"] is None else str(row["gpus"]),

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from clsbench.analysis import stats
+from clsbench.core.vocab import Status
 
 #: Failure reasons of a rank that keep their name in the measurement; any other failure is ``rank_failed``.
 KEPT_REASONS = frozenset({"oom", "nan_loss", "compile_error", "model_error"})
@@ -52,7 +53,7 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def _failed(reason: str, detail: str, launch: dict[str, Any], log: list[str], **extra: Any) -> dict[str, Any]:
-    return {"status": "failed", "reason": reason, "detail": detail, "launch": launch, "log_tail": log, **extra}
+    return {"status": Status.FAILED, "reason": reason, "detail": detail, "launch": launch, "log_tail": log, **extra}
 
 
 def merge_launch(records: dict[int, dict[str, Any]], *, expected_ranks: list[int], launch: dict[str, Any],
@@ -67,12 +68,12 @@ def merge_launch(records: dict[int, dict[str, Any]], *, expected_ranks: list[int
         log_tail: the last lines of the launcher's output.
         timeout_s: the launch's time limit, for the timeout's detail.
     """
-    bad = [r for r in records.values() if r.get("status") != "ok"]
+    bad = [r for r in records.values() if r.get("status") != Status.OK]
     if bad:
         first = min(bad, key=lambda r: (r.get("failed_at") or float("inf"), r.get("rank", 0)))
         where = f"rank {first.get('rank')}" + (f" ({first['host']})" if first.get("host") else "")
-        if first.get("status") == "skipped":
-            return {"status": "skipped", "reason": first.get("reason") or "unsupported_mode",
+        if first.get("status") == Status.SKIPPED:
+            return {"status": Status.SKIPPED, "reason": first.get("reason") or "unsupported_mode",
                     "detail": first.get("detail"), "launch": launch}
         reason = first.get("reason") if first.get("reason") in KEPT_REASONS else "rank_failed"
         detail = f"{where}: {first.get('detail') or first.get('reason')}"
@@ -129,7 +130,7 @@ def _merge_ok(ranks: list[dict[str, Any]], launch: dict[str, Any]) -> dict[str, 
         values = [m.get(key) for m in devices if m.get(key) is not None]
         memory[key] = max(values) if values else None
     return {
-        "status": "ok",
+        "status": Status.OK,
         "reason": None,
         "detail": None,
         "samples": samples,

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from clsbench.core.vocab import Reason, Status
 from clsbench.procedures.scale.files import GATHERED_FILE, PID_FILE, RANK_FILE
 
 
@@ -118,7 +119,7 @@ def measure(job: dict[str, Any], session: Any) -> dict[str, Any]:
     out["timings"].update({"prepare_s": prepare_s, "setup_s": setup_s})
     readings = [{"device": str(each), **memory_readings(each)} for each in session.devices]
     return {
-        "status": "ok",
+        "status": Status.OK,
         "reason": None,
         "detail": None,
         **out,
@@ -158,7 +159,7 @@ def failure_record(exc: BaseException) -> dict[str, Any]:
     try:
         record = classify(exc)
     except Exception:  # noqa: BLE001 - classification must never hide the original failure
-        record = {"status": "failed", "reason": "crash", "detail": f"{type(exc).__name__}: {exc}"[:500]}
+        record = {"status": Status.FAILED, "reason": Reason.CRASH, "detail": f"{type(exc).__name__}: {exc}"[:500]}
     record.setdefault("traceback", traceback.format_exc(limit=8))
     record["failed_at"] = time.time()  # wall clock: the earliest failure over the ranks is the cause
     return record

@@ -126,7 +126,7 @@ def build_scale_measurement(plan: ScalePlan, strategy: str, gpus: int, records: 
     """An ordinary measurement (``clsbench.analysis.summary``) with the scale figures added to its summary."""
     cell = plan.cell(strategy, gpus)
     measurement = build_measurement(cell, records, plan.stop, environment=environment)
-    if measurement.status != "ok":
+    if measurement.status != Status.OK:
         return measurement
     summary = dict(measurement.summary)
     summary.update(scale_figures(records, strategy=strategy, gpus=gpus, nnodes=plan.nnodes,
