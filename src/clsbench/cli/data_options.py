@@ -8,17 +8,17 @@ from typing import Any
 
 import click
 
-from clsbench.core.data_settings import DEFAULT_DATA_TIMEOUT_S, NORMALIZE_WHERE, PIPELINES, SOURCES, DataSettings
+from clsbench.core.data_settings import DEFAULT_DATA_TIMEOUT_S, NORMALIZE_WHERE, SYNTHETIC, DataSettings
 from clsbench.errors import InvalidInputError
 
 RUN_DATA_OPTIONS = [
     click.option("--data", "data_dir", metavar="DIR",
                  help="Train on the images in DIR (ImageFolder layout: DIR/<class>/<image>) through a real input "
                       "pipeline instead of the resident synthetic batch."),
-    click.option("--data-source", type=click.Choice(SOURCES),
+    click.option("--data-source",
                  help="folder: read the files while training (default with --data); memory: read them into RAM "
                       "first; synthetic: no files (the default without --data)."),
-    click.option("--pipeline", type=click.Choice(PIPELINES),
+    click.option("--pipeline",
                  help="cpu: decode and augment in DataLoader workers (default); gpu: decode with nvJPEG on the GPU; "
                       "dali: NVIDIA DALI, if installed."),
     click.option("--num-workers", type=int, help="DataLoader workers (default 0, PyTorch's default)."),
@@ -63,7 +63,7 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
         if given:
             raise InvalidInputError(f"{given[0]} needs --data DIR", "e.g. --data ./images --num-workers 8")
         return None
-    if data_source == "synthetic":
+    if data_source == SYNTHETIC:
         raise InvalidInputError("--data-source synthetic reads no directory", "drop --data, or use folder or memory")
     settings = DataSettings(
         directory=data_dir, source=data_source or "folder", pipeline=pipeline or "cpu",

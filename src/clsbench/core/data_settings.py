@@ -16,10 +16,8 @@ from typing import Any
 from clsbench.errors import InvalidInputError
 from clsbench.results.schema import data_label
 
-#: Where images come from. ``synthetic`` means no files at all (the resident random batch).
-SOURCES = ("synthetic", "folder", "memory")
-#: How images reach the model.
-PIPELINES = ("cpu", "gpu", "dali")
+#: The source that reads no files (the resident random batch); a setting with real data never names it.
+SYNTHETIC = "synthetic"
 #: Where the cpu pipeline turns uint8 pixels into normalised floats: in its workers (torchvision's recipe; float32
 #: batches cross to the training process and the device) or on the device after the copy (uint8 batches, a quarter
 #: of the bytes to move, as the NVIDIA, timm and FFCV loaders do).
@@ -71,11 +69,9 @@ class DataSettings:
 
     def validate(self) -> DataSettings:
         """Raise InvalidInputError on a setting that cannot work; return self."""
-        if self.source not in SOURCES or self.source == "synthetic":
+        if self.source == SYNTHETIC:
             raise InvalidInputError(f"data source {self.source!r} does not read a directory",
                                     "use --data-source folder or memory with --data")
-        if self.pipeline not in PIPELINES:
-            raise InvalidInputError(f"unknown pipeline {self.pipeline!r}", "choose from: " + ", ".join(PIPELINES))
         for name, value in (("num_workers", self.num_workers), ("prefetch_factor", self.prefetch_factor)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InvalidInputError(f"{name} must be a whole number, got {value!r}", "e.g. --num-workers 4")

@@ -1,9 +1,10 @@
 """The two data interfaces: a *source* gives encoded images, a *pipeline* turns them into batches on the device.
 
-* :class:`DataSource` (``synthetic.py``, ``folder.py``, ``memory.py``): ``open(settings)`` returns an
+* :class:`DataSource` (``sources/``: ``synthetic``, ``folder``, ``memory``): ``open(settings)`` returns an
   :class:`EncodedDataset` (``read(i)`` gives file ``i``'s encoded bytes as a 1-D uint8 CPU tensor), or None for the
   synthetic source, which has no files (the workload then keeps its resident random batch).
-* :class:`Pipeline` (``cpu_pipeline.py``, ``gpu_pipeline.py``, ``dali_pipeline.py``): ``open(dataset, spec)``
+* :class:`Pipeline` (``pipelines/``: ``cpu``, ``gpu``, ``dali``; each also says which of its settings ``clsbench
+  diagnose`` should try, :meth:`Pipeline.candidates`): ``open(dataset, spec)``
   returns a :class:`BatchStream` whose ``next()`` gives ``(images, labels)`` on the device, images normalised in
   float32 in the mode's memory format, labels int64; epochs follow one another forever (each a fresh seeded
   permutation, ``drop_last``).
@@ -19,14 +20,26 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from clsbench.core.data_settings import DataSettings
+from clsbench.core.registry import Registry
 from clsbench.data.scan import DatasetIndex
+
+#: Where images come from, by name; each module of ``data/sources/`` registers its own.
+SOURCES: Registry[Any] = Registry("data source", package="clsbench.data.sources", option="--data-source")
+#: How images reach the model, by name; each module of ``data/pipelines/`` registers its own.
+PIPELINES: Registry[Any] = Registry("pipeline", package="clsbench.data.pipelines", option="--pipeline")
+
+
+def ordered_pipelines(names: Iterable[str] | None = None) -> list[Any]:
+    """The pipelines (all, or those named), in their :attr:`priority` order: the order diagnose tries them in."""
+    chosen = [PIPELINES.get(n) for n in (names if names is not None else PIPELINES.names())]
+    return sorted(chosen, key=lambda pipeline: pipeline.priority)
 
 
 @dataclass(frozen=True)
@@ -104,11 +117,15 @@ class StreamRecord:
 
 class Pipeline(Protocol):
     name: str
+    priority: int  # the order pipelines are listed and tried in (lowest first)
 
     def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
         """Why this pipeline cannot run here (the measurement is skipped with it), or None."""
 
     def open(self, dataset: EncodedDataset, spec: BatchSpec) -> BatchStream: ...
+
+    def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
+        """The settings of this pipeline that ``clsbench diagnose`` measures, given the worker counts to sweep."""
 
 
 def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:

@@ -21,7 +21,11 @@ def prepare_data_settings(settings: DataSettings, batch_sizes: Sequence[int],
         DataError: the dataset is missing or unusable, holds fewer images than a batch, or more classes than the
             model has outputs.
     """
+    from clsbench.data.base import PIPELINES, SOURCES
+
     settings.validate()
+    SOURCES.get(settings.source)  # an unknown name is one error line with the closest names
+    PIPELINES.get(settings.pipeline)
     index = scan_folder(Path(settings.directory))
     largest = max(batch_sizes, default=1)
     if len(index) < largest:

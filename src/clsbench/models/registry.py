@@ -19,12 +19,12 @@ model is built, so ``import clsbench.models`` stays cheap for the CLI and for re
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from clsbench.core.registry import Registry
 from clsbench.errors import InvalidInputError, UnknownModelError
 
 if TYPE_CHECKING:
@@ -103,6 +103,10 @@ class ModelSource(Protocol):
     name: str
     """The source's name, as in :attr:`ModelSpec.source`."""
 
+    priority: int
+    """Where the source stands when a name is looked up: the lowest asks first (a plain name is torchvision's before
+    it can be a registered custom one)."""
+
     def names(self) -> Iterable[str]:
         """Every canonical name this source can list (``module:function`` names cannot be listed)."""
         ...
@@ -116,14 +120,13 @@ class ModelSource(Protocol):
         ...
 
 
-@functools.cache
-def sources() -> tuple[ModelSource, ...]:
-    """The sources, in the order a name is looked up. Imported here, not at the top, to avoid a cycle."""
-    from clsbench.models.sources.custom_source import CustomSource
-    from clsbench.models.sources.timm_source import TimmSource
-    from clsbench.models.sources.torchvision_source import TorchvisionSource
+#: The model sources by name; each module of ``models/sources/`` registers its own.
+SOURCES: Registry[ModelSource] = Registry("model source", package="clsbench.models.sources", option="--source")
 
-    return (TorchvisionSource(), TimmSource(), CustomSource())
+
+def sources() -> tuple[ModelSource, ...]:
+    """The sources, in the order a name is looked up (lowest :attr:`ModelSource.priority` first)."""
+    return tuple(sorted((source for _, source in SOURCES.items()), key=lambda source: source.priority))
 
 
 def list_models(pattern: str = "*", *, source: str | None = None) -> list[str]:

@@ -8,33 +8,28 @@ cudagraph), so ``fp32+compile+cl`` and ``fp32+cl+compile`` are the same measurem
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from clsbench.errors import InvalidInputError
-from clsbench.modes.base import ModeComponent, ModeContext, Prepared
-from clsbench.modes.channels_last import ChannelsLast
-from clsbench.modes.compile import COMPILE_MODES, Compile
-from clsbench.modes.cudagraph import CudaGraph
-from clsbench.modes.precision import PRECISIONS
+from clsbench.modes.base import MODIFIERS, PRECISIONS, ModeComponent, ModeContext, Modifier, Prepared
 
-__all__ = ["ExecutionMode", "ModeContext", "Prepared", "parse_mode", "known_mode_tokens"]
+__all__ = ["MODIFIERS", "PRECISIONS", "ExecutionMode", "ModeContext", "Modifier", "Prepared", "known_mode_tokens",
+           "parse_mode"]
 
-# Canonical order of modifiers, and how to build each from its token.
-_MODIFIERS: dict[str, Callable[[str | None], ModeComponent]] = {
-    "cl": lambda arg: ChannelsLast(),
-    "compile": lambda arg: Compile(arg),
-    "cudagraph": lambda arg: CudaGraph(),
-}
-_TAKES_ARGUMENT = {"compile": COMPILE_MODES}
+
+def _modifiers() -> list[tuple[str, Modifier]]:
+    """The modifiers in canonical order."""
+    return sorted(MODIFIERS.items(), key=lambda item: item[1].order)
 
 
 def known_mode_tokens() -> str:
-    precisions = ", ".join(PRECISIONS)
-    return f"precisions: {precisions}; modifiers: +cl, +compile[:{'|'.join(COMPILE_MODES)}], +cudagraph"
+    precisions = ", ".join(PRECISIONS.names())
+    modifiers = ", ".join(f"+{token}" + (f"[:{'|'.join(m.arguments)}]" if m.arguments else "")
+                          for token, m in _modifiers())
+    return f"precisions: {precisions}; modifiers: {modifiers}"
 
 
 @dataclass(frozen=True)
@@ -81,27 +76,28 @@ def parse_mode(text: str) -> ExecutionMode:
     tokens = [t.strip() for t in text.strip().lower().split("+")]
     if not tokens or not tokens[0]:
         raise InvalidInputError(f"empty mode {text!r}", known_mode_tokens())
-    precision = PRECISIONS.get(tokens[0])
-    if precision is None:
+    if tokens[0] not in PRECISIONS:
         raise InvalidInputError(f"unknown precision {tokens[0]!r} in mode {text!r}", known_mode_tokens())
+    precision = PRECISIONS.get(tokens[0])
     chosen: dict[str, str | None] = {}
     for token in tokens[1:]:
         base, _, arg = token.partition(":")
-        if base not in _MODIFIERS:
+        if base not in MODIFIERS:
             raise InvalidInputError(f"unknown modifier {token!r} in mode {text!r}", known_mode_tokens())
         if base in chosen:
             raise InvalidInputError(f"modifier {base!r} appears twice in mode {text!r}", known_mode_tokens())
-        if arg and base not in _TAKES_ARGUMENT:
+        arguments = MODIFIERS.get(base).arguments
+        if arg and not arguments:
             raise InvalidInputError(f"modifier {base!r} takes no argument (in mode {text!r})", known_mode_tokens())
-        if arg and arg not in _TAKES_ARGUMENT[base]:
-            choices = ", ".join(_TAKES_ARGUMENT[base])
-            raise InvalidInputError(f"unknown {base} mode {arg!r} in mode {text!r}", f"choose from: {choices}")
+        if arg and arg not in arguments:
+            raise InvalidInputError(f"unknown {base} mode {arg!r} in mode {text!r}",
+                                    f"choose from: {', '.join(arguments)}")
         chosen[base] = arg or None
     components: list[ModeComponent] = [precision]
     names = [precision.name]
-    for base, factory in _MODIFIERS.items():
+    for base, modifier in _modifiers():
         if base in chosen:
-            component = factory(chosen[base])
+            component = modifier.build(chosen[base])
             components.append(component)
             names.append(component.name)
     return ExecutionMode(name="+".join(names), components=tuple(components))

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import torch
 
+from clsbench.core.registry import Registry
+
 
 @dataclass(frozen=True)
 class ModeContext:
@@ -71,3 +73,19 @@ class ModeComponent(Protocol):
 
     def apply(self, prepared: Prepared, ctx: ModeContext) -> Prepared:
         """Transform the prepared model (called in canonical order)."""
+
+
+@dataclass(frozen=True)
+class Modifier:
+    """How a ``+token`` modifier is built: its place in the canonical order, the arguments ``+token:ARG`` accepts,
+    and the component it makes."""
+
+    order: int  # canonical position among the modifiers (lowest first): cl, compile, cudagraph
+    build: Callable[[str | None], ModeComponent]
+    arguments: tuple[str, ...] = ()  # what ``+token:ARG`` may name; empty: the modifier takes no argument
+
+
+#: The precisions by name (each module of this folder registers its own).
+PRECISIONS: Registry[ModeComponent] = Registry("precision", package="clsbench.modes", option="--mode")
+#: The modifiers by token.
+MODIFIERS: Registry[Modifier] = Registry("modifier", package="clsbench.modes", option="--mode")

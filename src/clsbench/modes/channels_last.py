@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from clsbench.modes.base import ModeContext, Prepared
+from clsbench.modes.base import MODIFIERS, ModeContext, Modifier, Prepared
 
 
 class ChannelsLast:
@@ -25,3 +25,6 @@ class ChannelsLast:
         prepared.forward = prepared.model
         prepared.memory_format = torch.channels_last
         return prepared
+
+
+MODIFIERS.register("cl", Modifier(order=1, build=lambda arg: ChannelsLast()))

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from clsbench.modes.base import ModeContext, Prepared
+from clsbench.modes.base import MODIFIERS, ModeContext, Modifier, Prepared
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -52,3 +52,6 @@ class Compile:
             # The optimizer keeps the original parameters; the compiled module shares them.
             prepared.notes["compiled_train"] = True
         return prepared
+
+
+MODIFIERS.register("compile", Modifier(order=2, build=Compile, arguments=COMPILE_MODES))

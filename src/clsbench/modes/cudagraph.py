@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from clsbench.modes.base import ModeContext, Prepared
+from clsbench.modes.base import MODIFIERS, ModeContext, Modifier, Prepared
 
 #: Warm-up calls before capture; PyTorch's CUDA-graph notes recommend a few on a side stream.
 CAPTURE_WARMUP_CALLS = 3
@@ -74,3 +74,6 @@ class CudaGraph:
         prepared.forward = GraphedForward(prepared.forward)
         prepared.notes["cudagraph"] = "manual capture"
         return prepared
+
+
+MODIFIERS.register("cudagraph", Modifier(order=3, build=lambda arg: CudaGraph()))

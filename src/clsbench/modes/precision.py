@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from clsbench.measure.device import set_tf32
-from clsbench.modes.base import ModeContext, Prepared
+from clsbench.modes.base import PRECISIONS, ModeContext, Prepared
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,12 @@ class Precision:
         return prepared
 
 
-PRECISIONS: dict[str, Precision] = {
-    p.name: p
-    for p in (
-        Precision("fp32"),
-        Precision("tf32", tf32=True),
-        Precision("amp-fp16", autocast_dtype=torch.float16),
-        Precision("amp-bf16", autocast_dtype=torch.bfloat16),
-        Precision("fp16", cast_dtype=torch.float16),
-        Precision("bf16", cast_dtype=torch.bfloat16),
-    )
-}
+for _precision in (
+    Precision("fp32"),
+    Precision("tf32", tf32=True),
+    Precision("amp-fp16", autocast_dtype=torch.float16),
+    Precision("amp-bf16", autocast_dtype=torch.bfloat16),
+    Precision("fp16", cast_dtype=torch.float16),
+    Precision("bf16", cast_dtype=torch.bfloat16),
+):
+    PRECISIONS.register(_precision.name, _precision)

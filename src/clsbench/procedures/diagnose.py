@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clsbench.core.data_settings import PIPELINES, DataSettings
+from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, StopRule
 from clsbench.core.vocab import Status
@@ -104,12 +104,14 @@ def parse_workers(text: str | Sequence[int]) -> list[int]:
 
 
 def parse_pipelines(text: str | Sequence[str]) -> list[str]:
+    """Registered pipeline names from ``"cpu,gpu"`` or a sequence, without repeats; bad input is one error line."""
+    from clsbench.data.base import PIPELINES
+
     names = [p.strip() for p in text.split(",") if p.strip()] if isinstance(text, str) else list(text)
     if not names:
         raise InvalidInputError("the pipeline list is empty", "e.g. --pipelines cpu,gpu")
     for name in names:
-        if name not in PIPELINES:
-            raise InvalidInputError(f"unknown pipeline {name!r}", "choose from: " + ", ".join(PIPELINES))
+        PIPELINES.get(name)
     return list(dict.fromkeys(names))
 
 
@@ -119,27 +121,14 @@ def default_setting(directory: str, source: str) -> DataSettings:
 
 
 def candidate_settings(base: DataSettings, device: str, workers: Sequence[int],
-                       pipelines: Sequence[str]) -> list[DataSettings]:
-    """Every setting to measure, default first (module docstring)."""
-    pins = (False, True) if device.startswith("cuda") else (False,)
+                       pipelines: Sequence[str] | None) -> list[DataSettings]:
+    """Every setting to measure: PyTorch's default first, then what each pipeline asked for proposes
+    (:meth:`clsbench.data.base.Pipeline.candidates`), in the pipelines' order; None asks every pipeline."""
+    from clsbench.data.base import ordered_pipelines
+
     out = [dataclasses.replace(base, pipeline="cpu", num_workers=0, pin_memory=False, persistent_workers=False)]
-    if "cpu" in pipelines:
-        for n in workers:
-            for pin in pins:
-                out.append(dataclasses.replace(base, pipeline="cpu", num_workers=n, pin_memory=pin,
-                                               persistent_workers=n > 0))
-        most = max(workers)
-        if most > 0:  # uint8 batches, normalised on the device: a quarter of the bytes to pass, pin and copy
-            for pin in pins:
-                out.append(dataclasses.replace(base, pipeline="cpu", num_workers=most, pin_memory=pin,
-                                               persistent_workers=True, normalize="device"))
-    if "gpu" in pipelines:
-        out.append(dataclasses.replace(base, pipeline="gpu", num_workers=0, pin_memory=False,
-                                       persistent_workers=False))
-    if "dali" in pipelines:
-        threads = max(workers) if max(workers) > 0 else 4
-        out.append(dataclasses.replace(base, source="folder", pipeline="dali", num_workers=threads,
-                                       pin_memory=False, persistent_workers=False))
+    for pipeline in ordered_pipelines(pipelines):
+        out += pipeline.candidates(base, device, workers)
     return list(dict.fromkeys(out))
 
 
@@ -162,7 +151,7 @@ def diagnose(
     device: str = "auto",
     source: str = "folder",
     workers: Sequence[int] | None = None,
-    pipelines: Sequence[str] = PIPELINES,
+    pipelines: Sequence[str] | None = None,
     quick: bool = False,
     options: MeasureOptions = DIAGNOSE_OPTIONS,
     execution: Execution = Execution(),
@@ -200,7 +189,9 @@ def diagnose(
     if path is not None:
         result_io.check_writable(path)
     resolved = resolve_device(device)
-    chosen = parse_pipelines(pipelines)
+    from clsbench.data.base import ordered_pipelines
+
+    chosen = parse_pipelines(pipelines) if pipelines is not None else [p.name for p in ordered_pipelines()]
     batch = batch_size or get_suite("seed").batch_sizes["train"]
     cpus = os.cpu_count() or 1
     sizes = parse_workers(workers) if workers is not None else (

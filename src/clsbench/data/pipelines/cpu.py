@@ -23,8 +23,10 @@ source's buffer. A file that fails to decode is replaced by the next one of the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,6 +34,7 @@ import torch
 from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import MEAN, STD, EpochSampler, choices, normalisation_constants, normalise_
 from clsbench.data.base import (
+    PIPELINES,
     BatchSpec,
     EncodedDataset,
     StreamRecord,
@@ -233,6 +236,19 @@ def loader_options(settings: DataSettings, device: torch.device) -> dict[str, An
 
 class CpuPipeline:
     name = "cpu"
+    priority = 10
+
+    def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
+        """Every worker count, pinned and not on a GPU (persistent workers when there are any), then uint8 batches
+        normalised on the device at the largest worker count: a quarter of the bytes to pass, pin and copy."""
+        pins = (False, True) if device.startswith("cuda") else (False,)
+        out = [dataclasses.replace(base, pipeline="cpu", num_workers=n, pin_memory=pin, persistent_workers=n > 0)
+               for n in workers for pin in pins]
+        most = max(workers)
+        if most > 0:
+            out += [dataclasses.replace(base, pipeline="cpu", num_workers=most, pin_memory=pin,
+                                        persistent_workers=True, normalize="device") for pin in pins]
+        return out
 
     def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
         return None
@@ -251,3 +267,6 @@ class CpuPipeline:
                  "pin_memory_used": options["pin_memory"],
                  "prefetch_factor_used": (settings.prefetch_factor or 2) if settings.num_workers else None}
         return LoaderStream(loader, spec, facts)
+
+
+PIPELINES.register(CpuPipeline.name, CpuPipeline())

@@ -13,15 +13,17 @@ written on).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY, MEAN, STD
-from clsbench.data.base import BatchSpec, EncodedDataset, drain_ready
+from clsbench.data.base import PIPELINES, BatchSpec, EncodedDataset, drain_ready
 from clsbench.data.errors import DataError, PipelineUnsupportedError
 
 DEFAULT_THREADS = 4
@@ -32,6 +34,10 @@ def dali_available() -> bool:
         return importlib.util.find_spec("nvidia.dali") is not None
     except (ImportError, ValueError):
         return False
+
+
+#: DALI's CPU threads when no worker count above 0 was asked for.
+DEFAULT_DALI_THREADS = 4
 
 
 class DaliStream:
@@ -115,6 +121,13 @@ class DaliStream:
 
 class DaliPipeline:
     name = "dali"
+    priority = 30
+
+    def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
+        """One setting: DALI reading the folder itself, with as many CPU threads as the most workers (4 if none)."""
+        threads = max(workers) if max(workers) > 0 else DEFAULT_DALI_THREADS
+        return [dataclasses.replace(base, source="folder", pipeline="dali", num_workers=threads, pin_memory=False,
+                                    persistent_workers=False)]
 
     def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
         if device.type != "cuda":
@@ -130,3 +143,6 @@ class DaliPipeline:
         if reason:
             raise PipelineUnsupportedError(reason)
         return DaliStream(dataset, spec)
+
+
+PIPELINES.register(DaliPipeline.name, DaliPipeline())

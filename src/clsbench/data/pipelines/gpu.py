@@ -29,10 +29,12 @@ Needs CUDA and torchvision built with nvJPEG; elsewhere the measurement is skipp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,7 @@ import torch
 from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import EpochSampler, choices, crop_flip_resize
 from clsbench.data.base import (
+    PIPELINES,
     BatchSpec,
     EncodedDataset,
     StreamRecord,
@@ -385,6 +388,11 @@ def nvjpeg_reason() -> str | None:
 
 class GpuPipeline:
     name = "gpu"
+    priority = 20
+
+    def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
+        """One setting: the files read in this process, decoded in batches on the GPU."""
+        return [dataclasses.replace(base, pipeline="gpu", num_workers=0, pin_memory=False, persistent_workers=False)]
 
     def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
         if device.type != "cuda":
@@ -401,3 +409,6 @@ class GpuPipeline:
                  "queue_depth": spec.settings.prefetch_factor or DEFAULT_DEPTH, "reader_workers":
                  spec.settings.num_workers}
         return GpuStream(dataset, spec, facts)
+
+
+PIPELINES.register(GpuPipeline.name, GpuPipeline())

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from clsbench.core.data_settings import DataSettings
+from clsbench.data.base import SOURCES
 from clsbench.data.scan import DatasetIndex, scan_folder
 
 #: Threads that read the files once before timing (file reads release the GIL).
@@ -72,3 +73,6 @@ class FolderSource:
             setup["cache_prime_s"] = time.perf_counter() - t1
             setup["cache_prime_bytes"] = read
         return FolderDataset(index, setup)
+
+
+SOURCES.register(FolderSource.name, FolderSource())

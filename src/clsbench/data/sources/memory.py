@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from clsbench.core.data_settings import DataSettings
+from clsbench.data.base import SOURCES
 from clsbench.data.errors import DataError
 from clsbench.data.scan import DatasetIndex, Skipped, scan_folder
 
@@ -76,3 +77,6 @@ class MemorySource:
         buffer = torch.from_numpy(array[:offsets[-1]])
         setup = {"scan_s": scan_s, "load_s": time.perf_counter() - t1, "bytes_in_memory": int(offsets[-1])}
         return MemoryDataset(index, buffer, offsets, setup)
+
+
+SOURCES.register(MemorySource.name, MemorySource())

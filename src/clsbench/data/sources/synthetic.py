@@ -7,6 +7,7 @@ copy, no waiting. A cell without data settings uses it; there is nothing to open
 from __future__ import annotations
 
 from clsbench.core.data_settings import DataSettings
+from clsbench.data.base import SOURCES
 
 
 class SyntheticSource:
@@ -15,3 +16,6 @@ class SyntheticSource:
     def open(self, settings: DataSettings) -> None:
         """Nothing to read: the workload builds its batch itself (``WorkloadContext.make_images``)."""
         return None
+
+
+SOURCES.register(SyntheticSource.name, SyntheticSource())

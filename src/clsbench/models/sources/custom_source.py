@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, ModelSpec
+from clsbench.models.registry import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, SOURCES, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -59,6 +59,7 @@ class CustomSource:
     """The :class:`~clsbench.models.registry.ModelSource` of registered and ``module:function`` names."""
 
     name = SOURCE
+    priority = 30
 
     def names(self) -> list[str]:
         """The registered names, sorted (``module:function`` names exist only when typed)."""
@@ -147,3 +148,6 @@ def _is_dotted_identifier(text: str) -> bool:
 
 def _qualified_name(obj: object) -> str:
     return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+SOURCES.register(SOURCE, CustomSource())

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, TIMM_PREFIX, ModelSpec
+from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, TIMM_PREFIX, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +47,7 @@ class TimmSource:
     """The :class:`~clsbench.models.registry.ModelSource` of timm's networks, under the ``timm/`` prefix."""
 
     name = SOURCE
+    priority = 20
 
     def names(self) -> list[str]:
         """Every timm architecture name with the prefix; empty when timm cannot be imported."""
@@ -96,3 +97,6 @@ def _build(
             f"timm model {arch!r} cannot be built for input size {input_size}: {exc}",
             f"use its default input size {default_size}",
         ) from exc
+
+
+SOURCES.register(SOURCE, TimmSource())

@@ -23,7 +23,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, ModelSpec
+from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -71,6 +71,7 @@ class TorchvisionSource:
     """The :class:`~clsbench.models.registry.ModelSource` of torchvision's classification networks."""
 
     name = SOURCE
+    priority = 10
 
     def names(self) -> list[str]:
         """Every torchvision classification model name, sorted."""
@@ -105,3 +106,6 @@ def _build(name: str, num_classes: int, input_size: int) -> torch.nn.Module:
             f"torchvision model {name!r} cannot be built for input size {input_size}: {detail}",
             "pick an input size its patch or partition size divides, e.g. its default",
         ) from exc
+
+
+SOURCES.register(SOURCE, TorchvisionSource())

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from clsbench.errors import InvalidInputError
 from clsbench.system.nvml import cuda_index_of
-from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S, TelemetrySource
+from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S, SOURCES, TelemetrySource
 from clsbench.system.telemetry.fake import FakeSource
 from clsbench.system.telemetry.none import NoneSource
 
 __all__ = ["DEFAULT_INTERVAL_S", "FakeSource", "NoneSource", "TelemetrySource", "make_source"]
 
 
-def make_source(device: str, *, interval_s: float = DEFAULT_INTERVAL_S) -> TelemetrySource:
+def make_source(device: str, *, interval_s: float = DEFAULT_INTERVAL_S, source: str = "nvml") -> TelemetrySource:
     """The telemetry source for a device: NVML for a GPU it can read, otherwise a ``NoneSource`` saying why.
 
     Never fails for lack of telemetry: CPU devices, a machine without nvidia-ml-py or a driver, and a CUDA index
@@ -37,6 +37,7 @@ def make_source(device: str, *, interval_s: float = DEFAULT_INTERVAL_S) -> Telem
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (N counts the GPUs visible to this process, as torch
             does); any other string gives a ``NoneSource``.
         interval_s: seconds between samples; the default 0.05 s samples at 20 Hz.
+        source: the registered source to use for a GPU (:data:`~clsbench.system.telemetry.base.SOURCES`).
 
     Raises:
         InvalidInputError: ``interval_s`` is not positive.
@@ -49,6 +50,4 @@ def make_source(device: str, *, interval_s: float = DEFAULT_INTERVAL_S) -> Telem
         return NoneSource(f"no GPU telemetry for device {device!r}", interval_s=interval_s)
     if cuda_index is None:
         return NoneSource("device is cpu", interval_s=interval_s)
-    from clsbench.system.telemetry.nvml import source_for_cuda_index
-
-    return source_for_cuda_index(cuda_index, interval_s=interval_s)
+    return SOURCES.get(source)(cuda_index, interval_s)

@@ -8,9 +8,12 @@ after it (not around warm-up or compilation). ``stop()`` returns the raw record 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["DEFAULT_INTERVAL_S", "TelemetrySource"]
+from clsbench.core.registry import Registry
+
+__all__ = ["DEFAULT_INTERVAL_S", "SOURCES", "TelemetrySource"]
 
 DEFAULT_INTERVAL_S = 0.05
 """Sampling interval of the NVML source: 20 Hz, twice the 10 Hz the issue asks for as a minimum."""
@@ -33,3 +36,9 @@ class TelemetrySource(Protocol):
     def stop(self) -> dict:
         """Stops sampling, waits for the sampler, and returns the raw record. Never raises."""
         ...
+
+
+#: The telemetry sources for a GPU, by name: each builds a source for a CUDA index (``factory(cuda_index,
+#: interval_s)``); each module of this folder registers its own. ``nvml`` is the one :func:`make_source` uses.
+SOURCES: Registry[Callable[[int, float], TelemetrySource]] = Registry(
+    "telemetry source", package="clsbench.system.telemetry")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clsbench.results.telemetry import make_record
-from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S
+from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S, SOURCES
 
 __all__ = ["NoneSource"]
 
@@ -31,3 +31,6 @@ class NoneSource:
 
     def __repr__(self) -> str:
         return f"NoneSource({self.reason!r})"
+
+
+SOURCES.register("none", lambda cuda_index, interval_s: NoneSource("telemetry source none", interval_s=interval_s))

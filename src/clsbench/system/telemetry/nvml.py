@@ -30,7 +30,7 @@ from clsbench.system.nvml import (
     open_nvml_handle,
     shutdown,
 )
-from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S
+from clsbench.system.telemetry.base import DEFAULT_INTERVAL_S, SOURCES
 from clsbench.system.telemetry.none import NoneSource
 
 __all__ = ["NvmlSource", "source_for_cuda_index"]
@@ -330,3 +330,6 @@ class NvmlSource:
             samples=samples,
             series_unavailable=series_unavailable,
         )
+
+
+SOURCES.register("nvml", lambda cuda_index, interval_s: source_for_cuda_index(cuda_index, interval_s=interval_s))
