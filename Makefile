@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.clsbench-installed
 ARGS ?=
 
-.PHONY: setup run test test-gpu lint clean
+.PHONY: setup run test test-fast test-gpu lint clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,9 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu

@@ -28,6 +28,7 @@ from clsbench.data.base import BatchSpec
 from clsbench.data.errors import DataError
 from clsbench.data.make import MANIFEST_NAME, MakeSpec, make_dataset
 from clsbench.data.pipelines.cpu import CpuPipeline
+from clsbench.data.plan import check_settings
 from clsbench.data.scan import scan_folder
 from clsbench.data.sources.folder import FolderSource
 from clsbench.data.sources.memory import MemorySource
@@ -448,7 +449,7 @@ def test_settings_validation_and_labels(tmp_path: Path):
                          (dict(timeout_s=0.0), "timeout"), (dict(normalize="gpu"), "unknown place"),
                          (dict(pipeline="gpu", normalize="device"), "--normalize-on applies")):
         with pytest.raises(InvalidInputError, match=message):
-            DataSettings("/d", **bad).validate()
+            check_settings(DataSettings("/d", **bad))
     assert DataSettings("/d", timeout_s=5.0) == DataSettings("/d")  # the timeout is not part of the identity
 
 

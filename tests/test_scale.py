@@ -259,8 +259,8 @@ def test_merge_of_a_timeout_and_of_ranks_without_records():
 def test_a_processes_exception_is_classified_as_the_single_process_worker_does():
     import torch
 
-    from clsbench.errors import ClsbenchError
     from clsbench.engine.worker import ModelError
+    from clsbench.errors import ClsbenchError
     from clsbench.procedures.scale.rank import failure_record
 
     assert failure_record(ModelError("cannot import module 'x'"))["reason"] == "model_error"

@@ -71,7 +71,9 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
         persistent_workers=bool(persistent_workers), prefetch_factor=prefetch_factor,
         prime_cache=True if prime_cache is None else prime_cache, normalize=normalize_on or "worker",
         timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
-    return settings.validate()
+    from clsbench.data.plan import check_settings
+
+    return check_settings(settings)
 
 
 def given(options: dict[str, Any]) -> list[str]:

@@ -68,7 +68,8 @@ class DataSettings:
     fingerprint: str | None = field(default=None, compare=False)
 
     def validate(self) -> DataSettings:
-        """Raise InvalidInputError on a setting that cannot work; return self."""
+        """Raise InvalidInputError on a setting that cannot work whatever the pipeline; return self. The rules of
+        one pipeline are that pipeline's (``Pipeline.check``; :func:`clsbench.data.plan.check_settings` runs both)."""
         if self.source == SYNTHETIC:
             raise InvalidInputError(f"data source {self.source!r} does not read a directory",
                                     "use --data-source folder or memory with --data")
@@ -81,24 +82,12 @@ class DataSettings:
         if self.prefetch_factor is not None and not 1 <= self.prefetch_factor <= MAX_PREFETCH:
             raise InvalidInputError(f"prefetch_factor must lie in 1..{MAX_PREFETCH}, got {self.prefetch_factor}",
                                     "e.g. --prefetch-factor 4")
-        if self.persistent_workers and self.pipeline == "dali":
-            raise InvalidInputError("--persistent-workers does not apply to dali (its threads live for the whole "
-                                    "run)", "drop --persistent-workers")
         if self.persistent_workers and self.num_workers == 0:
             raise InvalidInputError("persistent workers need num_workers > 0",
                                     "add --num-workers 4, or drop --persistent-workers")
-        if self.pipeline == "cpu" and self.num_workers == 0 and self.prefetch_factor is not None:
-            raise InvalidInputError("prefetch_factor needs num_workers > 0 in the cpu pipeline",
-                                    "add --num-workers 4, or drop --prefetch-factor")
-        if self.pin_memory and self.pipeline != "cpu":
-            raise InvalidInputError(f"--pin-memory applies to the cpu pipeline, not {self.pipeline!r}",
-                                    "the gpu and dali pipelines decode into device memory; drop --pin-memory")
         if self.normalize not in NORMALIZE_WHERE:
             raise InvalidInputError(f"unknown place to normalise {self.normalize!r}",
                                     "choose --normalize-on worker or device")
-        if self.normalize != "worker" and self.pipeline != "cpu":
-            raise InvalidInputError(f"--normalize-on applies to the cpu pipeline, not {self.pipeline!r}",
-                                    "the gpu and dali pipelines normalise on the device already; drop it")
         if not self.timeout_s > 0:
             raise InvalidInputError(f"the data timeout must be > 0 seconds, got {self.timeout_s}",
                                     "e.g. --data-timeout 120")

@@ -29,6 +29,7 @@ import torch
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.registry import Registry
 from clsbench.data.scan import DatasetIndex
+from clsbench.errors import InvalidInputError
 
 #: Where images come from, by name; each module of ``data/sources/`` registers its own.
 SOURCES: Registry[Any] = Registry("data source", package="clsbench.data.sources", option="--data-source")
@@ -126,6 +127,19 @@ class Pipeline(Protocol):
 
     def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
         """The settings of this pipeline that ``clsbench diagnose`` measures, given the worker counts to sweep."""
+
+    def check(self, settings: DataSettings) -> None:
+        """Raise InvalidInputError on a setting this pipeline cannot use (``DataSettings.validate`` checks the rest)."""
+
+
+def check_device_pipeline(name: str, settings: DataSettings) -> None:
+    """The cpu pipeline's host-side settings mean nothing to a pipeline that decodes on the device: refuse them."""
+    if settings.pin_memory:
+        raise InvalidInputError(f"--pin-memory applies to the cpu pipeline, not {name!r}",
+                                "the gpu and dali pipelines decode into device memory; drop --pin-memory")
+    if settings.normalize != "worker":
+        raise InvalidInputError(f"--normalize-on applies to the cpu pipeline, not {name!r}",
+                                "the gpu and dali pipelines normalise on the device already; drop it")
 
 
 def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:

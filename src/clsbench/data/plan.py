@@ -12,6 +12,17 @@ from clsbench.data.scan import DatasetIndex, scan_folder
 from clsbench.errors import ResultFileError
 
 
+def check_settings(settings: DataSettings) -> DataSettings:
+    """Validate ``settings`` in full: the rules of every setting, the source's and pipeline's names, and the
+    pipeline's own rules. Returns ``settings``; raises InvalidInputError (one line) on the first problem."""
+    from clsbench.data.base import PIPELINES, SOURCES
+
+    settings.validate()
+    SOURCES.get(settings.source)  # an unknown name is one error line with the closest names
+    PIPELINES.get(settings.pipeline).check(settings)
+    return settings
+
+
 def prepare_data_settings(settings: DataSettings, batch_sizes: Sequence[int],
                           num_classes: int = 1000) -> tuple[DataSettings, DatasetIndex]:
     """Validate ``settings``, scan the dataset and return the settings to store (absolute directory, fingerprint).
@@ -21,11 +32,7 @@ def prepare_data_settings(settings: DataSettings, batch_sizes: Sequence[int],
         DataError: the dataset is missing or unusable, holds fewer images than a batch, or more classes than the
             model has outputs.
     """
-    from clsbench.data.base import PIPELINES, SOURCES
-
-    settings.validate()
-    SOURCES.get(settings.source)  # an unknown name is one error line with the closest names
-    PIPELINES.get(settings.pipeline)
+    check_settings(settings)
     index = scan_folder(Path(settings.directory))
     largest = max(batch_sizes, default=1)
     if len(index) < largest:

@@ -147,14 +147,12 @@ def _walk(directory: str) -> list[str]:
     return out
 
 
-def scan_folder(root: str | os.PathLike[str]) -> DatasetIndex:
-    """Index the usable images below ``root``.
+def _class_folders(path: Path) -> tuple[list[os.DirEntry[str]], int]:
+    """The class folders directly below ``path``, and how many other (ignored) entries it holds.
 
     Raises:
-        DataError: ``root`` is missing, not a directory or unreadable; it has no class folder; or no usable image
-            is left (the message names what was skipped).
+        DataError: ``path`` is missing, not a directory, unreadable, empty, or has no class folder.
     """
-    path = Path(root).expanduser()
     hint = "create one with `clsbench data make DIR --images N --classes C`"
     if not path.exists():
         raise DataError(f"data directory {path} does not exist", hint)
@@ -166,13 +164,22 @@ def scan_folder(root: str | os.PathLike[str]) -> DatasetIndex:
         raise DataError(f"data directory {path} cannot be read: permission denied", "check its permissions") from None
     except OSError as exc:
         raise DataError(f"data directory {path} cannot be read: {exc.strerror or exc}") from None
-    absolute = str(path.resolve())
     class_dirs = [e for e in entries if not e.name.startswith(".") and e.is_dir()]
-    ignored_top = sum(1 for e in entries if not e.name.startswith(".") and not e.is_dir())
     if not class_dirs:
         what = "is empty" if not entries else "has no class folders (ImageFolder layout: DIR/<class>/<image>)"
         raise DataError(f"data directory {path} {what}", hint)
+    return class_dirs, sum(1 for e in entries if not e.name.startswith(".") and not e.is_dir())
 
+
+def scan_folder(root: str | os.PathLike[str]) -> DatasetIndex:
+    """Index the usable images below ``root``.
+
+    Raises:
+        DataError: ``root`` is missing, not a directory or unreadable; it has no class folder; or no usable image
+            is left (the message names what was skipped).
+    """
+    path = Path(root).expanduser()
+    class_dirs, ignored_top = _class_folders(path)
     classes: list[str] = []
     files: list[str] = []
     labels: list[int] = []
@@ -200,7 +207,7 @@ def scan_folder(root: str | os.PathLike[str]) -> DatasetIndex:
     digest = hashlib.sha256()
     for name, size in zip(files, sizes, strict=True):
         digest.update(f"{name}\0{size}\n".encode())
-    index = DatasetIndex(root=absolute, classes=tuple(classes), files=tuple(files), labels=tuple(labels),
+    index = DatasetIndex(root=str(path.resolve()), classes=tuple(classes), files=tuple(files), labels=tuple(labels),
                          kinds=tuple(kinds), sizes=tuple(sizes), skipped=tuple(skipped), empty_classes=tuple(empty),
                          ignored_top_level=ignored_top, fingerprint=f"{len(files)}:{digest.hexdigest()[:16]}")
     if not files:

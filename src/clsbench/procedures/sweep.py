@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +146,6 @@ class SweepResult:
         return self.analysis.get("points", [])
 
 
-@dataclass
-class _Growth:
-    """State of the automatic search."""
-
-    stopped_by: str | None = None
-    order: list[int] = field(default_factory=list)
-
-
 def _throughput(m: Measurement) -> float:
     value = m.summary.get("throughput_img_s") if m.status == Status.OK else None
     return float(value) if isinstance(value, (int, float)) else 0.0
@@ -247,38 +239,66 @@ def _grow(measure: Any, max_batch: int) -> str:
             measured[size] = measure([size])[0]
         return measured[size]
 
-    size, last_ok, best, best_size, strikes = AUTO_START_BATCH, None, 0.0, AUTO_START_BATCH, 0
-    while True:
-        point = one(size)
-        if point.status != Status.OK:
-            stopped_by = point.reason or point.status
-            break
-        throughput = _throughput(point)
-        last_ok = size
-        if best_size in measured and size != best_size and throughput < best * (1.0 + AUTO_MIN_GAIN):
-            strikes += 1
-            if strikes >= AUTO_PLATEAU_PATIENCE:
-                stopped_by = "plateau"
-                break
-        else:
-            best, best_size, strikes = throughput, size, 0
-        if size * AUTO_GROWTH_FACTOR > max_batch:
-            return "max_batch"
-        size *= AUTO_GROWTH_FACTOR
+    growth = _Growth()
+    while growth.stopped_by is None:
+        growth.add(growth.size, one(growth.size), max_batch)
+    if growth.last_ok is None or growth.skipped or growth.stopped_by == "max_batch":
+        return growth.stopped_by  # nothing ran at all, or the growth reached its limit with everything running
+    if growth.stopped_by == "plateau":
+        _refine_plateau(one, measured, growth.best_size)
+    else:
+        _refine_failure(one, growth.last_ok, growth.size)
+    return growth.stopped_by
 
-    if last_ok is None or point.status == Status.SKIPPED:
-        return stopped_by  # nothing ran at all (the first size failed, or the mode cannot run here)
-    if stopped_by == "plateau":
-        # The rise ended between the last size that raised the best and the next one: look in between.
-        low, high = best_size, best_size * AUTO_GROWTH_FACTOR
-        for _ in range(AUTO_REFINE_PLATEAU_STEPS):
-            mid = (low + high) // 2
-            if mid <= low or mid in measured:
-                break
-            one(mid)
-            low = mid
-        return stopped_by
-    low, high = last_ok, size
+
+@dataclass
+class _Growth:
+    """The automatic growth's state: the size to measure next, the best throughput seen and how many sizes in a row
+    failed to raise it, and, once growth stops, why."""
+
+    size: int = AUTO_START_BATCH
+    last_ok: int | None = None
+    best: float = 0.0
+    best_size: int = AUTO_START_BATCH
+    strikes: int = 0
+    stopped_by: str | None = None
+    skipped: bool = False  # the size that stopped growth was skipped (the mode cannot run here)
+
+    def add(self, size: int, point: Measurement, max_batch: int) -> None:
+        """Take the measurement of ``size``; decide whether to grow (then ``size`` is the next) or stop."""
+        if point.status != Status.OK:
+            self.stopped_by = point.reason or point.status
+            self.skipped = point.status == Status.SKIPPED
+            return
+        throughput = _throughput(point)
+        self.last_ok = size
+        if size != self.best_size and throughput < self.best * (1.0 + AUTO_MIN_GAIN):
+            self.strikes += 1
+            if self.strikes >= AUTO_PLATEAU_PATIENCE:
+                self.stopped_by = "plateau"
+                return
+        else:
+            self.best, self.best_size, self.strikes = throughput, size, 0
+        if size * AUTO_GROWTH_FACTOR > max_batch:
+            self.stopped_by = "max_batch"
+            return
+        self.size = size * AUTO_GROWTH_FACTOR
+
+
+def _refine_plateau(one: Any, measured: dict[int, Measurement], best_size: int) -> None:
+    """The rise ended between the last size that raised the best and the next one: look in between."""
+    low, high = best_size, best_size * AUTO_GROWTH_FACTOR
+    for _ in range(AUTO_REFINE_PLATEAU_STEPS):
+        mid = (low + high) // 2
+        if mid <= low or mid in measured:
+            break
+        one(mid)
+        low = mid
+
+
+def _refine_failure(one: Any, last_ok: int, failed: int) -> None:
+    """Bisect between the largest size that ran and the first that failed, towards the largest that runs."""
+    low, high = last_ok, failed
     for _ in range(AUTO_REFINE_FAILURE_STEPS):
         mid = (low + high) // 2
         if mid <= low:
@@ -287,7 +307,6 @@ def _grow(measure: Any, max_batch: int) -> str:
             low = mid
         else:
             high = mid
-    return stopped_by
 
 
 # ------------------------------------------------------------------------------------------- analysis (pure)

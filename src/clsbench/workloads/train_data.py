@@ -62,6 +62,77 @@ def drain_limit(settings: Any) -> int:
     return max(1, settings.num_workers) * (settings.prefetch_factor or 2) + 4
 
 
+class _Block:
+    """The per-batch series of the timed region, filled block by block."""
+
+    def __init__(self) -> None:
+        self.iteration_ms: list[float] = []
+        self.wait_ms: list[float] = []
+        self.copy_ms: list[float] = []
+        self.epoch_start_ms: list[float] = []  # the data wait of each timed batch that began an epoch
+        self.step_ms: list[float] = []
+        self.idle_ms: list[float] = []
+
+    def run(self, stream: Any, step: Any, n: int, clock: Any, device: torch.device) -> int:
+        """Train ``n`` batches back to back from ``stream``, splitting each into data wait, copy and compute;
+        return the block's wall ns (synchronised edges)."""
+        on_cuda = device.type == "cuda"
+        synchronize(device)
+        start = clock.now_ns()
+        marks: list[tuple[Any, Any]] = []
+        block_start = None
+        if on_cuda:
+            block_start = torch.cuda.Event(enable_timing=True)
+            block_start.record()
+        last = start
+        for _ in range(n):
+            item = stream.take()
+            got = clock.now_ns()
+            images, labels = stream.place(item)
+            placed = clock.now_ns()
+            self.wait_ms.append((got - last) / NS_PER_MS)
+            self.copy_ms.append((placed - got) / NS_PER_MS)
+            if getattr(stream, "began_epoch", False):
+                self.epoch_start_ms.append(self.wait_ms[-1])
+            if on_cuda:
+                begin, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                step(images, labels)
+                end_event.record()
+                marks.append((begin, end_event))
+                last = clock.now_ns()
+            else:
+                step(images, labels)
+                previous, last = last, clock.now_ns()
+                self.step_ms.append((last - placed) / NS_PER_MS)
+                self.iteration_ms.append((last - previous) / NS_PER_MS)
+        if not on_cuda:
+            return last - start
+        synchronize(device)
+        end = clock.now_ns()
+        previous_event = block_start
+        for begin, end_event in marks:
+            self.idle_ms.append(previous_event.elapsed_time(begin))
+            self.step_ms.append(begin.elapsed_time(end_event))
+            self.iteration_ms.append(previous_event.elapsed_time(end_event))
+            previous_event = end_event
+        return end - start
+
+
+def _open_dataset(settings: Any, batch: int, num_classes: int) -> Any:
+    """The source's dataset for ``settings``, checked against the batch size and the model's classes."""
+    dataset = get_source(settings.source).open(settings)
+    if dataset is None:
+        raise DataError("the synthetic source has no files; train without data settings instead")
+    if len(dataset) < batch:
+        raise DataError(f"{dataset.index.root} has {len(dataset)} usable images, fewer than one batch of "
+                        f"{batch}", "use a smaller --batch-size or more images")
+    if len(dataset.index.classes) > num_classes:
+        raise DataError(f"{dataset.index.root} has {len(dataset.index.classes)} classes; the model has "
+                        f"{num_classes} outputs")
+    return dataset
+
+
 class TrainWithData:
     name = "train"
     kind = "train"
@@ -79,15 +150,7 @@ class TrainWithData:
         batch = ctx.cell.batch_size
 
         t0 = clock.now_ns()
-        dataset = get_source(settings.source).open(settings)
-        if dataset is None:
-            raise DataError("the synthetic source has no files; train without data settings instead")
-        if len(dataset) < batch:
-            raise DataError(f"{dataset.index.root} has {len(dataset)} usable images, fewer than one batch of "
-                            f"{batch}", "use a smaller --batch-size or more images")
-        if len(dataset.index.classes) > ctx.num_classes:
-            raise DataError(f"{dataset.index.root} has {len(dataset.index.classes)} classes; the model has "
-                            f"{ctx.num_classes} outputs")
+        dataset = _open_dataset(settings, batch, ctx.num_classes)
         setup_ns = clock.now_ns() - t0
 
         model = prepared.model
@@ -144,59 +207,14 @@ class TrainWithData:
             failures.extend(stream.take_failures())
 
             timed = StopWatch(ctx.stop)
-            iteration_ms: list[float] = []
-            wait_ms: list[float] = []
-            copy_ms: list[float] = []
-            epoch_start_ms: list[float] = []  # the data wait of each timed batch that began an epoch
-            step_ms: list[float] = []
-            idle_ms: list[float] = []
+            series = _Block()
             blocks = 0
             synchronize(device)
             ctx.timed_region_started()
             timing = True
             while not timed.done:
                 n = timed.plan_block(estimate_ns)
-                synchronize(device)
-                start = clock.now_ns()
-                marks: list[tuple[Any, Any]] = []
-                block_start = None
-                if on_cuda:
-                    block_start = torch.cuda.Event(enable_timing=True)
-                    block_start.record()
-                last = start
-                for _ in range(n):
-                    item = stream.take()
-                    got = clock.now_ns()
-                    images, labels = stream.place(item)
-                    placed = clock.now_ns()
-                    wait_ms.append((got - last) / NS_PER_MS)
-                    copy_ms.append((placed - got) / NS_PER_MS)
-                    if getattr(stream, "began_epoch", False):
-                        epoch_start_ms.append(wait_ms[-1])
-                    if on_cuda:
-                        begin, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        begin.record()
-                        step(images, labels)
-                        end_event.record()
-                        marks.append((begin, end_event))
-                        last = clock.now_ns()
-                    else:
-                        step(images, labels)
-                        previous, last = last, clock.now_ns()
-                        step_ms.append((last - placed) / NS_PER_MS)
-                        iteration_ms.append((last - previous) / NS_PER_MS)
-                if on_cuda:
-                    synchronize(device)
-                    end = clock.now_ns()
-                    previous_event = block_start
-                    for begin, end_event in marks:
-                        idle_ms.append(previous_event.elapsed_time(begin))
-                        step_ms.append(begin.elapsed_time(end_event))
-                        iteration_ms.append(previous_event.elapsed_time(end_event))
-                        previous_event = end_event
-                else:
-                    end = last
-                timed.add(n, end - start)
+                timed.add(n, series.run(stream, step, n, clock, device))
                 blocks += 1
                 if timed.iterations:
                     estimate_ns = timed.elapsed_ns / timed.iterations
@@ -211,16 +229,16 @@ class TrainWithData:
             stream.close()
 
         samples: dict[str, Any] = {
-            "iteration_ms": iteration_ms,
+            "iteration_ms": series.iteration_ms,
             "images": timed.iterations * batch,
             "wall_s": timed.elapsed_ns / NS_PER_S,
             "blocks": blocks,
             "iteration_clock": "cuda_events" if on_cuda else "host",
-            "data_wait_ms": wait_ms,
-            "copy_ms": copy_ms,
-            "epoch_start_wait_ms": epoch_start_ms,
-            "step_ms": step_ms,
-            "idle_ms": idle_ms if on_cuda else None,
+            "data_wait_ms": series.wait_ms,
+            "copy_ms": series.copy_ms,
+            "epoch_start_wait_ms": series.epoch_start_ms,
+            "step_ms": series.step_ms,
+            "idle_ms": series.idle_ms if on_cuda else None,
             "loss_first": first_loss,
             "loss_last": last_value[0],
         }

@@ -44,6 +44,7 @@ from clsbench.data.base import (
     worker_processes_allowed,
 )
 from clsbench.data.errors import DataError, translate_loader_error
+from clsbench.errors import InvalidInputError
 
 #: A file that fails to decode is replaced by the next one; after this many failures in a row the batch fails.
 MAX_SUBSTITUTES = 16
@@ -252,6 +253,12 @@ class CpuPipeline:
 
     def unsupported_reason(self, device: torch.device, settings: DataSettings) -> str | None:
         return None
+
+    def check(self, settings: DataSettings) -> None:
+        """Raise InvalidInputError on a setting this pipeline cannot use."""
+        if settings.num_workers == 0 and settings.prefetch_factor is not None:
+            raise InvalidInputError("prefetch_factor needs num_workers > 0 in the cpu pipeline",
+                                    "add --num-workers 4, or drop --prefetch-factor")
 
     def open(self, dataset: EncodedDataset, spec: BatchSpec) -> LoaderStream:
         settings = spec.settings

@@ -23,8 +23,9 @@ import torch
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY, MEAN, STD
-from clsbench.data.base import PIPELINES, BatchSpec, EncodedDataset, drain_ready
+from clsbench.data.base import PIPELINES, BatchSpec, EncodedDataset, check_device_pipeline, drain_ready
 from clsbench.data.errors import DataError, PipelineUnsupportedError
+from clsbench.errors import InvalidInputError
 
 DEFAULT_THREADS = 4
 
@@ -122,6 +123,13 @@ class DaliStream:
 class DaliPipeline:
     name = "dali"
     priority = 30
+
+    def check(self, settings: DataSettings) -> None:
+        """Raise InvalidInputError on a setting this pipeline cannot use."""
+        check_device_pipeline(self.name, settings)
+        if settings.persistent_workers:
+            raise InvalidInputError("--persistent-workers does not apply to dali (its threads live for the whole "
+                                    "run)", "drop --persistent-workers")
 
     def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
         """One setting: DALI reading the folder itself, with as many CPU threads as the most workers (4 if none)."""

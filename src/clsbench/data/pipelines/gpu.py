@@ -47,6 +47,7 @@ from clsbench.data.base import (
     BatchSpec,
     EncodedDataset,
     StreamRecord,
+    check_device_pipeline,
     loader_context,
     shutdown_loader,
     worker_processes_allowed,
@@ -389,6 +390,10 @@ def nvjpeg_reason() -> str | None:
 class GpuPipeline:
     name = "gpu"
     priority = 20
+
+    def check(self, settings: DataSettings) -> None:
+        """Raise InvalidInputError on a setting this pipeline cannot use."""
+        check_device_pipeline(self.name, settings)
 
     def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
         """One setting: the files read in this process, decoded in batches on the GPU."""
