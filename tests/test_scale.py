@@ -493,7 +493,8 @@ ORPHAN_MAKER = """
 import os, subprocess, sys, time
 folder = sys.argv[1]
 # like torchrun: a child in a session of its own, which a kill of this process group would not reach
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "clsbench.procedures.scale.rank", folder],
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "clsbench.procedures.scale.rank",
+                          folder],
                          start_new_session=True)
 open(os.path.join(folder, "pid-0"), "w").write(str(child.pid))
 time.sleep(float(sys.argv[2]))

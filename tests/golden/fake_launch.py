@@ -25,7 +25,8 @@ def rank_record(rank: int, world: int, batch: int, steps: int = 10, step_s: floa
 
 
 class FakeLauncher:
-    """Called like ``clsbench.procedures.scale.launch.launch``; every launch succeeds with 0.1 s steps (+5% per extra GPU)."""
+    """Called like ``clsbench.procedures.scale.launch.launch``; every launch succeeds with 0.1 s steps (+5% per
+    extra GPU)."""
 
     def __call__(self, command: list[str], folder: Path, *, timeout_s: float, env: Any = None) -> Any:
         from clsbench.procedures.scale.launch import LaunchOutcome

@@ -3,8 +3,8 @@ environment, so that a refactoring can prove that it changed no stored byte.
 
 ``python tests/golden/generate.py DIR`` writes ``run.json``, ``sweep.json``, ``tune.json``, ``diagnose.json`` and
 ``scale.json`` into DIR; ``tests/test_golden.py`` writes them into a temporary folder and compares them with the
-committed copies byte for byte. Only what a fake clock cannot fix is masked (:data:`VOLATILE`, :data:`DROPPED`): host readings
-(process ids, host-CPU counters, the perf_counter durations of untimed phases, dates) and the tool's version.
+committed copies byte for byte. Only what a fake clock cannot fix is masked (:data:`VOLATILE`, :data:`DROPPED`): host
+readings (process ids, host-CPU counters, the perf_counter durations of untimed phases, dates) and the tool's version.
 """
 
 from __future__ import annotations

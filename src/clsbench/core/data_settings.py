@@ -94,7 +94,8 @@ class DataSettings:
         return self
 
     def label(self) -> str:
-        """Short and unique among the settings that change a measurement (:func:`clsbench.results.schema.data_label`)."""
+        """Short and unique among the settings that change a measurement
+        (:func:`clsbench.results.schema.data_label`)."""
         return data_label(self.to_dict()) or ""
 
     def to_dict(self) -> dict[str, Any]:

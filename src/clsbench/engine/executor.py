@@ -97,7 +97,8 @@ class _Worker:
             return {"status": Status.FAILED, "reason": Reason.TIMEOUT,
                     "detail": f"no result within {timeout_s:g} s; the worker was killed"}
         what = f"signal {-code}" if code < 0 else f"exit code {code}"
-        return {"status": Status.FAILED, "reason": Reason.CRASH, "detail": f"worker process died ({what}) without a result"}
+        return {"status": Status.FAILED, "reason": Reason.CRASH,
+                "detail": f"worker process died ({what}) without a result"}
 
 
 class ProcessExecutor:

@@ -16,9 +16,9 @@ How it stays self-contained and safe:
 - Long series are thinned to :data:`MAX_POINTS_PER_CURVE` points per curve, which keeps the file small without
   changing what the eye sees at these chart sizes.
 
-Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
-every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`), which
-can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
+Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of every
+repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`), which can
+differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
 """
 
 from __future__ import annotations

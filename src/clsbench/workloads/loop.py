@@ -102,7 +102,8 @@ def run_timed_loop(
     ctx.timed_region_started()
     while not timed.done:
         n = timed.plan_block(estimate_ns)
-        elapsed_ns, per_iteration_ms = timed_block(step, n, clock, cuda=on_cuda, synchronize=lambda: synchronize(device))
+        elapsed_ns, per_iteration_ms = timed_block(step, n, clock, cuda=on_cuda,
+                                                   synchronize=lambda: synchronize(device))
         iteration_ms.extend(per_iteration_ms)
         timed.add(n, elapsed_ns)
         blocks += 1

@@ -11,8 +11,8 @@ Definitions (docs/methodology.md, section 16, has the long form):
 * ``rank_step_ms``: per rank, the median over repeats of its median step time in the timed region;
   ``rank_spread_pct`` = (max - min) / median of the ranks' median step times, median over repeats;
   ``slowest_rank`` the rank with the largest step time.
-* ``comm_share``: median over repeats of 1 - t(no_sync) / t(sync) (``clsbench.procedures.scale.rank_loop``), an estimate of
-  the share of the step the gradient all-reduce adds beyond what the backward pass hides.
+* ``comm_share``: median over repeats of 1 - t(no_sync) / t(sync) (``clsbench.procedures.scale.rank_loop``), an estimate
+  of the share of the step the gradient all-reduce adds beyond what the backward pass hides.
 * ``peak_memory_by_gpu_bytes``: per GPU (rank order), the maximum over repeats of torch's peak allocation; on a
   CPU each process's peak RSS instead (``memory_kind`` says which).
 """

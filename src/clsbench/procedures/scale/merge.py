@@ -1,8 +1,8 @@
 """From the records of one launch's processes to one repeat record (pure: reads only what it is given).
 
 An ok repeat record has the keys every clsbench repeat has (``samples`` with ``images``, ``wall_s`` and
-``iteration_ms``; ``timings``; ``validity``; ``memory``; ``flags``), so ``clsbench.analysis.summary`` summarises it like any
-other, plus:
+``iteration_ms``; ``timings``; ``validity``; ``memory``; ``flags``), so ``clsbench.analysis.summary`` summarises it like
+any other, plus:
 
 * ``ranks``: one entry per process, in rank order: host, device, pid, batch, its own per-step times and block
   wall times, the memory of each of its GPUs and its communication blocks;

@@ -1,10 +1,10 @@
 """Run a scale plan: one fresh launch per repeat of every (strategy, GPU count), saved after each measurement.
 
 For each launch the parent writes a job file into a fresh temporary folder, starts the strategy's command
-(:mod:`clsbench.procedures.scale.launch`), merges what the processes wrote (:mod:`clsbench.procedures.scale.merge`) and deletes the
-folder. A measurement whose repeat fails stops there, with that repeat's reason (a rank that fails once will
-fail again), and the run goes on with the next measurement. Results are saved atomically after every
-measurement into an ordinary result file that never existed before.
+(:mod:`clsbench.procedures.scale.launch`), merges what the processes wrote (:mod:`clsbench.procedures.scale.merge`) and
+deletes the folder. A measurement whose repeat fails stops there, with that repeat's reason (a rank that fails once will
+fail again), and the run goes on with the next measurement. Results are saved atomically after every measurement into an
+ordinary result file that never existed before.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The strategies of ``clsbench scale``, one module each, behind :class:`~clsbench.procedures.scale.strategies.base.Strategy`."""
+"""The strategies of ``clsbench scale``, one module each, behind
+:class:`~clsbench.procedures.scale.strategies.base.Strategy`."""
 
 from __future__ import annotations
 

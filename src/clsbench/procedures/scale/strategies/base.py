@@ -3,8 +3,8 @@
 A strategy has two halves that meet only through a JSON *job* file:
 
 * in the parent (``clsbench scale``): whether it can run here (:meth:`Strategy.unsupported_reason`) and the
-  command that starts it (:meth:`Strategy.command`); :mod:`clsbench.procedures.scale.launch` runs that command in its own
-  session with a wall-clock limit;
+  command that starts it (:meth:`Strategy.command`); :mod:`clsbench.procedures.scale.launch` runs that command in its
+  own session with a wall-clock limit;
 * in each process it starts (:mod:`clsbench.procedures.scale.rank`): a :class:`Session` that sets up the devices and the
   process group, wraps the prepared model, and offers the few collective operations the timed loop needs, so the
   loop (:mod:`clsbench.procedures.scale.rank_loop`) is the same for every strategy.
