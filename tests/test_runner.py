@@ -261,3 +261,43 @@ def test_forkserver_start_up_does_not_count_against_the_first_timeout(tmp_path: 
     assert done.returncode == 0, done.stderr
     status, reason, detail = json.loads(done.stdout.splitlines()[-1])
     assert (status, reason) == ("ok", None), detail
+
+
+KILLED_PARENT_SCRIPT = """
+    import sys
+
+    from clsbench import api
+    from clsbench.core.options import Execution, MeasureOptions
+
+    if __name__ == "__main__":
+        plan = api.plan_run(models=["clsbench_testmodels:hang_model"], workloads=["infer-throughput"], device="cpu",
+                            options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0, timeout_s=600))
+        api.run(plan, execution=Execution(env={"device": "cpu"}))
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_run_leaves_no_worker_behind(tmp_path: Path) -> None:
+    """SIGKILL the run while its worker hangs in forward: the worker (and then the forkserver) end by themselves."""
+    script = tmp_path / "run_hang.py"
+    script.write_text(textwrap.dedent(KILLED_PARENT_SCRIPT), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), str(TESTS)])}
+    parent = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path)
+    try:
+        root = psutil.Process(parent.pid)
+        deadline = time.monotonic() + 120
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and not workers:
+            # The worker is the forkserver's child: a grandchild of the run.
+            workers = [p for child in root.children() for p in child.children()]
+            time.sleep(0.5)
+        assert workers, "no worker started"
+        family = [*root.children(recursive=True)]
+        time.sleep(1.0)  # the worker is inside its hanging forward now
+        parent.kill()
+        parent.wait(10)
+        gone, alive = psutil.wait_procs(family, timeout=20)
+        assert not alive, f"left running after the run was killed: {[p.pid for p in alive]}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -307,7 +307,14 @@ def execute(job: Job) -> dict[str, Any]:
 
 
 def worker_main(conn: Any) -> None:
-    """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result."""
+    """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result.
+
+    The worker ends itself when the run that started it is gone (:func:`clsbench.system.lifetime
+    .exit_with_parent_process`), so a killed run never leaves a worker holding the GPU.
+    """
+    from clsbench.system.lifetime import exit_with_parent_process
+
+    exit_with_parent_process()
     try:
         job, gated, ahead = conn.recv()
         prepared = prepare(job, ahead=ahead)

@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 
 from clsbench.procedures.scale.files import GATHERED_FILE, LOG_FILE, PID_FILE, RANK_FILE
+from clsbench.system.lifetime import die_with_parent
 
 #: Seconds the launch gets to stop its ranks after SIGTERM before everything left is killed.
 TERMINATE_GRACE_S = 3.0
@@ -187,8 +188,11 @@ def launch(command: list[str], folder: Path, *, timeout_s: float, env: dict[str,
     log_path = folder / LOG_FILE
     started = time.monotonic()
     with open(log_path, "ab") as log:
+        # The launcher dies with this process (a killed `clsbench scale` leaves no launch running); each rank does the
+        # same with the launcher (scale/rank.py).
         root = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=env if env is not None else child_env(), start_new_session=True)
+                                env=env if env is not None else child_env(), start_new_session=True,
+                                preexec_fn=die_with_parent)
     tree = _Tree(root, folder)
     timed_out = False
     killed = 0

@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m clsbench.procedures.scale.rank")
     parser.add_argument("--job", required=True, help="the job file written by `clsbench scale`")
     args = parser.parse_args(argv)
+    from clsbench.system.lifetime import die_with_parent
+
+    die_with_parent()  # a rank never outlives its launcher (torchrun, or the parent of the DataParallel process)
     job_path = Path(args.job)
     folder = job_path.parent
     rank = _rank_from_environment()
