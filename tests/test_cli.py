@@ -389,3 +389,85 @@ def test_env_json_is_what_results_record():
     assert {"cpu", "software", "gpu", "unavailable"} <= set(facts)
     assert facts["device"] == "cpu"
     assert facts["software"]["torch"] == torch.__version__
+
+
+# ----------------------------------------------------------------------------------------------------------
+# pipes and signals
+
+
+def _subprocess_env(tmp_path: Path) -> dict[str, str]:
+    tests = Path(__file__).resolve().parent
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)]),
+            "CLSBENCH_DB": str(tmp_path / "index.sqlite3")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["models", "*"], ["models", "-l", "resnet*"], ["history"],
+                                  ["show", "tests/data/result_v1.json"],
+                                  ["show", "tests/data/result_v1.json", "--format", "csv"]])
+def test_piping_a_listing_into_head_is_quiet(args: list[str], tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    command = " ".join([sys.executable, "-m", "clsbench", *(f"'{a}'" for a in args)])
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -1"], capture_output=True, text=True,
+                          env=_subprocess_env(tmp_path), cwd=root, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr.lower() and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_run_like_ctrl_c(tmp_path: Path) -> None:
+    """The first measurement finishes, the second hangs; SIGTERM then gives the table of the first, the resume
+    line, exit code 130 and a file holding the first measurement."""
+    import signal
+    import time
+
+    out = tmp_path / "run.json"
+    command = [sys.executable, "-m", "clsbench", "run", "--model", f"{TINY},clsbench_testmodels:hang_model",
+               "--workload", "infer-throughput", *SHORT, "--repeats", "1", "-q", "-o", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_subprocess_env(tmp_path), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if out.exists() and result_io.load(out).measurements:
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and f"--resume {out}" in stderr
+    assert set(table_rows(stdout)) == {(TINY, "infer-throughput")}
+    assert [m.model for m in result_io.load(out).measurements] == [TINY]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group, the forkserver included, while it is still importing torch."""
+    import signal
+    import time
+
+    import psutil
+
+    command = [sys.executable, "-m", "clsbench", "run", "--model", TINY, "--workload", "infer-throughput", "--device",
+               "cpu", "--repeats", "1", "--warmup", "1", "--iterations", "2", "--min-time", "0", "-q", "-o",
+               str(tmp_path / "run.json")]  # worker processes: the forkserver starts
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_subprocess_env(tmp_path), cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            children = psutil.Process(process.pid).children()
+            if any("forkserver" in " ".join(child.cmdline()) for child in children):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # the forkserver is importing its preload modules now
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert "Traceback" not in stderr, stderr

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sys
+import threading
 from typing import Any
 
 import click
 
-from clsbench.cli.common import Progress, fail, handle_errors, saved
+from clsbench.cli.common import Progress, fail, handle_errors, reader_went_away, saved
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
@@ -24,13 +26,23 @@ from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.version import __version__
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (a job scheduler, ``kill``, a container stopping) ends a command the way Ctrl-C does: what finished is
+    saved, the table of it printed, and the resume line said."""
+    raise KeyboardInterrupt
+
+
 class _Group(click.Group):
     """Click's own usage errors get the same one-line ``error:`` + ``hint:`` form as clsbench's."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _terminated)
         try:
             return super().main(*args, **kwargs)
+        except BrokenPipeError:
+            reader_went_away()
         except click.UsageError as exc:
             command = exc.ctx.command_path if exc.ctx is not None else "clsbench"
             fail(exc.format_message(), f"see `{command} --help`", 2)

@@ -23,13 +23,30 @@ def fail(message: str, hint: str | None, code: int) -> None:
     sys.exit(code)
 
 
+def reader_went_away() -> None:
+    """The reader of our output closed it (``clsbench history | head -1``): stop quietly with exit code 0.
+
+    Python would otherwise complain again when it flushes stdout at exit, so stdout is pointed at /dev/null first
+    (the way the Python documentation recommends for SIGPIPE).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor behind stdout (a test runner's capture): nothing to do
+        pass
+    sys.exit(0)
+
+
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn ClsbenchError into one error line plus a hint and its exit code; anything else is a bug."""
+    """Turn ClsbenchError into one error line plus a hint and its exit code; a closed pipe into a quiet exit 0;
+    anything else is a bug."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except BrokenPipeError:
+            reader_went_away()
         except ClsbenchError as exc:
             fail(exc.message, exc.hint, exc.exit_code)
         except KeyboardInterrupt:

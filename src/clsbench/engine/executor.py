@@ -25,9 +25,10 @@ from typing import Any
 from clsbench.core.vocab import Reason, Status
 from clsbench.engine.worker import Job, execute, worker_main
 
-#: Modules the forkserver imports once, so forked workers start with them loaded (import errors are ignored).
-PRELOAD_MODULES = ["torch", "torchvision", "timm", "clsbench.engine.worker", "clsbench.workloads", "clsbench.modes",
-                   "clsbench.models"]
+#: Modules the forkserver imports once, so forked workers start with them loaded (import errors are ignored). The
+#: first makes it (and its workers) ignore Ctrl-C, which the run handles.
+PRELOAD_MODULES = ["clsbench.engine.forkserver_setup", "torch", "torchvision", "timm", "clsbench.engine.worker",
+                   "clsbench.workloads", "clsbench.modes", "clsbench.models"]
 
 #: Seconds to wait for a killed worker to be reaped.
 KILL_GRACE_S = 5.0
