@@ -471,3 +471,23 @@ def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path: Path) 
             process.kill()
     assert process.returncode == 130
     assert "Traceback" not in stderr, stderr
+
+
+
+@pytest.mark.parametrize(("where", "value"), [("batch_size", "32"), ("batch_size", True), ("summary", [1]),
+                                              ("summary.throughput_img_s", "fast"),
+                                              ("summary.latency_ms.p50", {"ms": 1}), ("environment", [])])
+def test_a_wrong_typed_value_is_a_damaged_file(tmp_path: Path, where: str, value: object) -> None:
+    data = json.loads((REPO / "tests" / "data" / "result_v1.json").read_text(encoding="utf-8"))
+    target = data if where == "environment" else data["measurements"][0]
+    *path, last = where.split(".")
+    for key in path:
+        target = target[key]
+    target[last] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    for args in (["show", str(bad)], ["import", str(bad)], ["report", str(bad), "-o", str(tmp_path / "r.html")]):
+        result = invoke(*args)
+        assert result.exit_code == 3, (args, result.output)
+        assert "Traceback" not in result.output and "internal error" not in result.output
+        assert "is damaged" in result.output, result.output

@@ -654,3 +654,37 @@ def test_cli_data_make_and_check(tmp_path: Path):
     assert "skipped class_0000/cut.jpg: truncated JPEG" in checked.stderr
     assert "does not decode: class_0001/damaged.jpg" in checked.stderr
     assert "decoded 12 of 13 images" in checked.stdout
+
+
+def test_a_full_disk_ends_data_make_with_one_line_and_no_truncated_image(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """The third image's write fails as a full disk does: every file left is a whole JPEG, no temporary file stays,
+    no manifest claims a complete dataset, and the error is one line naming the disk."""
+    import errno
+    import io
+
+    from clsbench.results import io as result_io
+
+    real_fdopen = os.fdopen
+    calls = {"n": 0}
+
+    class FullDisk(io.BufferedWriter):
+        def write(self, data: bytes) -> int:  # half the bytes reach the disk, then it is full
+            super().write(data[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd: int, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            return FullDisk(io.FileIO(fd, "wb"))
+        return real_fdopen(fd, mode, *args, **kwargs)
+
+    monkeypatch.setattr(result_io.os, "fdopen", fdopen)
+    target = tmp_path / "ds"
+    with pytest.raises(ResultFileError, match="No space left on device") as caught:
+        make_dataset(target, MakeSpec(images=6, classes=2, seed=1, width=40, height=30), jobs=1)
+    assert "incomplete dataset" in caught.value.message
+    files = [p for p in target.rglob("*") if p.is_file()]
+    assert len(files) == 2 and not any(p.name.startswith(".") for p in files)
+    assert all(p.read_bytes().endswith(b"\xff\xd9") for p in files)  # each one a whole JPEG (ends with EOI)
+    assert not (target / "clsbench-dataset.json").exists()

@@ -225,12 +225,12 @@ def test_a_file_the_index_refuses_is_one_error_and_the_rest_imported(db: Path, t
                                                                       fixture_file: Path):
     data = json.loads(fixture_file.read_text(encoding="utf-8"))
     data["created_utc"] = "2026-12-02T00:00:00+00:00"
-    data["measurements"][2]["model"] = None  # the schema loads it; the index needs a model name
+    data["measurements"][2]["model"] = None  # a model name must be text: the file is refused when read
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps(data), encoding="utf-8")
     outcomes = store.import_files([fixture_file, odd, SEED], db=db)
     assert [o.status for o in outcomes] == ["imported", "error", "imported"]
-    assert outcomes[1].message.startswith(f"{odd} cannot be indexed: NOT NULL constraint failed")
+    assert outcomes[1].message.startswith(f"{odd} is damaged: ValueError: measurement field 'model' must be str")
     assert count(db, "runs") == 2 and count(db, "measurements") == 5 + 30  # nothing of odd.json
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.errors import InvalidInputError, ResultFileError
+from clsbench.results.io import write_bytes_atomic, write_text_atomic
 
 MANIFEST_NAME = "clsbench-dataset.json"
 MANIFEST_FORMAT = 1
@@ -277,7 +278,7 @@ def _work(chunk: tuple[int, int]) -> tuple[int, int]:
     written = 0
     for i in range(*chunk):
         data = render(i, spec, _STATE["bases"], _STATE["tints"])
-        image_path(directory, i, spec).write_bytes(data)
+        write_bytes_atomic(image_path(directory, i, spec), data, durable=False)  # whole or absent, even on a full disk
         written += len(data)
     return chunk[1] - chunk[0], written
 
@@ -316,6 +317,22 @@ def make_dataset(directory: str | os.PathLike[str], spec: MakeSpec, *, jobs: int
     chunks = [(start, min(start + CHUNK, spec.images)) for start in range(0, spec.images, CHUNK)]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(chunks)))
     done = written = 0
+    try:
+        done, written = _render_all(root, spec, chunks, workers, progress)
+    except ResultFileError as exc:
+        raise ResultFileError(f"{exc.message}; {root} holds an incomplete dataset without a manifest",
+                              "free some space (or choose another DIR), delete this one, and make it again") from None
+    seconds = time.perf_counter() - t0
+    result = MakeResult(directory=str(root.resolve()), images=spec.images, classes=spec.classes, bytes=written,
+                        seconds=seconds, jobs=workers, sources=describe_bases())
+    write_manifest(root, spec, result)
+    return result
+
+
+def _render_all(root: Path, spec: MakeSpec, chunks: list[tuple[int, int]], workers: int,
+                progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+    """Render and write every chunk (in ``workers`` processes); return (images, bytes) written."""
+    done = written = 0
     if workers == 1:
         _init(spec, str(root))
         if progress:
@@ -334,18 +351,13 @@ def make_dataset(directory: str | os.PathLike[str], spec: MakeSpec, *, jobs: int
                 done, written = done + count, written + size
                 if progress:
                     progress(done, spec.images)
-    seconds = time.perf_counter() - t0
-    result = MakeResult(directory=str(root.resolve()), images=spec.images, classes=spec.classes, bytes=written,
-                        seconds=seconds, jobs=workers, sources=describe_bases())
-    write_manifest(root, spec, result)
-    return result
+    return done, written
 
 
 def write_manifest(root: Path, spec: MakeSpec, result: MakeResult) -> None:
     import numpy
     import PIL
 
-    from clsbench.results.io import write_text_atomic
 
     manifest = {
         "format": MANIFEST_FORMAT,

@@ -51,7 +51,17 @@ def write_text_atomic(path: Path, text: str) -> int:
 
     A crash or a full disk leaves the old file or none, never half a file. Returns the bytes written.
     """
-    data = text.encode("utf-8")
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> int:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename (see
+    :func:`write_text_atomic`). ``durable=False`` skips the fsync: the file is still whole or absent after a full
+    disk or a crash of this process, though not after a power cut (what a generated dataset needs).
+
+    Raises:
+        ResultFileError: the file cannot be written (full disk, permissions), naming the path and the reason.
+    """
     directory = path.parent if str(path.parent) else Path(".")
     tmp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
     try:
@@ -60,7 +70,8 @@ def write_text_atomic(path: Path, text: str) -> int:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -94,19 +94,62 @@ class Measurement:
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         if not isinstance(data, dict):
             raise ValueError(f"a measurement must be an object, not {type(data).__name__}")
-        for key, kind in (("summary", dict), ("validity", dict), ("repeats", list)):
-            if key in data and data[key] is not None and not isinstance(data[key], kind):
-                raise ValueError(f"measurement field {key!r} must be a {kind.__name__}")
+        _check_types(data, MEASUREMENT_TYPES, "measurement")
         if any(not isinstance(r, dict) for r in data.get("repeats") or ()):
             raise ValueError("every repeat must be an object")
-        if data.get("data") is not None and not isinstance(data["data"], dict):
-            raise ValueError("measurement field 'data' must be an object")
+        _check_summary(data.get("summary") or {})
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["repeats"] = tuple(data.get("repeats") or ())
         if kwargs.get("status") not in STATUSES:
             raise ValueError(f"measurement status {kwargs.get('status')!r} is not one of {STATUSES}")
         return cls(**kwargs)
+
+
+_NUMBER = (int, float)
+_OPTIONAL_NUMBER = (int, float, type(None))
+
+#: The types of a measurement's fields (None allowed where the field may be absent or null).
+MEASUREMENT_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "workload": (str,), "mode": (str,), "batch_size": (int,), "device": (str,),
+    "status": (str,), "input_size": (int, type(None)), "reason": (str, type(None)), "detail": (str, type(None)),
+    "repeats": (list, type(None)), "summary": (dict, type(None)), "validity": (dict, type(None)),
+    "data": (dict, type(None)),
+}
+
+#: The summary figures every reader formats, and their types. A stored NaN or infinity is a string ("nan", "inf":
+#: JSON has neither), so numbers may be those strings too.
+SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
+    "throughput_img_s": _OPTIONAL_NUMBER, "spread_pct": _OPTIONAL_NUMBER, "repeats": (int, type(None)),
+    "peak_memory_allocated_bytes": _OPTIONAL_NUMBER, "peak_memory_reserved_bytes": _OPTIONAL_NUMBER,
+    "unstable": (bool, type(None)), "latency_ms": (dict, type(None)),
+}
+NON_FINITE = frozenset({"nan", "inf", "-inf"})
+
+
+def _check_types(data: dict[str, Any], types: dict[str, tuple[type, ...]], what: str) -> None:
+    for key, allowed in types.items():
+        value = data.get(key)
+        if key not in data and type(None) in allowed:
+            continue
+        if isinstance(value, bool) and bool not in allowed:
+            ok = False  # True is an int to Python, never a count or a figure to a reader
+        elif isinstance(value, str) and _NUMBER[0] in allowed and value.lower() in NON_FINITE:
+            ok = True
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+            raise ValueError(f"{what} field {key!r} must be {names}, not {type(value).__name__} ({value!r:.40})")
+
+
+def _check_summary(summary: dict[str, Any]) -> None:
+    _check_types(summary, SUMMARY_TYPES, "summary")
+    latency = summary.get("latency_ms") or {}
+    for key, value in latency.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, _NUMBER)) \
+                and not (isinstance(value, str) and value.lower() in NON_FINITE):
+            raise ValueError(f"summary field 'latency_ms.{key}' must be a number, not {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -160,6 +203,9 @@ class BenchmarkResult:
         try:
             if not isinstance(data["measurements"], list):
                 raise ValueError("measurements must be a list")
+            for key in ("environment", "settings"):
+                if not isinstance(data[key], dict):
+                    raise ValueError(f"{key} must be an object, not {type(data[key]).__name__}")
             measurements = tuple(Measurement.from_dict(m) for m in data["measurements"])
             return cls(
                 environment=dict(data["environment"]),
