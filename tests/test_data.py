@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 import pytest

@@ -505,3 +505,24 @@ def test_cli_locked_index_is_one_clear_line(db: Path, fixture_file: Path, monkey
         holder.execute("ROLLBACK")
         holder.close()
     assert_clean_error(result, EXIT_FILE, "locked by another process", "wait for the other")
+
+
+def test_two_runs_started_in_the_same_second_are_two_runs(db: Path, tmp_path: Path) -> None:
+    """One run per GPU, started together on a multi-GPU box: same second, host and settings, two history rows."""
+    import dataclasses
+
+    from clsbench import api
+    from clsbench.engine.runner import new_result
+    from clsbench.results import io as result_io
+
+    plan = api.plan_run(models=["clsbench_testmodels:tiny"], workloads=["infer-throughput"], device="cpu")
+    env = {"device": "cpu", "os": {"hostname": "box"}}
+    paths = []
+    for name in ("a.json", "b.json"):
+        result = dataclasses.replace(new_result(plan, env), created_utc="2026-12-01T10:00:00+00:00")
+        result_io.save(result, tmp_path / name)
+        paths.append(tmp_path / name)
+    outcomes = store.import_files(paths, db=db)
+    assert [o.status for o in outcomes] == ["imported", "imported"]
+    assert count(db, "runs") == 2
+    assert len({row["run_id"] for row in store.history(db)}) == 2

@@ -33,7 +33,7 @@ VOLATILE = frozenset({
     "search_s", "version", "peak_rss_bytes", "worker_peak_rss_bytes", "traceback", "wall_s", "cold_pass_s",
     "worker_start_s", "cache_prime_s", "scan_s", "fingerprint", "directory", "profile_s", "read_s",
     "memory", "data_settings_fingerprint", "prime_s", "startup_s", "first_batch_s", "mtime_ns",
-    "host_peak_rss_bytes",
+    "host_peak_rss_bytes", "run_id",
 })
 
 #: Keys present only when the host happened to be busy: left out wherever they appear.

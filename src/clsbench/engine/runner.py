@@ -8,6 +8,7 @@ the measurement in flight; :func:`resume` measures only the cells the file lacks
 from __future__ import annotations
 
 import datetime as _dt
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,10 @@ from clsbench.measure.clock import WallClock
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
 from clsbench.system.machine import run_facts
+
+
+#: A run's id is this many random bytes, in hex (12 characters: a collision needs about 2^24 runs in one index).
+RUN_ID_BYTES = 6
 
 
 class RunInterrupted(ClsbenchError):
@@ -43,6 +48,7 @@ def new_result(plan: RunPlan, environment: dict[str, Any]) -> BenchmarkResult:
         settings=plan.to_dict(),
         created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         tool={"name": "clsbench", "version": __version__},
+        run_id=secrets.token_hex(RUN_ID_BYTES),
     )
 
 

@@ -14,7 +14,9 @@ History of ``schema_version``:
   ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. Real-data
   measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
   ``data`` to its repeats and summary. All are optional, so a file without them (an older 0.1 file, a CPU run, a
-  synthetic-data run) reads the same.
+  synthetic-data run) reads the same. Runs made since clsbench 0.1's hardening carry ``run_id``, a random id
+  given when the run is created (two runs started in the same second are two runs); older files have none, and
+  the history index derives one from their contents.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class BenchmarkResult:
     created_utc: str = ""
     tool: dict[str, Any] = field(default_factory=lambda: {"name": TOOL_NAME})
     schema_version: int = SCHEMA_VERSION
+    run_id: str = ""  # random, given when the run is created; files from before it have none
 
     def with_measurement(self, measurement: Measurement) -> BenchmarkResult:
         kept = tuple(m for m in self.measurements if m.key != measurement.key)
@@ -175,6 +178,7 @@ class BenchmarkResult:
             "schema_version": self.schema_version,
             "tool": self.tool,
             "created_utc": self.created_utc,
+            **({"run_id": self.run_id} if self.run_id else {}),
             "environment": self.environment,
             "settings": self.settings,
             "measurements": [m.to_dict() for m in self.measurements],
@@ -212,6 +216,7 @@ class BenchmarkResult:
                 settings=dict(data["settings"]),
                 measurements=measurements,
                 created_utc=str(data.get("created_utc", "")),
+                run_id=str(data.get("run_id") or ""),
                 tool=dict(tool),
                 schema_version=version,
             )

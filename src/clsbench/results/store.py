@@ -200,7 +200,10 @@ def store_path(db: str | Path | None = None) -> Path:
 
 
 def run_id_of(result: BenchmarkResult) -> str:
-    """The stable short id of a run: creation time, host name and settings, none of which a resume changes."""
+    """A run's short id: the random one it was given when it was created, or, for a file from before run ids, one
+    derived from its creation time, host name and settings (none of which a resume changes)."""
+    if result.run_id:
+        return result.run_id
     settings = json.dumps(_canonical(result.settings), sort_keys=True, separators=(",", ":"))
     key = "\n".join((result.created_utc, str(_get(result.environment, "os", "hostname") or ""), settings))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:RUN_ID_LENGTH]
