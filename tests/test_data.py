@@ -14,8 +14,8 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch

@@ -25,7 +25,6 @@ from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
 from clsbench.system.machine import run_facts
 
-
 #: A run's id is this many random bytes, in hex (12 characters: a collision needs about 2^24 runs in one index).
 RUN_ID_BYTES = 6
 
