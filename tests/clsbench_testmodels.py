@@ -143,3 +143,42 @@ def slow_building_model(num_classes: int = 1000) -> nn.Module:
 
 
 slow_building_model.input_size = 32
+
+
+class _Flaky(Tiny):
+    """Fails in forward while the environment variable CLSBENCH_TEST_FLAKY is 1 (a fault that goes away)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if os.environ.get("CLSBENCH_TEST_FLAKY") == "1":
+            raise RuntimeError("flaky failure")
+        return super().forward(x)
+
+
+def flaky_model(num_classes: int = 1000) -> nn.Module:
+    return _Flaky(num_classes)
+
+
+class _HostOom(Tiny):
+    """Runs out of host memory the way torch's CPU allocator says it (or as Python's MemoryError)."""
+
+    def __init__(self, num_classes: int, python: bool) -> None:
+        super().__init__(num_classes)
+        self.python = python
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.python:
+            raise MemoryError()
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 68719476736 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def host_oom_model(num_classes: int = 1000) -> nn.Module:
+    return _HostOom(num_classes, python=False)
+
+
+def memory_error_model(num_classes: int = 1000) -> nn.Module:
+    return _HostOom(num_classes, python=True)
+
+
+for _f in (flaky_model, host_oom_model, memory_error_model):
+    _f.input_size = 32

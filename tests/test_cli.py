@@ -491,3 +491,43 @@ def test_a_wrong_typed_value_is_a_damaged_file(tmp_path: Path, where: str, value
         assert result.exit_code == 3, (args, result.output)
         assert "Traceback" not in result.output and "internal error" not in result.output
         assert "is damaged" in result.output, result.output
+
+
+def test_resume_retry_failed_measures_the_failed_cells_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "run.json"
+    monkeypatch.setenv("CLSBENCH_TEST_FLAKY", "1")
+    first = invoke("run", "--model", f"{TINY},clsbench_testmodels:flaky_model", "--workload", "infer-throughput",
+                   *SHORT, "-o", str(out))
+    assert first.exit_code == 4
+    monkeypatch.setenv("CLSBENCH_TEST_FLAKY", "0")
+    again = invoke("run", "--resume", str(out), "-q")  # nothing is missing: the failure stands
+    assert again.exit_code == 4
+    assert [m.status for m in result_io.load(out).measurements] == ["ok", "failed"]
+    retried = invoke("run", "--resume", str(out), "--retry-failed", "-q")
+    assert retried.exit_code == 0, retried.output
+    assert [(m.model, m.status) for m in result_io.load(out).measurements] == [
+        (TINY, "ok"), ("clsbench_testmodels:flaky_model", "ok")]
+    alone = invoke("run", "--model", TINY, "--retry-failed", *SHORT)
+    assert alone.exit_code == 2 and "--retry-failed goes with --resume" in alone.stderr
+
+
+def test_a_file_another_process_is_writing_cannot_be_resumed(tmp_path: Path) -> None:
+    from clsbench.results.io import writer_lock
+
+    out = tmp_path / "run.json"
+    assert invoke("run", "--model", TINY, "--workload", "infer-throughput", *SHORT, "-o", str(out)).exit_code == 0
+    with writer_lock(out):  # as a live run holds it
+        result = invoke("run", "--resume", str(out), "--retry-failed")
+    assert result.exit_code == 3, result.output
+    assert f"{out} is being written by another clsbench process (pid {os.getpid()})" in result.stderr
+    assert invoke("run", "--resume", str(out), "-q").exit_code == 0  # released: it resumes (nothing to do)
+    assert not (tmp_path / ".run.json.lock").exists()
+
+
+@pytest.mark.parametrize("model", ["clsbench_testmodels:host_oom_model", "clsbench_testmodels:memory_error_model"])
+def test_running_out_of_host_memory_is_oom(model: str, tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    result = invoke("run", "--model", model, "--workload", "infer-throughput", *SHORT, "-o", str(out))
+    assert result.exit_code == 4
+    (m,) = result_io.load(out).measurements
+    assert (m.status, m.reason) == ("failed", "oom")

@@ -78,12 +78,13 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--batch-size", "batch_sizes", multiple=True, help="Batch size(s); default per workload.")
 @click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
+@click.option("--retry-failed", is_flag=True, help="With --resume: measure the cells that failed again too.")
 @measure_options()
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
-        batch_sizes: tuple[str, ...], resume_path: str | None, measure: MeasureOptions, execution: Execution,
-        device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
+        batch_sizes: tuple[str, ...], resume_path: str | None, retry_failed: bool, measure: MeasureOptions,
+        execution: Execution, device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
     """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
@@ -93,6 +94,8 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
 
     if resume_path and given(data_opts):
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
+    if retry_failed and not resume_path:
+        raise click.UsageError("--retry-failed goes with --resume FILE")
     data = None if resume_path else data_settings(**data_opts)
     progress = Progress(quiet)
     execution = dataclasses.replace(execution, progress=progress)
@@ -102,7 +105,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 raise click.UsageError("--resume writes to the file it resumes; drop --output")
             path = resume_path
             click.echo(f"resuming {path}", err=True)
-            result = api.resume(path, execution=execution)
+            result = api.resume(path, execution=execution, retry_failed=retry_failed)
         else:
             resolved = api.resolve_device(device)
             env = api.environment(resolved)

@@ -7,6 +7,7 @@ the measurement in flight; :func:`resume` measures only the cells the file lacks
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import secrets
 from pathlib import Path
@@ -68,8 +69,13 @@ def run(plan: RunPlan, output: str | Path | None = None, *, execution: Execution
     return run_plan(plan, result, path, execution=execution)
 
 
-def resume(output: str | Path, *, execution: Execution = Execution(), force: bool = False) -> BenchmarkResult:
-    """Finish an interrupted run: measure only the cells ``output`` lacks, with the settings stored in it."""
+def resume(output: str | Path, *, execution: Execution = Execution(), force: bool = False,
+           retry_failed: bool = False) -> BenchmarkResult:
+    """Finish an interrupted run: measure only the cells ``output`` lacks, with the settings stored in it.
+
+    Args:
+        retry_failed: measure the cells that failed again too (their failed measurements are replaced).
+    """
     from clsbench.system.machine import environment
 
     path = Path(output)
@@ -88,6 +94,9 @@ def resume(output: str | Path, *, execution: Execution = Execution(), force: boo
         from clsbench.data.plan import check_data_unchanged
 
         check_data_unchanged((cell.data for cell in plan.cells), str(path))
+    if retry_failed:
+        result = dataclasses.replace(result, measurements=tuple(m for m in result.measurements
+                                                                 if m.status != Status.FAILED))
     return run_plan(plan, result, path, execution=execution)
 
 
@@ -144,8 +153,11 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         run_repeat=run_repeat, skip=skip, interrupted=interrupted, close=executor.close,
         build=lambda cell, records: build_measurement(cell, records, plan.stop_rule(cell.workload),
                                                       environment=result.environment))
-    save = (lambda r: result_io.save(r, output)) if output is not None else (lambda r: None)
-    return measure_all(todo, plan.repeats, result, procedure, save=save, progress=execution.progress)
+    if output is None:
+        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: None, progress=execution.progress)
+    with result_io.writer_lock(output):
+        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output),
+                           progress=execution.progress)
 
 
 

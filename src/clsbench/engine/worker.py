@@ -61,6 +61,11 @@ class Prepared:
     error: dict[str, Any] | None = None
 
 
+#: How allocators word running out of memory: CUDA's and most ("out of memory"), torch's CPU allocator
+#: ("DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes").
+OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def record(status: Status, reason: Reason | None = None, detail: str | None = None, **extra: Any) -> dict[str, Any]:
     """A repeat record: its status, the reason code when it is not ok, a one-line detail, and any other facts."""
     return {"status": status, "reason": reason, "detail": detail, **extra}
@@ -82,7 +87,8 @@ def failure_record(exc: BaseException) -> dict[str, Any]:
         return record(Status.FAILED, Reason.MODEL_ERROR, str(exc)[:500])
     if isinstance(exc, ClsbenchError):
         return record(Status.SKIPPED, Reason.UNSUPPORTED_MODE, str(exc))
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in str(exc).lower():
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(words in str(exc).lower()
+                                                                      for words in OUT_OF_MEMORY_WORDS):
         return record(Status.FAILED, Reason.OOM, message)
     if isinstance(exc, NonFiniteLossError):
         return record(Status.FAILED, Reason.NAN_LOSS, message)

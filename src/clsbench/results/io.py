@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import itertools
 import json
@@ -9,6 +10,7 @@ import math
 import os
 import secrets
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,41 @@ def default_output_path(device: str, directory: Path = DEFAULT_RESULTS_DIR) -> P
             return path
         path = directory / f"{stem}-{n}.json"
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def writer_lock(path: Path) -> Iterator[None]:
+    """Hold the right to write ``path`` for the block: one clsbench process writes a result file at a time.
+
+    The lock is an ``flock`` on ``.NAME.lock`` beside the file (the file itself is replaced at every save, so it
+    cannot carry the lock); the kernel releases it when the holder exits, however it exits. Without ``fcntl``
+    (Windows) the block runs unlocked.
+
+    Raises:
+        ResultFileError: another process holds the lock (a live run writing the file a ``--resume`` names).
+    """
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks here: nothing to hold
+        yield
+        return
+    lock_path = path.parent / f".{path.name}.lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise ResultFileError(f"cannot lock {path}: {exc.strerror or exc}", "check the folder's permissions") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            raise ResultFileError(f"{path} is being written by another clsbench process (pid {holder})",
+                                  "wait for that run to finish (or end it), then resume") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode("ascii"))
+        try:
+            yield
+        finally:
+            lock_path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)  # releases the flock

@@ -210,8 +210,12 @@ def run_scale(
         run_repeat=lambda cell, repeat: run_launch(plan, *cells[cell], repeat, runner=runner),
         build=lambda cell, records: build_scale_measurement(plan, *cells[cell], records, facts),
         skip=skip, finalize=finalize, interrupted=interrupted)
-    save = (lambda r: result_io.save(r, path)) if path is not None else (lambda r: None)
-    return measure_all(list(cells), plan.repeats, result, procedure, save=save, progress=execution.progress)
+    if path is None:
+        return measure_all(list(cells), plan.repeats, result, procedure, save=lambda r: None,
+                           progress=execution.progress)
+    with result_io.writer_lock(path):
+        return measure_all(list(cells), plan.repeats, result, procedure, save=lambda r: result_io.save(r, path),
+                           progress=execution.progress)
 
 
 def _mode_skip(plan: ScalePlan, environment: dict[str, Any]) -> str | None:
