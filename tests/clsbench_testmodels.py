@@ -182,3 +182,11 @@ def memory_error_model(num_classes: int = 1000) -> nn.Module:
 
 for _f in (flaky_model, host_oom_model, memory_error_model):
     _f.input_size = 32
+
+
+def ten_classes() -> nn.Module:
+    """A builder without num_classes: a 10-class head, whatever clsbench asks for."""
+    return Tiny(10)
+
+
+ten_classes.input_size = 32

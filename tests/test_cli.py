@@ -531,3 +531,30 @@ def test_running_out_of_host_memory_is_oom(model: str, tmp_path: Path) -> None:
     assert result.exit_code == 4
     (m,) = result_io.load(out).measurements
     assert (m.status, m.reason) == ("failed", "oom")
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ("clsbench_testmodels:ten_classes", "outputs 10 classes"),
+    ("os:getcwd", "returned a str, not a torch.nn.Module"),
+])
+def test_a_custom_builder_breaking_the_contract_is_one_line_before_anything_runs(model: str, words: str,
+                                                                                tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    result = invoke("run", "--model", model, "--workload", "train,infer-throughput", *SHORT, "-o", str(out))
+    assert result.exit_code == 2, result.output
+    assert words in result.stderr and len([x for x in result.stderr.splitlines() if x.startswith("error:")]) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--model", ""], ["--model", "resnet18,"], ["--mode", ""], ["--workload", " "]])
+def test_an_empty_list_value_is_an_error_not_the_default_suite(args: list[str]) -> None:
+    result = invoke("run", *args, *SHORT)
+    assert result.exit_code == 2 and "has an empty value" in result.stderr, result.output
+
+
+def test_run_takes_model_patterns_as_models_does(tmp_path: Path) -> None:
+    from clsbench.engine.planning import expand_models
+
+    assert expand_models(["resnet1*"]) == ["resnet101", "resnet152", "resnet18"]
+    result = invoke("run", "--model", "nosuchnet*", *SHORT)
+    assert result.exit_code == 2 and "no model matches 'nosuchnet*'" in result.stderr

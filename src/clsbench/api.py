@@ -12,6 +12,7 @@ from pathlib import Path
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.engine.planning import plan_run
 from clsbench.engine.runner import resume, run
+from clsbench.errors import InvalidInputError
 from clsbench.results import io as result_io
 from clsbench.results.io import DEFAULT_RESULTS_DIR, default_output_path
 from clsbench.results.schema import BenchmarkResult
@@ -47,9 +48,18 @@ def list_models(pattern: str = "*") -> list[str]:
     return models_matching(pattern)
 
 
-def split_list(values: Iterable[str]) -> list[str]:
-    """Flatten repeated and comma-separated option values: ("a,b", "c") -> ["a", "b", "c"]."""
+def split_list(values: Iterable[str], option: str | None = None) -> list[str]:
+    """Flatten repeated and comma-separated option values: ("a,b", "c") -> ["a", "b", "c"].
+
+    Raises:
+        InvalidInputError: with ``option`` named, an empty value (``--model ''``, ``--mode a,,b``): an unset shell
+            variable must not silently mean "the suite's default".
+    """
     out: list[str] = []
     for value in values:
-        out.extend(part.strip() for part in value.split(",") if part.strip())
+        parts = [part.strip() for part in value.split(",")]
+        if option is not None and not all(parts):
+            raise InvalidInputError(f"{option} has an empty value ({value!r})",
+                                    f"give a name, e.g. {option} resnet50, or leave {option} out")
+        out.extend(part for part in parts if part)
     return out

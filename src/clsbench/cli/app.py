@@ -110,8 +110,9 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
             resolved = api.resolve_device(device)
             env = api.environment(resolved)
             plan = api.plan_run(
-                suite=suite, models=api.split_list(models), workloads=api.split_list(workloads),
-                modes=api.split_list(modes), batch_sizes=_ints(api.split_list(batch_sizes), "--batch-size"),
+                suite=suite, models=api.split_list(models, "--model"),
+                workloads=api.split_list(workloads, "--workload"), modes=api.split_list(modes, "--mode"),
+                batch_sizes=_ints(api.split_list(batch_sizes, "--batch-size"), "--batch-size"),
                 device=resolved, options=measure, execution=execution, environment=env, data=data,
             )
             path = output or str(api.default_output_path(resolved))

@@ -45,7 +45,6 @@ def plan_run(
         execution: ``overlap`` is recorded in the plan; the rest of it applies when the plan runs.
         environment: the recorded environment, to choose amp-fp16 for the suite's amp-bf16 on a GPU without bf16.
     """
-    from clsbench.models import get_model_spec
     from clsbench.modes import parse_mode
     from clsbench.workloads import WORKLOADS
 
@@ -54,8 +53,9 @@ def plan_run(
     if suite is None and not models:
         suite = default_suite_name(resolved_device)
     base = get_suite(suite) if suite else get_suite(default_suite_name(resolved_device))
+    models = expand_models(models)
     for name in models:
-        get_model_spec(name)  # fail fast, with suggestions, on an unknown name
+        check_model(name, options.input_size)  # fail fast, once, before any worker: unknown names, bad builders
     chosen_models = tuple(models) or (base.models if suite else ())
     for name in workloads:
         WORKLOADS.get(name)  # an unknown name is one error line with the closest names
@@ -96,3 +96,58 @@ def plan_run(
                    telemetry=options.telemetry, suite=suite)
     plan.validate()
     return plan
+
+
+#: The classes every model must output: the train workload draws labels from ImageNet-1k's range.
+NUM_CLASSES = 1000
+WILDCARDS = frozenset("*?[")
+
+
+def expand_models(names: Sequence[str]) -> list[str]:
+    """Model names with wildcard patterns (``resnet1*``, as ``clsbench models`` takes them) replaced by the names
+    they match; a pattern matching nothing is one error line."""
+    from clsbench.models import list_models
+
+    out: list[str] = []
+    for name in names:
+        if WILDCARDS & set(name) and ":" not in name:
+            matched = list_models(name)
+            if not matched:
+                raise InvalidInputError(f"no model matches {name!r}", "see `clsbench models PATTERN`")
+            out.extend(matched)
+        else:
+            out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def check_model(name: str, input_size: int | None = None) -> None:
+    """Refuse, in one line and before anything runs, a name no source knows, and a custom builder that does not
+    return an ``nn.Module`` or does not output :data:`NUM_CLASSES` classes (the contract in the README).
+
+    A custom model is built on the meta device (shapes only: no memory, no arithmetic) and called once on a meta
+    batch; a builder or forward that cannot run on the meta device is left for the worker to judge.
+    """
+    import torch
+
+    from clsbench.models import get_model_spec
+
+    spec = get_model_spec(name)
+    if spec.source != "custom":
+        return
+    side = input_size or spec.input_size
+    try:
+        with torch.device("meta"):
+            model = spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
+            with torch.no_grad():
+                out = model.eval()(torch.empty(1, 3, side, side))
+    except InvalidInputError:
+        raise
+    except Exception:  # noqa: BLE001 - not a contract violation we can tell on the meta device: the worker will say
+        return
+    classes = out.shape[-1] if isinstance(out, torch.Tensor) and out.ndim == 2 else None
+    if classes != NUM_CLASSES:
+        what = f"{classes} classes" if classes is not None else f"a {type(out).__name__} of shape " \
+            f"{tuple(getattr(out, 'shape', ()))}"
+        raise InvalidInputError(f"model {name!r} outputs {what}; clsbench needs (batch, {NUM_CLASSES}) logits",
+                                "give its builder a num_classes parameter and return a classifier (README: custom "
+                                "models)")
