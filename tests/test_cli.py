@@ -558,3 +558,14 @@ def test_run_takes_model_patterns_as_models_does(tmp_path: Path) -> None:
     assert expand_models(["resnet1*"]) == ["resnet101", "resnet152", "resnet18"]
     result = invoke("run", "--model", "nosuchnet*", *SHORT)
     assert result.exit_code == 2 and "no model matches 'nosuchnet*'" in result.stderr
+
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has a GPU")
+@pytest.mark.parametrize("device", ["cuda", "cpu", "auto"])
+def test_probe_without_a_gpu_gives_one_consistent_hint(device: str) -> None:
+    result = invoke("probe", "--device", device)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == ["error: the probe measures an NVIDIA GPU, and none is usable here",
+                                          "hint: run it where `nvidia-smi` lists a GPU; `clsbench env` shows what "
+                                          "this machine has"]

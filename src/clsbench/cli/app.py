@@ -218,10 +218,13 @@ def probe(device: str, output: str | None) -> None:
     from clsbench.results import io as result_io
     from clsbench.system.probe import probe_in_subprocess
 
+    import torch
+
+    if not torch.cuda.is_available() or not api.resolve_device(device).startswith("cuda"):
+        # The same line however the device was named: the probe is for an NVIDIA GPU and needs one.
+        raise DeviceUnavailableError("the probe measures an NVIDIA GPU, and none is usable here",
+                                     "run it where `nvidia-smi` lists a GPU; `clsbench env` shows what this machine has")
     resolved = api.resolve_device(device)
-    if not resolved.startswith("cuda"):
-        raise DeviceUnavailableError("the probe measures a GPU; this machine has none",
-                                     "use --device cuda on a GPU machine")
     if output:
         result_io.check_writable(Path(output))
     facts = probe_in_subprocess(resolved)
