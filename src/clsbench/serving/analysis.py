@@ -225,8 +225,8 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]
               range(len(header))]
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))\
-            .rstrip()
+        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "  ".join(padded).rstrip()
 
     return [line(header), *(line(r) for r in rows)]
 

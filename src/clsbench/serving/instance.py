@@ -30,7 +30,7 @@ import torch
 
 from ..errors import InvalidInputError
 from ..measure.clock import Clock, WallClock
-from ..modes import ExecutionMode, ModeContext, Prepared, parse_mode
+from ..modes import ExecutionMode, Prepared, parse_mode
 from .batcher import Batch
 
 #: ImageNet mean and std of the RGB channels (torchvision's classification presets), in 0..1 units.

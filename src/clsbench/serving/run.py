@@ -29,7 +29,7 @@ from ..errors import DeviceUnavailableError, InvalidInputError, ResultFileError
 from ..measure.clock import Clock
 from ..results import io as result_io
 from ..results.schema import BenchmarkResult, Measurement
-from .config import ServeSettings, ServerConfig
+from .config import ServerConfig, ServeSettings
 from .scenario import ScenarioContext
 
 #: Version of the ``settings["serve"]`` block and of the step records.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .config import ServeSettings, ServerConfig
+from .config import ServerConfig, ServeSettings
 
 #: Every setting axis a scenario may depend on (the fields of ServerConfig that vary between settings).
 AXES = ("max_batch", "max_delay_ms", "instances")
