@@ -24,6 +24,18 @@ from . import SCENARIOS
 MAX_ASYNC_FACTOR = 8
 #: ... but never below this many, so bursts at low rates are never cut short.
 MIN_MAX_ASYNC = 256
+#: A run that missed the latency bound while its instances were busy less than this fraction of the time proves
+#: the bound is below what a request costs at any load: the search stops going down (``hopeless``).
+IDLE_UTILISATION = 0.25
+
+
+def hopeless(step: dict[str, Any]) -> bool:
+    """The latency bound was missed with the server mostly idle (see :data:`IDLE_UTILISATION`)."""
+    loadgen, server = step.get("loadgen") or {}, step.get("server") or {}
+    wall, busy = server.get("wall_ns") or 0, server.get("busy_ns") or []
+    if loadgen.get("perf_constraints_met") is not False or not wall or not busy:
+        return False
+    return sum(busy) / (wall * len(busy)) < IDLE_UTILISATION
 
 
 class Server:
@@ -54,7 +66,8 @@ class Server:
 
     def run(self, ctx: ScenarioContext) -> None:
         outcome = search_max_qps(lambda qps, role: ctx.run_step(self.params(ctx, qps), role), records.is_valid,
-                                 start_qps=self.start_qps(ctx), resolution=ctx.settings.search_resolution)
+                                 start_qps=self.start_qps(ctx), resolution=ctx.settings.search_resolution,
+                                 max_steps=ctx.settings.max_search_steps, hopeless=hopeless)
         ctx.facts["search"] = outcome
         best = outcome["best_qps"]
         if best is not None and outcome["stopped_by"] != "error":

@@ -133,6 +133,7 @@ class ServeSettings:
         compile_mode: torch.compile mode for ``+compile``.
         confirm: Server: LoadGen runs repeated at each setting's answer after its search, for the spread and for
             ``compare``'s significance test.
+        max_search_steps: the most LoadGen runs one server search makes (per setting).
     """
 
     model: str
@@ -156,6 +157,7 @@ class ServeSettings:
     batch_timeout_s: float = DEFAULT_BATCH_TIMEOUT_S
     compile_mode: str = "default"
     confirm: int = 0
+    max_search_steps: int = MAX_SEARCH_STEPS
 
     def configs(self) -> list[ServerConfig]:
         """Every batching setting, in the order they are served (max batch, then instances, then delay)."""
@@ -202,6 +204,10 @@ class ServeSettings:
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or not 0 <= self.confirm <= 100:
             raise InvalidInputError(f"--confirm must be a whole number in 0..100, got {self.confirm!r}",
                                     "e.g. --confirm 2")
+        if isinstance(self.max_search_steps, bool) or not isinstance(self.max_search_steps, int) \
+                or self.max_search_steps < 1:
+            raise InvalidInputError(f"--max-search-steps must be >= 1, got {self.max_search_steps!r}",
+                                    f"e.g. --max-search-steps {MAX_SEARCH_STEPS}")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise InvalidInputError("--cuda-graphs needs a CUDA device", "drop --cuda-graphs, or use --device cuda")
         return self

@@ -8,12 +8,14 @@ preloaded pool, and runs the test with its logs written to a folder of their own
 output buffer (LoadGen reads it only for accuracy logging, which a performance run leaves off).
 
 ``StartTest`` blocks in C++ with the GIL released, where Python cannot see Ctrl-C; so it runs in a helper thread
-and this thread waits on it. Ctrl-C then aborts the server (every request answered at once, without computing), so
-the run ends as soon as LoadGen has issued its schedule; a second Ctrl-C gives up on the run and is raised.
+and this thread waits on it, with a SIGINT handler of its own for the run. The first Ctrl-C aborts the server
+(every request answered at once, without computing), so the run ends as soon as LoadGen has issued its schedule,
+and the caller is told; a second Ctrl-C gives up on the run (:class:`LoadGenGaveUp`).
 """
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -135,23 +137,34 @@ def run_loadgen(lg: ModuleType, server: Server, params: LoadGenParams, log_dir: 
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             failure.append(exc)
 
-    interrupted = False
+    presses: list[int] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # The first Ctrl-C only leaves a mark (the waiting loop aborts the server); raising here could land
+        # anywhere in this thread, even inside Thread.start(), and leave LoadGen running while its SUT is freed.
+        presses.append(signum)
+        if len(presses) > 1:
+            raise LoadGenGaveUp()
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if in_main else None
     thread = threading.Thread(target=start, name="clsbench-loadgen", daemon=True)
     started = time.perf_counter_ns()
-    thread.start()
     try:
+        thread.start()
+        aborted = False
         while thread.is_alive():
-            try:
-                thread.join(JOIN_POLL_S)
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise LoadGenGaveUp() from None
-                interrupted = True
+            thread.join(JOIN_POLL_S)
+            if presses and not aborted:
+                aborted = True
                 server.abort("interrupted")
     finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
         if not thread.is_alive():
             lg.DestroyQSL(qsl)
             lg.DestroyFastSUT(sut)
+    interrupted = bool(presses)
     wall_ns = time.perf_counter_ns() - started
     for name in DISPOSABLE_LOGS:
         path = log_dir / name

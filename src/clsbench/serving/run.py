@@ -41,11 +41,13 @@ ProgressCallback = Callable[[dict[str, Any]], None]
 
 
 class ServeInterrupted(KeyboardInterrupt):
-    """Ctrl-C during ``serve``: everything finished is saved in ``outcome``."""
+    """Ctrl-C during ``serve``: everything finished is saved in ``outcome``; ``abandoned`` when a second Ctrl-C left
+    a LoadGen run still running in its thread (the process should then leave without Python's shutdown)."""
 
-    def __init__(self, outcome: ServeOutcome) -> None:
+    def __init__(self, outcome: ServeOutcome, abandoned: bool = False) -> None:
         super().__init__("interrupted")
         self.outcome = outcome
+        self.abandoned = abandoned
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,11 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
     try:
         for mode in modes:
             run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios])
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from .loadgen import LoadGenGaveUp
+
         run.save()
-        raise ServeInterrupted(run.outcome()) from None
+        raise ServeInterrupted(run.outcome(), abandoned=isinstance(exc, LoadGenGaveUp)) from None
     return run.outcome()
 
 

@@ -11,6 +11,10 @@ returns that run's record; the search itself never touches LoadGen, a model or a
 server of known capacity. A step whose record carries an ``error`` (the model failed, the server is gone) ends the
 search. The answer is the highest VALID target seen; when a VALID run lies above an INVALID one (noise at the
 boundary), the outcome says so.
+
+Going down stops early when the caller's ``hopeless(record)`` says a run proves that no lower target can be VALID
+(for the Server scenario: the latency bound was missed while the server sat mostly idle, so the bound is below what
+one request costs, not a matter of load).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ ValidFunction = Callable[[dict[str, Any]], bool]
 
 def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps: float,
                    resolution: float = DEFAULT_SEARCH_RESOLUTION, growth: float = SEARCH_GROWTH,
-                   floor_qps: float = MIN_TARGET_QPS, max_steps: int = MAX_SEARCH_STEPS) -> dict[str, Any]:
+                   floor_qps: float = MIN_TARGET_QPS, max_steps: int = MAX_SEARCH_STEPS,
+                   hopeless: ValidFunction | None = None) -> dict[str, Any]:
     """Search the highest VALID target QPS (see the module docstring).
 
     Args:
@@ -38,10 +43,12 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
         growth: the bracketing factor.
         floor_qps: the lowest target tried; INVALID there means no target meets the bound.
         max_steps: the most runs the search makes.
+        hopeless: whether an INVALID record proves no lower target can be VALID (stops the downward bracket).
 
     Returns:
         ``best_qps`` (None if no run was VALID), the final bracket ``lo_qps`` / ``hi_qps`` (None where not found),
-        ``steps``, ``stopped_by`` (``resolution``, ``floor``, ``max_steps`` or ``error``), ``monotonic`` (False when
+        ``steps``, ``stopped_by`` (``resolution``, ``floor``, ``hopeless``, ``max_steps`` or ``error``),
+        ``monotonic`` (False when
         a VALID target lay above an INVALID one) and the search parameters.
     """
     lo: float | None = None  # highest VALID target of the bracket
@@ -49,8 +56,11 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
     seen: list[tuple[float, bool]] = []
     stopped_by = "max_steps"
 
+    last: dict[str, Any] = {}
+
     def step(target: float, role: str) -> bool | None:
         record = run_step(target, role)
+        last["record"] = record
         if record.get("error"):
             return None
         valid = bool(is_valid(record))
@@ -79,6 +89,9 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
             if lo is None:
                 if target <= floor_qps:
                     stopped_by = "floor"
+                    break
+                if hopeless is not None and hopeless(last["record"]):
+                    stopped_by = "hopeless"
                     break
                 target = max(target / growth, floor_qps)
     valid_targets = [t for t, ok in seen if ok]

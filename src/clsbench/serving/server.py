@@ -189,6 +189,9 @@ class Server:
             self.abort(failure_reason(exc))
         finally:
             self._ready[k].set()
+            # A thread that has answered LoadGen must outlive the LoadGen run: LoadGen keeps a logger per calling
+            # thread, and a thread ending mid-run races its log I/O thread (a crash seen in LoadGen 6.0.17).
+            self._stop.wait()
 
     def _loop(self, k: int, instance: Instance) -> None:
         clock, counters = self.clock, self.counters[k]
@@ -226,9 +229,9 @@ class Server:
                     self._idle.notify_all()
 
     def _watch(self) -> None:
-        while not self._stop.wait(POLL_S):
+        while not self._stop.wait(POLL_S):  # runs until close(), never ends mid-run (see _serve)
             if self._aborted:
-                return
+                continue
             now = self.clock.now_ns()
             with self._lock:
                 late = [(k, batch) for k, (batch, since) in self._in_flight.items()
@@ -237,7 +240,6 @@ class Server:
                 k, batch = late[0]
                 self.abort(f"timeout: instance {k} spent more than {self.batch_timeout_ns / NS_PER_S:g} s on a "
                            f"batch of {batch.size}")
-                return
 
 
 def _discard(ids: Sequence[int], answers: Any) -> None:
