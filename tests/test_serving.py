@@ -377,6 +377,37 @@ def test_parse_logs_merges_both_and_names_a_missing_folder(tmp_path: Path) -> No
         parse_logs(tmp_path / "missing")
 
 
+def test_early_stopping_shortfall_and_the_retry_with_more_queries() -> None:
+    from clsbench.serving.scenario import with_enough_queries
+
+    short_server = {"validity": "INVALID", "perf_constraints_met": True, "min_duration_met": True,
+                    "min_queries_met": True, "early_stopping_met": False, "query_count": 200,
+                    "early_stopping_result": "* Run unsuccessful.  * Processed 200 queries.  * Would need to run at "
+                                             "least 259 more queries,  with the run being successful if every ..."}
+    short_multi = {**short_server, "perf_constraints_met": None, "query_count": 251,
+                   "early_stopping_result": " * Only processed 251 queries.  * Need to process at least 662 "
+                                            "queries for early stopping."}
+    assert records.early_stopping_shortfall({"loadgen": short_server}) == 259
+    assert records.early_stopping_shortfall({"loadgen": short_multi}) == 411
+    assert records.early_stopping_shortfall({"loadgen": {**short_server, "perf_constraints_met": False}}) is None
+    assert records.early_stopping_shortfall({"loadgen": {"validity": "VALID"}}) is None
+
+    calls: list[tuple[int, str]] = []
+
+    def run(params: LoadGenParams, role: str) -> dict[str, Any]:
+        calls.append((params.min_query_count, role))
+        return {"loadgen": short_server if len(calls) == 1 else {"validity": "VALID"}}
+
+    step = with_enough_queries(run, LoadGenParams("Server", 1000, 100, target_qps=50.0), "bracket")
+    assert records.is_valid(step) and calls == [(100, "bracket"), (200 + 2 * 259, "retry")]
+
+
+def test_default_threads() -> None:
+    from clsbench.serving.config import default_threads
+
+    assert default_threads(16, 2) == 4 and default_threads(2, 1) == 1 and default_threads(1, 4) == 1
+
+
 # ------------------------------------------------------------------------------------------------ settings, input
 
 
@@ -606,8 +637,9 @@ def test_end_to_end_loadgen_on_cpu(tmp_path: Path) -> None:
 
     events: list[dict[str, Any]] = []
     path = tmp_path / "serve.json"
-    outcome = serve(_settings("clsbench_testmodels:tiny"), path, environment={"host": "test"},
-                    progress=events.append)
+    # 600 queries: enough for LoadGen's early-stopping rule at p99 (about 460 with none over the bound)
+    outcome = serve(_settings("clsbench_testmodels:tiny", min_queries=600, start_qps=400.0, max_search_steps=1),
+                    path, environment={"host": "test"}, progress=events.append)
     loaded = result_io.load(path)
     assert loaded.to_dict() == json.loads(json.dumps(outcome.result.to_dict()))
     assert [m.workload for m in loaded.measurements] == ["serve-offline", "serve-single-stream", "serve-server"]
@@ -615,7 +647,7 @@ def test_end_to_end_loadgen_on_cpu(tmp_path: Path) -> None:
     steps = [s for m in loaded.measurements for s in m.repeats]
     assert [s["index"] for s in steps] == list(range(1, len(steps) + 1))
     server_steps = [s for s in steps if s["scenario"] == "server"]
-    assert 1 <= len(server_steps) <= 2 and server_steps[0]["params"]["target_qps"] == 50.0
+    assert 1 <= len(server_steps) <= 3 and server_steps[0]["params"]["target_qps"] == 400.0  # 2 retries at most
     for step in steps:
         assert step["loadgen"]["validity"] in ("VALID", "INVALID") and step["error"] is None
         assert (tmp_path / step["log_dir"] / "mlperf_log_summary.txt").exists()

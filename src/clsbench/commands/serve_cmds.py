@@ -99,6 +99,7 @@ def progress_line(event: dict[str, Any]) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights, samples and LoadGen.")
 @click.option("--batch-timeout-s", type=float, default=120.0, show_default=True,
               help="A batch running longer ends the LoadGen run as INVALID (timeout).")
+@click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
 @click.option("--compile-mode", default="default", show_default=True, help="torch.compile mode for +compile.")
 @click.option("--output", "-o", help="Result file (never overwritten); LoadGen's logs go to <stem>.loadgen/.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -108,7 +109,8 @@ def serve_command(model: str, modes: tuple[str, ...], device: str, scenarios: tu
                   max_delays: tuple[str, ...], instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool,
                   min_duration_s: float, min_queries: int | None, resolution: float, start_qps: float | None,
                   max_search_steps: int, confirm: int, sample_count: int, input_size: int | None, seed: int,
-                  batch_timeout_s: float, compile_mode: str, output: str | None, quiet: bool) -> None:
+                  batch_timeout_s: float, threads: int | None, compile_mode: str, output: str | None,
+                  quiet: bool) -> None:
     """Serve a model behind a dynamic batcher under MLPerf LoadGen: offline, single-stream, server QPS at a bound."""
     from clsbench import __version__, api
     from clsbench.serving.analysis import analyze_serve, render_serve
@@ -127,7 +129,7 @@ def serve_command(model: str, modes: tuple[str, ...], device: str, scenarios: tu
         latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile / 100.0,
         min_duration_s=min_duration_s, min_queries=min_queries, search_resolution=resolution, start_qps=start_qps,
         sample_count=sample_count, input_size=input_size, seed=seed, batch_timeout_s=batch_timeout_s,
-        compile_mode=compile_mode, confirm=confirm, max_search_steps=max_search_steps)
+        compile_mode=compile_mode, confirm=confirm, max_search_steps=max_search_steps, threads=threads)
     settings.validate()  # bad input fails here, before the environment is read or anything is started
     import_loadgen()
     env = api.environment(resolved)

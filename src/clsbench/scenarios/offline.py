@@ -11,6 +11,7 @@ from typing import Any
 from ..serving import records
 from ..serving.config import OFFLINE_MIN_SAMPLES
 from ..serving.scenario import (
+    OFFLINE_ESTIMATE_DISCOUNT,
     OFFLINE_RETRY_MARGIN,
     LoadGenParams,
     ScenarioContext,
@@ -37,7 +38,7 @@ class Offline:
     def run(self, ctx: ScenarioContext) -> None:
         batch = ctx.config.max_batch
         estimate = batch * ctx.config.instances * 1e9 / estimate_latency_ns(ctx, batch)
-        step = ctx.run_step(self.params(ctx, estimate), "run")
+        step = ctx.run_step(self.params(ctx, estimate * OFFLINE_ESTIMATE_DISCOUNT), "run")
         measured = records.loadgen_figure(step, "samples_per_second")
         if ran_short(step) and measured:
             ctx.run_step(self.params(ctx, measured * OFFLINE_RETRY_MARGIN), "retry")

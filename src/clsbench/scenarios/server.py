@@ -16,7 +16,14 @@ from typing import Any
 from ..measure.clock import NS_PER_MS
 from ..serving import records
 from ..serving.config import DEFAULT_START_QPS, LOADGEN_DEFAULT_MIN_QUERIES, START_FRACTION_OF_OFFLINE
-from ..serving.scenario import LoadGenParams, ScenarioContext, duration_ms, estimate_latency_ns, min_queries
+from ..serving.scenario import (
+    LoadGenParams,
+    ScenarioContext,
+    duration_ms,
+    estimate_latency_ns,
+    min_queries,
+    with_enough_queries,
+)
 from ..serving.search import search_max_qps
 from . import SCENARIOS
 
@@ -65,14 +72,17 @@ class Server:
         return max(DEFAULT_START_QPS, estimate * START_FRACTION_OF_OFFLINE) if estimate > 0 else DEFAULT_START_QPS
 
     def run(self, ctx: ScenarioContext) -> None:
-        outcome = search_max_qps(lambda qps, role: ctx.run_step(self.params(ctx, qps), role), records.is_valid,
+        def run(qps: float, role: str) -> dict[str, Any]:
+            return with_enough_queries(ctx.run_step, self.params(ctx, qps), role)
+
+        outcome = search_max_qps(run, records.is_valid,
                                  start_qps=self.start_qps(ctx), resolution=ctx.settings.search_resolution,
                                  max_steps=ctx.settings.max_search_steps, hopeless=hopeless)
         ctx.facts["search"] = outcome
         best = outcome["best_qps"]
         if best is not None and outcome["stopped_by"] != "error":
             for _ in range(ctx.settings.confirm):
-                if ctx.run_step(self.params(ctx, best), "confirm").get("error"):
+                if with_enough_queries(ctx.run_step, self.params(ctx, best), "confirm").get("error"):
                     break
 
     def headline(self, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:

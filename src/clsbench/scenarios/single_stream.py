@@ -19,6 +19,7 @@ from ..serving.scenario import (
     expected_latency_ns,
     min_queries,
     ran_short,
+    with_enough_queries,
 )
 from . import SCENARIOS
 
@@ -42,10 +43,11 @@ class SingleStream:
                              latency_percentile=self.percentile, seed=ctx.settings.seed)
 
     def run(self, ctx: ScenarioContext) -> None:
-        step = ctx.run_step(self.params(ctx, estimate_latency_ns(ctx, self.samples_per_query)), "run")
+        step = with_enough_queries(ctx.run_step, self.params(ctx, estimate_latency_ns(ctx, self.samples_per_query)),
+                                   "run")
         mean = records.latency_ms(step, "mean")
         if ran_short(step) and mean:
-            ctx.run_step(self.params(ctx, mean * 1e6), "retry")
+            with_enough_queries(ctx.run_step, self.params(ctx, mean * 1e6), "retry")
 
     def figure_ms(self, step: dict[str, Any]) -> float | None:
         return records.latency_ms(step, f"p{self.percentile * 100:g}")

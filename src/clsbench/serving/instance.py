@@ -175,7 +175,7 @@ class ModelInstance:
     def thread_context(self) -> Iterator[None]:
         """What the instance's thread runs inside: its device, inference mode (both are per thread)."""
         with contextlib.ExitStack() as stack:
-            if self.on_cuda:
+            if self.on_cuda and self.engine.device.index is not None:
                 torch.cuda.set_device(self.engine.device)
             stack.enter_context(torch.inference_mode())
             yield

@@ -14,6 +14,7 @@ Nothing here is stored: validity, percentiles in ms and the time split are deriv
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..measure.clock import NS_PER_MS
@@ -46,6 +47,31 @@ def reason(step: dict[str, Any]) -> str:
     if failed:
         text = "not met: " + ", ".join(failed) + (f" ({text})" if text else "")
     return text or f"LoadGen says {loadgen.get('validity') or 'nothing (no log)'}"
+
+
+_MORE_QUERIES = re.compile(r"Would need to run at least (\d+) more queries")
+_TOTAL_QUERIES = re.compile(r"Need to process at least (\d+) queries")
+
+
+def early_stopping_shortfall(step: dict[str, Any]) -> int | None:
+    """How many queries a run lacked for LoadGen's early-stopping rule, when that is all that made it INVALID.
+
+    LoadGen's rule (``loadgen/early_stopping.cc``) needs enough queries to bound the percentile at 99% confidence
+    (about 460 for p99 with none over the bound); a short run misses it even when its latency is fine. LoadGen says
+    how many more it needs in ``early_stopping_result``; None when the run failed for any other reason.
+    """
+    loadgen = step.get("loadgen") or {}
+    if step.get("error") or loadgen.get("validity") == "VALID" or loadgen.get("early_stopping_met") is not False:
+        return None
+    if any(loadgen.get(key) is False for key in ("perf_constraints_met", "min_duration_met", "min_queries_met")):
+        return None
+    text = str(loadgen.get("early_stopping_result") or "")
+    count = loadgen.get("query_count") or 0
+    if (match := _MORE_QUERIES.search(text)) is not None:
+        return int(match.group(1))
+    if (match := _TOTAL_QUERIES.search(text)) is not None:
+        return max(1, int(match.group(1)) - int(count))
+    return None
 
 
 def latency_ms(step: dict[str, Any], name: str) -> float | None:

@@ -29,7 +29,7 @@ from ..errors import DeviceUnavailableError, InvalidInputError, ResultFileError
 from ..measure.clock import Clock
 from ..results import io as result_io
 from ..results.schema import BenchmarkResult, Measurement
-from .config import ServerConfig, ServeSettings
+from .config import ServerConfig, ServeSettings, default_threads
 from .scenario import ScenarioContext
 
 #: Version of the ``settings["serve"]`` block and of the step records.
@@ -117,8 +117,16 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
         environment=environment, settings={"serve": facts},
         created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         tool={"name": "clsbench", "version": __version__}))
+    import os
+
+    import torch
+
+    threads = settings.threads or default_threads(os.cpu_count() or 1, max(settings.instances))
+    previous_threads = torch.get_num_threads()
+    facts["torch_threads"] = threads
     run.save()  # claims the path, and proves it writable, before anything is built
     log_root.mkdir(parents=True, exist_ok=False)
+    torch.set_num_threads(threads)
     try:
         for mode in modes:
             run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios])
@@ -127,6 +135,8 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
 
         run.save()
         raise ServeInterrupted(run.outcome(), abandoned=isinstance(exc, LoadGenGaveUp)) from None
+    finally:
+        torch.set_num_threads(previous_threads)
     return run.outcome()
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from . import records
 from .config import ServerConfig, ServeSettings
 
 #: Every setting axis a scenario may depend on (the fields of ServerConfig that vary between settings).
@@ -119,6 +120,13 @@ MIN_EXPECTED_LATENCY_NS = 10_000
 OFFLINE_RETRY_MARGIN = 1.25
 #: Used when the server measured nothing during warm-up (never on a working server).
 FALLBACK_LATENCY_NS = 1_000_000
+#: Offline: the warm-up estimate of samples/s is discounted by this before sizing the run: too few samples cost one
+#: short INVALID run and a retry at the measured rate, too many cost a run far longer than the minimum duration.
+OFFLINE_ESTIMATE_DISCOUNT = 0.5
+#: A run INVALID only for LoadGen's early-stopping rule is repeated at the same target with the queries it lacked
+#: times this (its latency may get a little worse with more queries), at most EARLY_STOPPING_RETRIES times.
+EARLY_STOPPING_MARGIN = 2.0
+EARLY_STOPPING_RETRIES = 2
 
 
 def duration_ms(settings: ServeSettings) -> int:
@@ -139,6 +147,21 @@ def estimate_latency_ns(ctx: ScenarioContext, size: int) -> int:
 
 def expected_latency_ns(observed_ns: float) -> int:
     return max(MIN_EXPECTED_LATENCY_NS, int(observed_ns * EXPECTED_LATENCY_FRACTION))
+
+
+def with_enough_queries(run: Callable[[LoadGenParams, str], dict[str, Any]], params: LoadGenParams,
+                        role: str) -> dict[str, Any]:
+    """Run ``params``; while LoadGen says the run lacked queries for its early-stopping rule (and nothing else was
+    wrong), run again with that many more (see :data:`EARLY_STOPPING_MARGIN`). Returns the last run's record."""
+    step = run(params, role)
+    for _ in range(EARLY_STOPPING_RETRIES):
+        lacking = records.early_stopping_shortfall(step)
+        if lacking is None:
+            break
+        have = int((step.get("loadgen") or {}).get("query_count") or params.min_query_count)
+        params = dataclasses.replace(params, min_query_count=int(have + lacking * EARLY_STOPPING_MARGIN))
+        step = run(params, "retry")
+    return step
 
 
 def ran_short(step: dict[str, Any]) -> bool:
