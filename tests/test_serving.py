@@ -549,6 +549,8 @@ def test_analysis_names_the_best_setting_and_why() -> None:
     assert server["figure"] == 14000 and server["best_setting"] == "b64 d2ms i2"
     assert [s["figure"] for s in server["settings"]] == [14000, 12000]
     assert "b128 d2ms i2: 12,000 qps; its requests spent 9.50 ms in compute against 4.00 ms" in server["why"]
+    assert "at 13,000 qps p99 was 19.00 ms with its instances only 50% busy" in server["why"]
+    assert "out of latency budget, not throughput" in server["why"]
     goal = analysis["modes"][0]["goal"]
     assert goal["ratio"] == pytest.approx(14000 / 15000) and goal["met"]
     text = render_serve(analysis)

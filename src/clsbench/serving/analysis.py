@@ -112,10 +112,43 @@ def _per_setting(scenario: str, steps: list[dict[str, Any]], settings: dict[str,
         head = _headline(scenario, group, settings) or {}
         best = head.get("step")
         out.append({"setting": records.setting_label(group[0].get("setting") or {}),
+                    "max_batch": (group[0].get("setting") or {}).get("max_batch"),
                     "figure": head.get("figure"), "unit": head.get("unit"), "note": head.get("note") or "",
                     "runs": len(group), "valid_runs": sum(1 for s in group if records.is_valid(s)),
-                    "best": step_row(best) if best else None})
+                    "best": step_row(best) if best else None, "limit": _limit(group, best)})
     return out
+
+
+def _limit(steps: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run that shows what stopped a setting: the lowest-target INVALID Server run above its answer."""
+    floor = records.target_qps(best) if best else 0.0
+    above = [s for s in steps if not records.is_valid(s) and not s.get("error") and records.target_qps(s)
+             and records.target_qps(s) > (floor or 0.0) and records.time_split_ms(s) is not None]
+    if not above:
+        return None
+    return step_row(min(above, key=lambda s: records.target_qps(s) or 0.0))
+
+
+#: Instances busier than this (share of the run's wall time) at a failing load ran out of throughput.
+SATURATED_BUSY_PCT = 90.0
+
+
+def _limit_text(row: dict[str, Any]) -> str:
+    """What the failing run above a setting's answer shows: out of throughput, or out of latency budget."""
+    limit = row.get("limit")
+    if not limit:
+        return ""
+    busy = limit.get("busy_pct") or []
+    mean_busy = sum(busy) / len(busy) if busy else None
+    split = limit.get("split_ms") or {}
+    per_batch = (limit.get("per_batch_ms") or {}).get("compute")
+    batch = f"batches of {limit['mean_batch']:.1f}/{row.get('max_batch')}" if limit.get("mean_batch") else ""
+    head = f"at {limit['target_qps']:,.0f} qps p99 was {_ms(limit.get('p99_ms'))} ms"
+    if mean_busy is not None and mean_busy >= SATURATED_BUSY_PCT:
+        return (f"{head} with its instances {mean_busy:.0f}% busy ({batch}, {_ms(per_batch)} ms compute each): "
+                "out of throughput")
+    return (f"{head} with its instances only {mean_busy or 0:.0f}% busy (queue {split.get('queue', 0.0):.2f} ms, "
+            f"compute {split.get('compute', 0.0):.2f} ms per request, {batch}): out of latency budget, not throughput")
 
 
 def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool) -> tuple[str | None, str]:
@@ -125,11 +158,14 @@ def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool) -> t
         return None, ""
     ranked.sort(key=lambda r: r["figure"], reverse=higher_is_better)
     win = ranked[0]
+    if scenario == "offline":  # everything is queued at once: only the batches' own cost tells settings apart
+        return win["setting"], "\n".join(_offline_line(r, r is win) for r in [win] + [r for r in rows if r is not win])
     split = (win["best"] or {}).get("split_ms") or {}
     unit = win["unit"] or ""
     lines = [f"{win['setting']} wins with {_figure(win['figure'], unit)}"
              + (f"; per request at that run: {_split_text(split)}" if split else "")
-             + (f", mean batch {win['best']['mean_batch']:.1f}" if (win["best"] or {}).get("mean_batch") else "")]
+             + (f", mean batch {win['best']['mean_batch']:.1f}" if (win["best"] or {}).get("mean_batch") else "")
+             + (f"; {_limit_text(win)}" if win.get("limit") else "")]
     for other in rows:
         if other is win:
             continue
@@ -148,8 +184,26 @@ def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool) -> t
                     text += " (waiting for a batch to fill, or for a free instance)"
                 elif component == "compute":
                     text += f" (mean batch {other['best'].get('mean_batch') or 0:.1f}: larger batches take longer)"
+        if other.get("limit"):
+            text += f"; {_limit_text(other)}"
         lines.append(text)
     return win["setting"], "\n".join(lines)
+
+
+def _offline_line(row: dict[str, Any], winner: bool) -> str:
+    best = row.get("best") or {}
+    if row["figure"] is None:
+        return f"{row['setting']}: {row['note'] or 'no VALID run'}"
+    per_batch = (best.get("per_batch_ms") or {}).get("compute")
+    mean_batch = best.get("mean_batch")
+    busy = best.get("busy_pct") or []
+    text = f"{row['setting']}{' wins with' if winner else ':'} {_figure(row['figure'], row['unit'] or '')}"
+    if per_batch is not None and mean_batch:
+        text += (f"; {per_batch:.3f} ms compute per batch of {mean_batch:.1f} ({per_batch / mean_batch * 1000:.1f} us "
+                 "per sample)")
+    if busy:
+        text += f", instances {sum(busy) / len(busy):.0f}% busy"
+    return text
 
 
 def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
