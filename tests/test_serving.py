@@ -29,10 +29,12 @@ from clsbench.serving.analysis import (
     analyze_serve,
     batch_histogram_svg,
     compare_serve,
+    csv_rows,
     is_serve_result,
     latency_chart_svg,
     render_serve,
     render_serve_compare,
+    render_serve_html,
     scenario_summary,
 )
 from clsbench.serving.batcher import Batch, DynamicBatcher, decide
@@ -559,6 +561,10 @@ def test_analysis_names_the_best_setting_and_why() -> None:
     svg = latency_chart_svg(analysis)
     assert svg.startswith("<svg") and "bound 15 ms" in svg and svg.count("<circle") == 6
     assert batch_histogram_svg(server["best"]).count("<rect") == 2
+    fragment = render_serve_html(analysis)
+    assert fragment.count("<svg") == 2 and "batch sizes of the best Server run (b64 d2ms i2, 14,000 qps)" in fragment
+    rows = csv_rows(analysis)
+    assert len(rows) == 7 and rows[-1]["compute_ms"] == pytest.approx(9.9) and rows[-1]["busy_pct"] == 50.0
     # what the generic table and the history index read
     summary = result.measurements[1].summary
     assert summary["throughput_img_s"] == 14000 and summary["latency_ms"]["p99"] == pytest.approx(13.9)
@@ -631,6 +637,31 @@ def _settings(model: str, **kw: Any) -> ServeSettings:
                 min_queries=32, sample_count=16, max_search_steps=2, start_qps=50.0)
     base.update(kw)
     return ServeSettings(**base)
+
+
+def test_a_mode_the_device_cannot_run_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_loadgen")
+    from clsbench.serving.run import serve
+
+    outcome = serve(_settings("clsbench_testmodels:tiny", modes=("tf32", "fp32+cudagraph"), scenarios=("offline",)),
+                    tmp_path / "serve.json", environment={})
+    assert [(m.mode, m.status) for m in outcome.result.measurements] == [("tf32", "skipped"),
+                                                                          ("fp32+cudagraph", "skipped")]
+    assert outcome.result.measurements[0].reason.startswith("TF32 is a tensor-core mode")
+    assert outcome.result.measurements[1].reason == "CUDA graphs need a CUDA device; this device is cpu"
+    assert "SKIPPED: TF32 is a tensor-core mode" in render_serve(analyze_serve(outcome.result))
+
+
+def test_hopeless_and_progress_line() -> None:
+    from clsbench.commands.serve_cmds import progress_line
+    from clsbench.scenarios.server import hopeless
+
+    idle = {"loadgen": {"perf_constraints_met": False}, "server": {"wall_ns": 100, "busy_ns": [10, 20]}}
+    assert hopeless(idle) and not hopeless({**idle, "server": {"wall_ns": 100, "busy_ns": [90, 95]}})
+    assert not hopeless({**idle, "loadgen": {"perf_constraints_met": True}})
+    line = progress_line({"kind": "step", "step": _step(7, (64, 2.0, 2), 14000, 13.9, True)})
+    assert line == "[7] bf16+cl server b64 d2ms i2 bisect 14,000 qps: VALID; p99 13.90 ms, done 14,000/s, " \
+                   "mean batch 20.0, 10.0 s"
 
 
 def test_end_to_end_loadgen_on_cpu(tmp_path: Path) -> None:

@@ -7,13 +7,14 @@
 - :func:`render_serve`: that analysis as text.
 - :func:`compare_serve` / :func:`render_serve_compare`: two serve results side by side, with Welch's t-test where
   both have repeated runs at their answer (``--confirm``).
-- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG.
+- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG;
+  :func:`render_serve_html`: both with the text table, as one HTML fragment for the report page.
+- :func:`csv_rows`: every LoadGen run as a flat row (``show --format csv``).
 """
 
 from __future__ import annotations
 
 import html
-import math
 from typing import Any
 
 from ..results.schema import BenchmarkResult, Measurement
@@ -491,5 +492,34 @@ def batch_histogram_svg(row: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+def render_serve_html(analysis: dict[str, Any]) -> str:
+    """One HTML fragment for the report: per mode the latency-against-load chart with the bound and the batch-size
+    histogram of the best Server run, then the text table. Self-contained (inline SVG), escaped."""
+    parts = ['<section class="serve">', f"<h2>Serving: {html.escape(str(analysis.get('model')))}</h2>"]
+    for mode in analysis.get("modes") or []:
+        parts.append(f"<h3>{html.escape(mode['mode'])}</h3>")
+        chart = latency_chart_svg(analysis, mode["mode"])
+        if chart:
+            parts.append(f"<figure>{chart}<figcaption>p99 (solid) and p50 (dashed) latency against offered load; "
+                         "filled: VALID, hollow: INVALID</figcaption></figure>")
+        server = next((e for e in mode["scenarios"] if e["scenario"] == "server" and e.get("best")), None)
+        histogram = batch_histogram_svg(server["best"]) if server else ""
+        if histogram:
+            parts.append(f"<figure>{histogram}<figcaption>batch sizes of the best Server run "
+                         f"({html.escape(server['best']['setting'])}, {server['best']['target_qps']:,.0f} qps)"
+                         "</figcaption></figure>")
+    parts.append(f"<pre>{html.escape(render_serve(analysis))}</pre></section>")
+    return "\n".join(parts)
+
+
+def csv_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every LoadGen run as one flat row, units in the column names (the time split as ``<part>_ms``)."""
+    rows = []
+    for r in analysis.get("steps") or []:
+        row = {k: v for k, v in r.items() if k not in ("histogram", "split_ms", "per_batch_ms", "busy_pct")}
+        for part, ms in (r.get("split_ms") or {}).items():
+            row[f"{part}_ms"] = ms
+        busy = r.get("busy_pct") or []
+        row["busy_pct"] = sum(busy) / len(busy) if busy else None
+        rows.append(row)
+    return rows
