@@ -114,7 +114,7 @@ def serve_command(model: str, modes: tuple[str, ...], device: str, scenarios: tu
     """Serve a model behind a dynamic batcher under MLPerf LoadGen: offline, single-stream, server QPS at a bound."""
     from clsbench import __version__, api
     from clsbench.serving.analysis import analyze_serve, render_serve
-    from clsbench.serving.config import ServeSettings, parse_list
+    from clsbench.serving.config import MLPERF_MIN_DURATION_S, ServeSettings, parse_list
     from clsbench.serving.loadgen import import_loadgen
     from clsbench.serving.run import ServeInterrupted, serve
 
@@ -140,6 +140,9 @@ def serve_command(model: str, modes: tuple[str, ...], device: str, scenarios: tu
         click.echo(f"clsbench {__version__}: serve {model} {','.join(settings.modes)} on {resolved}, scenarios "
                    f"{','.join(settings.scenarios)}, {len(settings.configs())} batching setting(s), LoadGen runs of "
                    f">= {settings.min_duration_s:g} s; results -> {path}", err=True)
+        if settings.min_duration_s >= MLPERF_MIN_DURATION_S:
+            click.echo(f"note: {settings.min_duration_s:g} s per LoadGen run is MLPerf's minimum; a server search "
+                       "makes about 8 runs per setting (--min-duration-s 10 for a quick look)", err=True)
     try:
         outcome = serve(settings, path, environment=env, progress=_ServeProgress(quiet))
     except ServeInterrupted as exc:

@@ -218,9 +218,8 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
         steps = [dict(r) for r in m.repeats]
         rows = _per_setting(scenario, steps, settings) if m.status == "ok" else []
         higher = scenario in ("offline", "server")
-        winner, why = _why(scenario, rows, higher) if len(rows) > 1 else (rows[0]["setting"] if rows and
-                                                                           rows[0]["figure"] is not None else None,
-                                                                           "")
+        winner, why = _why(scenario, rows, higher) if higher else (
+            (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
         head = (_headline(scenario, steps, settings) or {}) if m.status == "ok" else {}
         best = head.get("step")
         entry = {"scenario": scenario, "status": m.status, "reason": m.reason,
