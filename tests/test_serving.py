@@ -623,9 +623,10 @@ _counting_tiny.input_size = 32  # type: ignore[attr-defined]
 
 
 @pytest.fixture
-def counting_model() -> str:
-    from clsbench.models import register_model
+def counting_model(monkeypatch: pytest.MonkeyPatch) -> str:
+    from clsbench.models import custom_source, register_model
 
+    monkeypatch.setattr(custom_source, "_REGISTERED", dict(custom_source._REGISTERED))  # no leak into other tests
     register_model("serve_test_counting_tiny", input_size=32)(_counting_tiny)
     _calls.update(n=0, fail_after=10**9, interrupt=False)
     return "serve_test_counting_tiny"
