@@ -755,7 +755,8 @@ def test_gpu_serve_with_cuda_graphs_per_bucket(tmp_path: Path) -> None:
     from clsbench.serving.run import serve
 
     settings = _settings("clsbench_testmodels:tiny", device="cuda", modes=("bf16+cl",), cuda_graphs=True,
-                         max_batches=(8,), instances=(2,), latency_bound_ms=50.0)
+                         max_batches=(8,), instances=(2,), latency_bound_ms=50.0, min_queries=600, start_qps=2000.0,
+                         max_search_steps=1)
     outcome = serve(settings, tmp_path / "serve.json", environment={})
     setups = outcome.result.settings["serve"]["setups"]
     assert setups[0]["error"] is None and all(f["cuda_graphs"] for f in setups[0]["instances_facts"])
