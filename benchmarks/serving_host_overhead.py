@@ -36,7 +36,7 @@ class NoWork:
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self, tick: Any = None) -> dict[str, Any]:
         return {"bucket_latency_ns": {}}
 
     def run(self, batch: Batch) -> tuple[Any, dict[str, float]]:
@@ -63,7 +63,7 @@ def main() -> None:
     buckets = make_buckets(args.max_batch)
     server = Server([NoWork(args.work_us / 1e6) for _ in range(args.instances)],
                     DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60)
-    server.start(60)
+    server.start()
     params = LoadGenParams(args.scenario, int(args.seconds * 1000), 100, target_qps=args.target_qps
                            if args.scenario == "Server" else None, target_latency_ns=15_000_000,
                            latency_percentile=0.99, expected_qps=args.target_qps, expected_latency_ns=10_000,

@@ -142,16 +142,21 @@ def test_counters_merge() -> None:
 class FakeInstance:
     """A model instance without torch: answers with its sample indices, fails or hangs on request."""
 
-    def __init__(self, fail_on_batch: int | None = None, hang_on_batch: int | None = None) -> None:
+    def __init__(self, fail_on_batch: int | None = None, hang_on_batch: int | None = None,
+                 hang_in_setup: bool = False) -> None:
         self.fail_on_batch = fail_on_batch
         self.hang_on_batch = hang_on_batch
+        self.hang_in_setup = hang_in_setup
         self.batches = 0
         self.release = threading.Event()
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self, tick: Any) -> dict[str, Any]:
+        tick()
+        if self.hang_in_setup:
+            self.release.wait(60)
         return {"bucket_latency_ns": {"1": 1000}}
 
     def run(self, batch: Batch) -> tuple[Any, dict[str, float]]:
@@ -192,7 +197,7 @@ def test_server_answers_every_request_once_in_order() -> None:
     server = _server([FakeInstance()])
     sink = Collector()
     server.set_sink(sink)
-    assert server.start(30) is None
+    assert server.start() is None
     server.begin_run()
     for i in range(50):
         server.issue([1000 + i], [i % 7])
@@ -209,7 +214,7 @@ def test_a_model_error_mid_run_answers_everything_and_records_why() -> None:
     server = _server([FakeInstance(fail_on_batch=3)], max_batch=2)
     sink = Collector()
     server.set_sink(sink)
-    assert server.start(30) is None
+    assert server.start() is None
     server.issue(list(range(20)), list(range(20)))
     sink.wait_for(20)
     server.issue([99], [0])  # after the failure: answered at once, without a result
@@ -226,13 +231,20 @@ def test_a_hung_batch_times_out_and_nothing_hangs() -> None:
     server = _server([instance], timeout_s=0.2)
     sink = Collector()
     server.set_sink(sink)
-    assert server.start(30) is None
+    assert server.start() is None
     server.issue([1, 2, 3], [0, 1, 2])
     sink.wait_for(3)
     assert server.error is not None and server.error.startswith("timeout: instance 0 spent more than 0.2 s")
     instance.release.set()  # the hung batch finishes late: it must not be answered a second time
     server.close()
     assert sorted(i for i, _ in sink.answered) == [1, 2, 3]
+
+
+def test_a_hung_warm_up_times_out() -> None:
+    instance = FakeInstance(hang_in_setup=True)
+    server = _server([instance, FakeInstance()], timeout_s=0.2)
+    assert server.start() == "timeout: instance 0's warm-up call took more than 0.2 s"
+    server.close()
 
 
 # ------------------------------------------------------------------------------------------------ the search

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +170,7 @@ class ModelInstance:
         self._graphs: dict[int, tuple[Any, torch.Tensor]] = {}
         self._stream: Any = None
         self._events: list[Any] = []
+        self._tick: Callable[[], None] = lambda: None
 
     @contextlib.contextmanager
     def thread_context(self) -> Iterator[None]:
@@ -180,8 +181,12 @@ class ModelInstance:
             stack.enter_context(torch.inference_mode())
             yield
 
-    def setup(self) -> dict[str, Any]:
-        """Allocate the buffers, warm up every bucket, capture the graphs; return the warm-up latency per bucket."""
+    def setup(self, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """Allocate the buffers, warm up every bucket, capture the graphs; return the warm-up latency per bucket.
+
+        ``tick()`` is called before each model call, so a watchdog can hold every call to a timeout.
+        """
+        self._tick = tick
         largest, size = self.buckets[-1], self.engine.input_size
         device = self.engine.device
         self._host_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, pin_memory=self.on_cuda)
@@ -199,6 +204,7 @@ class ModelInstance:
             self._warm(bucket)
             times = []
             for _ in range(ESTIMATE_CALLS):
+                tick()
                 t0 = self.clock.now_ns()
                 self.run(batch)
                 times.append(self.clock.now_ns() - t0)
@@ -213,13 +219,16 @@ class ModelInstance:
         images = self._dev_in[:bucket]
         if not self.on_cuda:
             for _ in range(WARMUP_CALLS):
+                self._tick()
                 self.engine.compute(images)
             return
         with torch.cuda.stream(self._stream):
             for _ in range(WARMUP_CALLS):
+                self._tick()
                 self.engine.compute(images)
         self._stream.synchronize()
         if self.engine.cuda_graphs:
+            self._tick()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self._stream):
                 out = self.engine.compute(images)

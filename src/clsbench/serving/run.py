@@ -278,14 +278,13 @@ class _Run:
     def _start_server(self, mode: str, engine: Any, config: ServerConfig) -> tuple[Any, dict[str, Any]]:
         from .batcher import DynamicBatcher
         from .instance import ModelInstance
-        from .server import SETUP_TIMEOUT_PER_BUCKET, Server
+        from .server import Server
 
         pool = self._pool(engine)
         instances = [ModelInstance(k, engine, pool, config.buckets, self.clock) for k in range(config.instances)]
         batcher = DynamicBatcher(config.max_batch, config.max_delay_ms, config.buckets, self.clock)
         server = Server(instances, batcher, batch_timeout_s=self.settings.batch_timeout_s, clock=self.clock)
-        error = server.start(setup_timeout_s=self.settings.batch_timeout_s * SETUP_TIMEOUT_PER_BUCKET *
-                             len(config.buckets))
+        error = server.start()
         estimates = _estimates(server.setup_facts)
         setup = {"mode": mode, "max_batch": config.max_batch, "instances": config.instances,
                  "buckets": list(config.buckets), "cuda_graphs": config.cuda_graphs, "error": error,

@@ -30,8 +30,6 @@ from .counters import Counters, merge
 
 #: How often an idle instance re-checks whether the server closed, and how often the watchdog looks (seconds).
 POLL_S = 0.05
-#: Setup (warm-up, capture) may take this many batch timeouts per bucket before the instance counts as hung.
-SETUP_TIMEOUT_PER_BUCKET = 10
 #: After a LoadGen run, how long to wait for instances to finish counting their last batch (seconds).
 IDLE_WAIT_S = 30.0
 
@@ -43,7 +41,9 @@ class Instance(Protocol):
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]: ...
 
-    def setup(self) -> dict[str, Any]: ...
+    def setup(self, tick: Callable[[], None]) -> dict[str, Any]:
+        """Warm up; call ``tick()`` before each model call, so the watchdog can time each one."""
+        ...
 
     def run(self, batch: Batch) -> tuple[Any, dict[str, float]]: ...
 
@@ -83,6 +83,7 @@ class Server:
         self._aborted = False
         self._sink: Sink = _discard
         self._setup_lock = threading.Lock()
+        self._setup_call: dict[int, int] = {}  # instance -> clock reading at the start of its current warm-up call
         self._ready = [threading.Event() for _ in self.instances]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -94,19 +95,21 @@ class Server:
         """Why the server failed (``model_error: ...``, ``oom: ...``, ``timeout: ...``, ``interrupted``), or None."""
         return self._error
 
-    def start(self, setup_timeout_s: float | None = None) -> str | None:
-        """Start the instance threads and wait until each has set up (one at a time); return the failure, if any."""
+    def start(self) -> str | None:
+        """Start the instance threads and wait until each has set up (one at a time); return the failure, if any.
+
+        Each warm-up call is held to the batch timeout by the watchdog, like a batch; a hung one aborts the server.
+        """
+        watchdog = threading.Thread(target=self._watch, name="clsbench-watchdog", daemon=True)
+        self._threads.append(watchdog)
+        watchdog.start()
         for k in range(len(self.instances)):
             thread = threading.Thread(target=self._serve, args=(k,), name=f"clsbench-instance-{k}", daemon=True)
             self._threads.append(thread)
             thread.start()
-        watchdog = threading.Thread(target=self._watch, name="clsbench-watchdog", daemon=True)
-        self._threads.append(watchdog)
-        watchdog.start()
-        for k, ready in enumerate(self._ready):
-            if not ready.wait(setup_timeout_s):
-                self.abort(f"timeout: instance {k} did not finish its warm-up within {setup_timeout_s:g} s")
-                break
+        for ready in self._ready:
+            while not ready.wait(POLL_S) and not self._aborted:
+                pass
             if self._error:
                 break
         return self._error
@@ -182,7 +185,8 @@ class Server:
                 with self._setup_lock:
                     if self._aborted:
                         return
-                    self.setup_facts[k] = instance.setup()
+                    self.setup_facts[k] = instance.setup(lambda: self._tick(k))
+                    self._setup_call.pop(k, None)
                 self._ready[k].set()
                 self._loop(k, instance)
         except BaseException as exc:  # noqa: BLE001 - recorded, never raised through a thread
@@ -228,6 +232,9 @@ class Server:
                     self._active -= 1
                     self._idle.notify_all()
 
+    def _tick(self, k: int) -> None:
+        self._setup_call[k] = self.clock.now_ns()
+
     def _watch(self) -> None:
         while not self._stop.wait(POLL_S):  # runs until close(), never ends mid-run (see _serve)
             if self._aborted:
@@ -236,6 +243,13 @@ class Server:
             with self._lock:
                 late = [(k, batch) for k, (batch, since) in self._in_flight.items()
                         if now - since > self.batch_timeout_ns]
+                slow = [k for k, since in list(self._setup_call.items()) if now - since > self.batch_timeout_ns]
+            if slow:
+                self.abort(f"timeout: instance {slow[0]}'s warm-up call took more than "
+                           f"{self.batch_timeout_ns / NS_PER_S:g} s")
+                for ready in self._ready:
+                    ready.set()
+                continue
             if late:
                 k, batch = late[0]
                 self.abort(f"timeout: instance {k} spent more than {self.batch_timeout_ns / NS_PER_S:g} s on a "
