@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for issue 17 (serving), on one H200, within 8 minutes:
-#  0. install the carried LoadGen wheel (.whl/, Python 3.12) and run the serving GPU tests;
+#  0. install the carried LoadGen wheel (.whl/, Python 3.12), run the serving GPU tests and the host loop's ceiling
+#     without a model (benchmarks/serving_host_overhead.py);
 #  1. ResNet-50 bf16+cl with a CUDA graph per bucket: offline, single-stream and server at p99 <= 15 ms, over
 #     max batch 64,128 x max delay 2,5 ms x 2 instances (the search names the best setting and why);
 #  2. the same model eager (no graphs), one setting: what the host side costs;
@@ -17,10 +18,13 @@ left() { echo $(( 450 - ($(date +%s) - T0) )); }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/mlcommons_loadgen-*.whl 2>&1 | tail -n 2
 export PYTHONPATH=src:tests:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/summary.txt"
-timeout -s INT 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_serving.py 2>&1 | tail -n 3 \
+timeout -k 10 -s INT 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_serving.py 2>&1 | tail -n 3 \
     | tee -a "$OUT/summary.txt"
+# The serving loop's own ceiling on this host (no model; 3 ms of GIL-free "GPU" time per batch, 2 instances).
+timeout -k 10 -s INT 30 python3 benchmarks/serving_host_overhead.py --scenario Server --target-qps 20000 \
+    --seconds 3 --max-batch 64 --max-delay-ms 2 --instances 2 --work-us 3000 2>&1 | tee -a "$OUT/summary.txt"
 step() { local name=$1; shift; local t=$(date +%s)
-         timeout -s INT "$(left)" python3 benchmarks/serve_driver.py serve --model resnet50 --device cuda \
+         timeout -k 20 -s INT "$(left)" python3 benchmarks/serve_driver.py serve --model resnet50 --device cuda \
              --latency-bound-ms 15 --min-duration-s 4 --resolution 0.03 "$@" -o "$W/$name.json" \
              >"$W/$name.txt" 2>"$W/$name.log"
          echo "== $name rc=$? $(( $(date +%s) - t )) s (total $(( $(date +%s) - T0 )) s)" | tee -a "$OUT/summary.txt"; }

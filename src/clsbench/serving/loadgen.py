@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from .logs import DISPOSABLE_LOGS
 from .scenario import LoadGenParams
-from .server import Server
+from .server import Server, block_sigint
 
 #: What to install when LoadGen is missing (the ``serve`` extra declares the same package).
 INSTALL_HINT = "install it with: pip install 'clsbench[serve]'  (or: pip install mlcommons-loadgen)"
@@ -133,6 +133,7 @@ def run_loadgen(lg: ModuleType, server: Server, params: LoadGenParams, log_dir: 
 
     def start() -> None:
         try:
+            block_sigint()  # LoadGen's threads, started from this one, inherit the mask
             lg.StartTestWithLogSettings(sut, qsl, settings, log, "")
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             failure.append(exc)
@@ -157,7 +158,7 @@ def run_loadgen(lg: ModuleType, server: Server, params: LoadGenParams, log_dir: 
             thread.join(JOIN_POLL_S)
             if presses and not aborted:
                 aborted = True
-                server.abort("interrupted")
+                server.request_abort("interrupted")
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)

@@ -334,6 +334,7 @@ class _Run:
             except LoadGenGaveUp:
                 raise
             except Exception as exc:  # noqa: BLE001 - LoadGen itself failed: this run is INVALID with why
+                server.set_sink(lambda ids, answers: None)  # LoadGen is gone: nothing may be handed to it now
                 server.abort(f"loadgen_error: {type(exc).__name__}: {exc}")
                 wall_ns, interrupted = 0, False
             record["server"] = server.end_run(wall_ns)

@@ -20,6 +20,7 @@ answered exactly once: the instance and an abort race for it under a lock, and t
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -48,6 +49,14 @@ class Instance(Protocol):
     def run(self, batch: Batch) -> tuple[Any, dict[str, float]]: ...
 
     def close(self) -> None: ...
+
+
+def block_sigint() -> None:
+    """Keep Ctrl-C away from the calling (non-main) thread and from the threads it starts (LoadGen's among them):
+    the kernel then delivers SIGINT to the main thread, whose handler decides what it means, instead of interrupting
+    a system call in a worker or LoadGen thread."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -81,6 +90,7 @@ class Server:
         self._active = 0
         self._error: str | None = None
         self._aborted = False
+        self._abort_request: str | None = None
         self._sink: Sink = _discard
         self._setup_lock = threading.Lock()
         self._setup_call: dict[int, int] = {}  # instance -> clock reading at the start of its current warm-up call
@@ -157,6 +167,11 @@ class Server:
     def flush(self) -> None:
         """LoadGen's flush callback: the batcher's delay rule dispatches the tail by itself."""
 
+    def request_abort(self, reason: str) -> None:
+        """Abort from a thread that must not call LoadGen (the main thread, on Ctrl-C): the watchdog does it within
+        :data:`POLL_S`. Every thread that answers LoadGen is then one the server owns, or LoadGen's own."""
+        self._abort_request = reason
+
     def abort(self, reason: str) -> None:
         """Fail the server: answer every queued and in-flight request now, and every later one on arrival."""
         with self._lock:
@@ -179,6 +194,7 @@ class Server:
                 self._sink(ids, None)
 
     def _serve(self, k: int) -> None:
+        block_sigint()
         instance = self.instances[k]
         try:
             with instance.thread_context():
@@ -236,7 +252,10 @@ class Server:
         self._setup_call[k] = self.clock.now_ns()
 
     def _watch(self) -> None:
+        block_sigint()
         while not self._stop.wait(POLL_S):  # runs until close(), never ends mid-run (see _serve)
+            if self._abort_request is not None and not self._aborted:
+                self.abort(self._abort_request)
             if self._aborted:
                 continue
             now = self.clock.now_ns()
