@@ -220,11 +220,13 @@ class Server:
             if batch is None:
                 continue
             with self._lock:
-                if self._aborted:  # taken from the queue after an abort's drain: answer it like the rest
-                    self._answer_now(batch.ids)
-                    return
-                self._in_flight[k] = (batch, clock.now_ns())
-                self._active += 1
+                late = self._aborted
+                if not late:
+                    self._in_flight[k] = (batch, clock.now_ns())
+                    self._active += 1
+            if late:  # taken from the queue after an abort's drain: answer it like the rest (outside the lock)
+                self._answer_now(batch.ids)
+                return
             try:
                 started = clock.now_ns()
                 try:
