@@ -10,6 +10,8 @@ The pieces, each in its own module:
 - :mod:`.server`: the serving loop: instance threads pulling batches, completion in bulk, failure and watchdog.
 - :mod:`.loadgen`: the adapter to MLPerf's LoadGen (the load generator) and its test settings.
 - :mod:`.logs`: parsing LoadGen's ``mlperf_log_summary.txt`` and ``mlperf_log_detail.txt``; pure.
+- :mod:`.records`: reading one stored LoadGen run (validity and why, latencies, the time split); pure.
+- :mod:`.scenario`: the scenario plug-in interface and LoadGen's test settings in clsbench's terms; pure.
 - :mod:`.search`: the server-QPS search (bracket, then bisect); pure.
 - :mod:`.run`: the ``serve`` procedure: settings x scenarios, one result file, saved after every LoadGen run.
 - :mod:`.analysis`: what ``show`` / ``compare`` / ``report`` derive from a stored serve result; pure (no torch).
