@@ -14,7 +14,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=$(mktemp -d); T0=$(date +%s)
-left() { echo $(( 450 - ($(date +%s) - T0) )); }
+left() { local l=$(( 450 - ($(date +%s) - T0) )); echo $(( l > 1 ? l : 1 )); }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/mlcommons_loadgen-*.whl 2>&1 | tail -n 2
 export PYTHONPATH=src:tests:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/summary.txt"
