@@ -38,6 +38,6 @@ for f in "$W"/*.json; do python3 benchmarks/serve_driver.py show "$f" >"${f%.jso
 for f in "$W"/*.log; do echo "-- $(basename "$f")"; tail -n 40 "$f"; done >"$OUT/progress.txt"
 for f in "$W"/*.show; do echo "-- $(basename "$f")"; cat "$f"; done >"$OUT/tables.txt"
 (cd "$W" && tar czf "$OUT/serving.tgz" ./*)
-grep -A12 "why:" "$OUT/tables.txt" | head -n 30
+grep -A12 "and why:" "$OUT/tables.txt" | head -n 30
 cat "$OUT/summary.txt"
 python3 benchmarks/serve_driver.py summary "$W"/graphs.json "$W"/eager.json "$W"/compile.json

@@ -328,7 +328,8 @@ def render_serve(analysis: dict[str, Any]) -> str:
                           "copy out", "hand-back", "valid")
                 out += ["    " + line for line in _table(header, rows, set(range(1, len(header))))]
             if e["why"]:
-                out += ["", "  why:"] + ["    " + line for line in e["why"].splitlines()]
+                out += ["", f"  {e['scenario']}: which setting, and why:"] + ["    " + line
+                                                                           for line in e["why"].splitlines()]
         steps = [r for e in mode["scenarios"] for r in e["steps"]]
         if steps:
             out += ["", "  LoadGen runs (time split: mean ms per request; logs under "
