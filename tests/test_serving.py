@@ -20,6 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from clsbench.core.options import Execution
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -46,6 +47,8 @@ from clsbench.serving.search import search_max_qps
 from clsbench.serving.server import Server
 
 MS = 1_000_000
+#: The execution of a serve test: an empty environment (reading the machine's is not what these tests check).
+NO_ENV = Execution(env={})
 
 
 class ManualClock:
@@ -454,7 +457,7 @@ def test_loadgen_missing_names_the_install_command(monkeypatch: pytest.MonkeyPat
 
 
 def test_cli_bad_input_is_one_error_line() -> None:
-    from clsbench.commands.serve_cmds import register
+    from clsbench.cli.serve_cmds import register
 
     group = click.Group()
     register(group)
@@ -636,7 +639,8 @@ _counting_tiny.input_size = 32  # type: ignore[attr-defined]
 
 @pytest.fixture
 def counting_model(monkeypatch: pytest.MonkeyPatch) -> str:
-    from clsbench.models import custom_source, register_model
+    from clsbench.models import register_model
+    from clsbench.models.sources import custom_source
 
     monkeypatch.setattr(custom_source, "_REGISTERED", dict(custom_source._REGISTERED))  # no leak into other tests
     register_model("serve_test_counting_tiny", input_size=32)(_counting_tiny)
@@ -654,19 +658,20 @@ def _settings(model: str, **kw: Any) -> ServeSettings:
 
 def test_a_mode_the_device_cannot_run_is_skipped_with_its_reason(tmp_path: Path) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import serve
+    from clsbench.procedures.serve import serve
 
     outcome = serve(_settings("clsbench_testmodels:tiny", modes=("tf32", "fp32+cudagraph"), scenarios=("offline",)),
-                    tmp_path / "serve.json", environment={})
+                    tmp_path / "serve.json", execution=NO_ENV)
     assert [(m.mode, m.status) for m in outcome.result.measurements] == [("tf32", "skipped"),
                                                                           ("fp32+cudagraph", "skipped")]
-    assert outcome.result.measurements[0].reason.startswith("TF32 is a tensor-core mode")
-    assert outcome.result.measurements[1].reason == "CUDA graphs need a CUDA device; this device is cpu"
+    assert {m.reason for m in outcome.result.measurements} == {"unsupported_mode"}
+    assert outcome.result.measurements[0].detail.startswith("TF32 is a tensor-core mode")
+    assert outcome.result.measurements[1].detail == "CUDA graphs need a CUDA device; this device is cpu"
     assert "SKIPPED: TF32 is a tensor-core mode" in render_serve(analyze_serve(outcome.result))
 
 
 def test_hopeless_and_progress_line() -> None:
-    from clsbench.commands.serve_cmds import progress_line
+    from clsbench.cli.serve_cmds import progress_line
     from clsbench.scenarios.server import hopeless
 
     idle = {"loadgen": {"perf_constraints_met": False}, "server": {"wall_ns": 100, "busy_ns": [10, 20]}}
@@ -679,13 +684,13 @@ def test_hopeless_and_progress_line() -> None:
 
 def test_end_to_end_loadgen_on_cpu(tmp_path: Path) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import serve
+    from clsbench.procedures.serve import serve
 
     events: list[dict[str, Any]] = []
     path = tmp_path / "serve.json"
     # 600 queries: enough for LoadGen's early-stopping rule at p99 (about 460 with none over the bound)
     outcome = serve(_settings("clsbench_testmodels:tiny", min_queries=600, start_qps=400.0, max_search_steps=1),
-                    path, environment={"host": "test"}, progress=events.append)
+                    path, execution=Execution(env={"host": "test"}, progress=events.append))
     loaded = result_io.load(path)
     assert loaded.to_dict() == json.loads(json.dumps(outcome.result.to_dict()))
     assert [m.workload for m in loaded.measurements] == ["serve-offline", "serve-single-stream", "serve-server"]
@@ -709,15 +714,15 @@ def test_end_to_end_loadgen_on_cpu(tmp_path: Path) -> None:
     text = render_serve(analyze_serve(loaded))
     assert "LoadGen runs" in text and "offline samples/s" in text
     with pytest.raises(ResultFileError, match="already exists"):
-        serve(_settings("clsbench_testmodels:tiny"), path, environment={})
+        serve(_settings("clsbench_testmodels:tiny"), path, execution=NO_ENV)
 
 
 def test_a_scenario_plugin_from_a_test_module_runs_end_to_end(tmp_path: Path, echo_scenario: None) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import serve
+    from clsbench.procedures.serve import serve
 
     outcome = serve(_settings("clsbench_testmodels:tiny", scenarios=("echo-test",), max_batches=(2, 4)), None,
-                    environment={})
+                    execution=NO_ENV)
     (m,) = outcome.result.measurements
     assert m.workload == "serve-echo-test" and len(m.repeats) == 2  # once per max batch, its only axis
     assert [s["setting"]["max_batch"] for s in m.repeats] == [2, 4]
@@ -727,23 +732,24 @@ def test_a_scenario_plugin_from_a_test_module_runs_end_to_end(tmp_path: Path, ec
 def test_a_model_failing_mid_run_makes_that_run_invalid_and_nothing_hangs(tmp_path: Path,
                                                                           counting_model: str) -> None:
     pytest.importorskip("mlperf_loadgen")
+    from clsbench.procedures.serve import serve
     from clsbench.serving.instance import ESTIMATE_CALLS, WARMUP_CALLS
-    from clsbench.serving.run import serve
 
     settings = _settings(counting_model, max_batches=(2,))
     _calls["fail_after"] = len(make_buckets(2)) * (WARMUP_CALLS + ESTIMATE_CALLS) + 1  # the 2nd timed batch
-    outcome = serve(settings, tmp_path / "serve.json", environment={})
+    outcome = serve(settings, tmp_path / "serve.json", execution=NO_ENV)
     steps = [s for m in outcome.result.measurements for s in m.repeats]
     assert steps[0]["error"] == "model_error: RuntimeError: forward failed on purpose"
     assert not records.is_valid(steps[0]) and steps[0]["loadgen"]["validity"] in ("VALID", "INVALID")
     assert all(s["error"].startswith("not run: model_error") for s in steps[1:])
     assert [m.status for m in outcome.result.measurements] == ["failed", "failed", "failed"]  # nothing ran well
-    assert outcome.result.measurements[1].reason == "model_error: RuntimeError: forward failed on purpose"
+    assert outcome.result.measurements[1].reason == "model_error"
+    assert outcome.result.measurements[1].detail == "model_error: RuntimeError: forward failed on purpose"
 
 
 def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path, counting_model: str) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import ServeInterrupted, serve
+    from clsbench.procedures.serve import ServeInterrupted, serve
 
     def progress(event: dict[str, Any]) -> None:
         if event["kind"] == "step" and event["step"]["scenario"] == "offline":
@@ -751,8 +757,8 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path, counting_model: str) -> 
 
     path = tmp_path / "serve.json"
     with pytest.raises(ServeInterrupted) as info:
-        serve(_settings(counting_model, scenarios=("offline", "single-stream")), path, environment={},
-              progress=progress)
+        serve(_settings(counting_model, scenarios=("offline", "single-stream")), path,
+              execution=Execution(env={}, progress=progress))
     saved = result_io.load(path)
     assert saved.to_dict() == json.loads(json.dumps(info.value.outcome.result.to_dict()))
     offline = [s for m in saved.measurements for s in m.repeats if s["scenario"] == "offline"]
@@ -764,12 +770,12 @@ def test_ctrl_c_keeps_the_finished_runs(tmp_path: Path, counting_model: str) -> 
 @pytest.mark.gpu
 def test_gpu_serve_with_cuda_graphs_per_bucket(tmp_path: Path) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import serve
+    from clsbench.procedures.serve import serve
 
     settings = _settings("clsbench_testmodels:tiny", device="cuda", modes=("bf16+cl",), cuda_graphs=True,
                          max_batches=(8,), instances=(2,), latency_bound_ms=50.0, min_queries=600, start_qps=2000.0,
                          max_search_steps=1)
-    outcome = serve(settings, tmp_path / "serve.json", environment={})
+    outcome = serve(settings, tmp_path / "serve.json", execution=NO_ENV)
     setups = outcome.result.settings["serve"]["setups"]
     assert setups[0]["error"] is None and all(f["cuda_graphs"] for f in setups[0]["instances_facts"])
     steps = [s for m in outcome.result.measurements for s in m.repeats]
@@ -780,10 +786,10 @@ def test_gpu_serve_with_cuda_graphs_per_bucket(tmp_path: Path) -> None:
 @pytest.mark.gpu
 def test_gpu_cudagraph_modifier_means_graphs_per_bucket(tmp_path: Path) -> None:
     pytest.importorskip("mlperf_loadgen")
-    from clsbench.serving.run import serve
+    from clsbench.procedures.serve import serve
 
     settings = _settings("clsbench_testmodels:tiny", device="cuda", modes=("bf16+cudagraph",),
                          scenarios=("offline",), max_batches=(4,))
-    outcome = serve(settings, None, environment={})
+    outcome = serve(settings, None, execution=NO_ENV)
     assert outcome.result.settings["serve"]["modes"]["bf16+cudagraph"]["cuda_graphs"] is True
     assert outcome.result.measurements[0].repeats[0]["error"] is None

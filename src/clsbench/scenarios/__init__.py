@@ -7,8 +7,8 @@ file here that calls ``SCENARIOS.register(name, scenario)`` with an object of th
 
 from __future__ import annotations
 
-from ..core.registry import Registry
-from ..serving.scenario import Scenario
+from clsbench.core.registry import Registry
+from clsbench.serving.scenario import Scenario
 
 SCENARIOS: Registry[Scenario] = Registry("scenario", package="clsbench.scenarios", option="--scenario")
 

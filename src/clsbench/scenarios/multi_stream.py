@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serving import records
-from ..serving.config import MULTI_STREAM_MIN_QUERIES, MULTI_STREAM_PERCENTILE, MULTI_STREAM_SAMPLES_PER_QUERY
-from . import SCENARIOS
-from .single_stream import SingleStream
+from clsbench.scenarios import SCENARIOS
+from clsbench.scenarios.single_stream import SingleStream
+from clsbench.serving import records
+from clsbench.serving.config import MULTI_STREAM_MIN_QUERIES, MULTI_STREAM_PERCENTILE, MULTI_STREAM_SAMPLES_PER_QUERY
 
 
 class MultiStream(SingleStream):

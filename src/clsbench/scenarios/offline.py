@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serving import records
-from ..serving.config import OFFLINE_MIN_SAMPLES
-from ..serving.scenario import (
+from clsbench.scenarios import SCENARIOS
+from clsbench.serving import records
+from clsbench.serving.config import OFFLINE_MIN_SAMPLES
+from clsbench.serving.scenario import (
     OFFLINE_ESTIMATE_DISCOUNT,
     OFFLINE_RETRY_MARGIN,
     LoadGenParams,
@@ -20,7 +21,6 @@ from ..serving.scenario import (
     min_queries,
     ran_short,
 )
-from . import SCENARIOS
 
 
 class Offline:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..measure.clock import NS_PER_MS
-from ..serving import records
-from ..serving.config import DEFAULT_START_QPS, LOADGEN_DEFAULT_MIN_QUERIES, START_FRACTION_OF_OFFLINE
-from ..serving.scenario import (
+from clsbench.measure.clock import NS_PER_MS
+from clsbench.scenarios import SCENARIOS
+from clsbench.serving import records
+from clsbench.serving.config import DEFAULT_START_QPS, LOADGEN_DEFAULT_MIN_QUERIES, START_FRACTION_OF_OFFLINE
+from clsbench.serving.scenario import (
     LoadGenParams,
     ScenarioContext,
     duration_ms,
@@ -24,8 +25,7 @@ from ..serving.scenario import (
     min_queries,
     with_enough_queries,
 )
-from ..serving.search import search_max_qps
-from . import SCENARIOS
+from clsbench.serving.search import search_max_qps
 
 #: max_async_queries = this x target QPS x bound (see the module docstring); 8x is far past any VALID run's peak.
 MAX_ASYNC_FACTOR = 8

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serving import records
-from ..serving.config import LOADGEN_DEFAULT_MIN_QUERIES, SINGLE_STREAM_PERCENTILE
-from ..serving.scenario import (
+from clsbench.scenarios import SCENARIOS
+from clsbench.serving import records
+from clsbench.serving.config import LOADGEN_DEFAULT_MIN_QUERIES, SINGLE_STREAM_PERCENTILE
+from clsbench.serving.scenario import (
     LoadGenParams,
     ScenarioContext,
     duration_ms,
@@ -21,7 +22,6 @@ from ..serving.scenario import (
     ran_short,
     with_enough_queries,
 )
-from . import SCENARIOS
 
 
 class SingleStream:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..results.schema import BenchmarkResult, Measurement
-from . import records
-from .counters import STAGES
+from clsbench.core.vocab import Status
+from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.serving import records
+from clsbench.serving.config import MLPERF_MIN_DURATION_S
+from clsbench.serving.counters import STAGES
 
 WORKLOAD_PREFIX = "serve-"
 #: The issue's goal for the Server scenario: its QPS at least this fraction of offline samples/s, same mode.
@@ -45,8 +47,8 @@ def scenario_of(m: Measurement) -> str:
 
 
 def _headline(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any] | None:
-    from ..errors import InvalidInputError
-    from ..scenarios import SCENARIOS
+    from clsbench.errors import InvalidInputError
+    from clsbench.scenarios import SCENARIOS
 
     try:
         plugin = SCENARIOS.get(scenario)
@@ -216,13 +218,13 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
     for m in serve_measurements(result):
         scenario = scenario_of(m)
         steps = [dict(r) for r in m.repeats]
-        rows = _per_setting(scenario, steps, settings) if m.status == "ok" else []
+        rows = _per_setting(scenario, steps, settings) if m.status == Status.OK else []
         higher = scenario in ("offline", "server")
         winner, why = _why(scenario, rows, higher) if higher else (
             (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
-        head = (_headline(scenario, steps, settings) or {}) if m.status == "ok" else {}
+        head = (_headline(scenario, steps, settings) or {}) if m.status == Status.OK else {}
         best = head.get("step")
-        entry = {"scenario": scenario, "status": m.status, "reason": m.reason,
+        entry = {"scenario": scenario, "status": m.status, "reason": m.detail or m.reason, "reason_code": m.reason,
                  "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
                  "note": head.get("note") or "", "best": step_row(best) if best else None,
                  "settings": rows, "best_setting": winner, "why": why,
@@ -285,19 +287,26 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]
     return [line(header), *(line(r) for r in rows)]
 
 
+def _duration_text(seconds: float) -> str:
+    if seconds >= MLPERF_MIN_DURATION_S:
+        return f"; LoadGen runs of >= {seconds:g} s (MLPerf's minimum)"
+    return (f"; LoadGen runs of >= {seconds:g} s (a quick look; MLPerf's are >= {MLPERF_MIN_DURATION_S:g} s: "
+            "serve --mlperf)")
+
+
 def render_serve(analysis: dict[str, Any]) -> str:
     """The text ``clsbench show`` prints for a serve result."""
     bound, pct = analysis.get("bound_ms"), analysis.get("percentile") or 0.99
     out = [f"serve {analysis.get('model')} on {analysis.get('device')}"
            + (f" ({analysis['gpu']})" if analysis.get("gpu") else "")
            + (f"; server bound: p{pct * 100:g} <= {bound:g} ms" if bound else "")
-           + (f"; LoadGen runs of >= {analysis['min_duration_s']:g} s" if analysis.get("min_duration_s") else "")
+           + (_duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
            + (f" (LoadGen {analysis['loadgen_version']})" if analysis.get("loadgen_version") else "")]
     for mode in analysis.get("modes") or []:
         out += ["", f"{mode['mode']}"]
         rows = []
         for e in mode["scenarios"]:
-            if e["status"] != "ok":
+            if e["status"] != Status.OK:
                 rows.append((e["scenario"], "-", f"{e['status'].upper()}: {e['reason']}", "", ""))
                 continue
             best = e["best"] or {}
@@ -366,7 +375,7 @@ def _answer_samples(entry: dict[str, Any], key: str) -> list[float]:
 def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05) -> dict[str, Any]:
     """Two serve results' answers side by side per (mode, scenario) present in both, with the ratio and, where
     both have at least two runs at their answer (``--confirm``), Welch's t-test on completed QPS and on p99."""
-    from ..significance import welch_t_test
+    from clsbench.analysis.significance import welch_t_test
 
     ea = {(m["mode"], e["scenario"]): e for m in analyze_serve(a)["modes"] for e in m["scenarios"]}
     eb = {(m["mode"], e["scenario"]): e for m in analyze_serve(b)["modes"] for e in m["scenarios"]}
@@ -383,6 +392,7 @@ def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05
             sa, sb = _answer_samples(x, field), _answer_samples(y, field)
             test = welch_t_test(sa, sb, alpha) if sa and sb else None
             tests[name] = {"p": test.p if test else None, "significant": bool(test and test.significant),
+                           "b_larger": None if test is None or test.t is None else test.t < 0,
                            "n_a": len(sa), "n_b": len(sb),
                            "note": (test.reason if test else "no run at the answer") or ""}
         row["tests"] = tests

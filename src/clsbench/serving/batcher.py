@@ -23,8 +23,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..measure.clock import NS_PER_MS, NS_PER_S, Clock, WallClock
-from .config import bucket_for
+from clsbench.measure.clock import NS_PER_MS, NS_PER_S, Clock, WallClock
+from clsbench.serving.config import bucket_for
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """What one ``clsbench serve`` does: frozen settings, their validation, and the batching settings to try.
 
 The defaults are MLPerf Inference's, cited where they come from (``loadgen/mlperf.conf`` and LoadGen's
-``test_settings.h`` in mlcommons/inference); ``--min-duration-s`` and ``--min-queries`` scale them down for a quick
-look, and the result file records what was used.
+``test_settings.h`` in mlcommons/inference), except the minimum duration of a LoadGen run: a quick look of
+:data:`QUICK_MIN_DURATION_S` unless MLPerf's :data:`MLPERF_MIN_DURATION_S` is asked for (``--mlperf``). The result
+file records what was used.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInputError
+from clsbench.core.options import MeasureOptions
+from clsbench.errors import InvalidInputError
 
 #: MLPerf's minimum duration of every performance run, all scenarios (mlperf.conf: ``*.*.min_duration = 600000``).
 MLPERF_MIN_DURATION_S = 600.0
+#: The default minimum duration of a LoadGen run: a quick look. A server search makes about 8 LoadGen runs per
+#: batching setting, so at MLPerf's 600 s one setting takes over an hour; at 10 s a plain ``clsbench serve``
+#: (offline, single-stream and a server search at one setting) ends in about three minutes. The queries each run
+#: must reach stay MLPerf's, so a short run still holds enough samples for its percentiles.
+QUICK_MIN_DURATION_S = 10.0
+#: The fields of :class:`~clsbench.core.options.MeasureOptions` that ``serve`` shares with the other commands.
+SHARED_OPTIONS = ("input_size", "seed", "compile_mode")
 #: MLPerf's ResNet-50 Server latency bound (mlperf.conf: ``resnet50.Server.target_latency = 15`` ms).
 MLPERF_RESNET50_SERVER_BOUND_MS = 15.0
 #: Server: the latency percentile held to the bound (mlperf.conf: ``*.Server.target_latency_percentile = 99``).
@@ -121,7 +130,8 @@ class ServeSettings:
         cuda_graphs: capture a CUDA graph per bucket per instance (GPU only).
         latency_bound_ms: the Server scenario's bound on the ``latency_percentile`` latency.
         latency_percentile: the Server percentile held to the bound (MLPerf: 0.99).
-        min_duration_s: minimum duration of every LoadGen run (MLPerf: 600 s; scale down for a quick look).
+        min_duration_s: minimum duration of every LoadGen run (default: a quick look of
+            :data:`QUICK_MIN_DURATION_S`; MLPerf: :data:`MLPERF_MIN_DURATION_S`).
         min_queries: minimum query count of every run (None: MLPerf's per scenario).
         search_resolution: the server search stops when its bracket is this narrow (fraction of its lower end).
         start_qps: the server search's first target (None: half the offline samples/s of the same setting, else
@@ -148,7 +158,7 @@ class ServeSettings:
     cuda_graphs: bool = False
     latency_bound_ms: float = MLPERF_RESNET50_SERVER_BOUND_MS
     latency_percentile: float = SERVER_LATENCY_PERCENTILE
-    min_duration_s: float = MLPERF_MIN_DURATION_S
+    min_duration_s: float = QUICK_MIN_DURATION_S
     min_queries: int | None = None
     search_resolution: float = DEFAULT_SEARCH_RESOLUTION
     start_qps: float | None = None
@@ -160,6 +170,17 @@ class ServeSettings:
     confirm: int = 0
     max_search_steps: int = MAX_SEARCH_STEPS
     threads: int | None = None
+
+    @classmethod
+    def with_options(cls, options: MeasureOptions, **fields: Any) -> ServeSettings:
+        """Settings whose :data:`SHARED_OPTIONS` (input size, seed, compile mode) come from the options every
+        command shares, and the rest from ``fields``."""
+        return cls(**fields, **{name: getattr(options, name) for name in SHARED_OPTIONS})
+
+    @property
+    def mlperf_duration(self) -> bool:
+        """Whether every LoadGen run lasts at least MLPerf's minimum (600 s)."""
+        return self.min_duration_s >= MLPERF_MIN_DURATION_S
 
     def configs(self) -> list[ServerConfig]:
         """Every batching setting, in the order they are served (max batch, then instances, then delay)."""

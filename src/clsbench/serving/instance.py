@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from ..errors import InvalidInputError
-from ..measure.clock import Clock, WallClock
-from ..modes import ExecutionMode, Prepared, parse_mode
-from .batcher import Batch
+from clsbench.errors import InvalidInputError
+from clsbench.measure.clock import Clock, WallClock
+from clsbench.modes import ExecutionMode, Prepared, parse_mode
+from clsbench.serving.batcher import Batch
 
 #: ImageNet mean and std of the RGB channels (torchvision's classification presets), in 0..1 units.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -107,7 +107,7 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
         UnsupportedModeError: the mode cannot run here (with the mode's own reason).
         InvalidInputError: an unknown model or mode.
     """
-    from ..models import get_model_spec
+    from clsbench.models import get_model_spec
 
     spec = get_model_spec(model)
     parsed = parse_mode(mode)

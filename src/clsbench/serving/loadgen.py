@@ -22,10 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import InvalidInputError
-from .logs import DISPOSABLE_LOGS
-from .scenario import LoadGenParams
-from .server import Server, block_sigint
+from clsbench.core.vocab import Reason
+from clsbench.errors import InvalidInputError
+from clsbench.serving.logs import DISPOSABLE_LOGS
+from clsbench.serving.scenario import LoadGenParams
+from clsbench.serving.server import Server, block_sigint
 
 #: What to install when LoadGen is missing (the ``serve`` extra declares the same package).
 INSTALL_HINT = "install it with: pip install 'clsbench[serve]'  (or: pip install mlcommons-loadgen)"
@@ -158,7 +159,7 @@ def run_loadgen(lg: ModuleType, server: Server, params: LoadGenParams, log_dir: 
             thread.join(JOIN_POLL_S)
             if presses and not aborted:
                 aborted = True
-                server.request_abort("interrupted")
+                server.request_abort(str(Reason.INTERRUPTED))
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)

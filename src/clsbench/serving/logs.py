@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import ResultFileError
+from clsbench.errors import ResultFileError
 
 DETAIL_LOG = "mlperf_log_detail.txt"
 SUMMARY_LOG = "mlperf_log_summary.txt"

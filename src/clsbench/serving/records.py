@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..measure.clock import NS_PER_MS
-from .counters import STAGES
+from clsbench.measure.clock import NS_PER_MS
+from clsbench.serving.counters import STAGES
 
 #: The time split of a request, in order: the queue, then the stages of its batch.
 SPLIT = ("queue", *STAGES)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import records
-from .config import ServerConfig, ServeSettings
+from clsbench.serving import records
+from clsbench.serving.config import ServerConfig, ServeSettings
 
 #: Every setting axis a scenario may depend on (the fields of ServerConfig that vary between settings).
 AXES = ("max_batch", "max_delay_ms", "instances")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .config import DEFAULT_SEARCH_RESOLUTION, MAX_SEARCH_STEPS, MIN_TARGET_QPS, SEARCH_GROWTH
+from clsbench.serving.config import DEFAULT_SEARCH_RESOLUTION, MAX_SEARCH_STEPS, MIN_TARGET_QPS, SEARCH_GROWTH
 
 StepFunction = Callable[[float, str], dict[str, Any]]
 ValidFunction = Callable[[dict[str, Any]], bool]

@@ -25,9 +25,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ..measure.clock import NS_PER_S, Clock, WallClock
-from .batcher import Batch, DynamicBatcher
-from .counters import Counters, merge
+from clsbench.core.vocab import Reason
+from clsbench.measure.clock import NS_PER_S, Clock, WallClock
+from clsbench.serving.batcher import Batch, DynamicBatcher
+from clsbench.serving.counters import Counters, merge
 
 #: How often an idle instance re-checks whether the server closed, and how often the watchdog looks (seconds).
 POLL_S = 0.05
@@ -62,7 +63,8 @@ def block_sigint() -> None:
 def failure_reason(exc: BaseException) -> str:
     """A failure's recorded reason: ``oom`` for an out-of-memory error, else ``model_error``, with the message."""
     text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0] if str(exc) else type(exc).__name__
-    kind = "oom" if "OutOfMemory" in type(exc).__name__ or "out of memory" in str(exc).lower() else "model_error"
+    out_of_memory = "OutOfMemory" in type(exc).__name__ or "out of memory" in str(exc).lower()
+    kind = Reason.OOM if out_of_memory else Reason.MODEL_ERROR
     return f"{kind}: {text}"
 
 
@@ -161,7 +163,7 @@ class Server:
             if self._aborted:  # an abort ran between the check and the put: its drain may have missed these
                 self._answer_now(self.batcher.drain())
         except BaseException as exc:  # noqa: BLE001 - recorded as the run's failure, and the requests answered
-            self.abort(f"server_error: {type(exc).__name__}: {exc}")
+            self.abort(f"{Reason.SERVER_ERROR}: {type(exc).__name__}: {exc}")
             self._answer_now(list(ids))
 
     def flush(self) -> None:
@@ -266,15 +268,15 @@ class Server:
                         if now - since > self.batch_timeout_ns]
                 slow = [k for k, since in list(self._setup_call.items()) if now - since > self.batch_timeout_ns]
             if slow:
-                self.abort(f"timeout: instance {slow[0]}'s warm-up call took more than "
+                self.abort(f"{Reason.TIMEOUT}: instance {slow[0]}'s warm-up call took more than "
                            f"{self.batch_timeout_ns / NS_PER_S:g} s")
                 for ready in self._ready:
                     ready.set()
                 continue
             if late:
                 k, batch = late[0]
-                self.abort(f"timeout: instance {k} spent more than {self.batch_timeout_ns / NS_PER_S:g} s on a "
-                           f"batch of {batch.size}")
+                self.abort(f"{Reason.TIMEOUT}: instance {k} spent more than {self.batch_timeout_ns / NS_PER_S:g} s "
+                           f"on a batch of {batch.size}")
 
 
 def _discard(ids: Sequence[int], answers: Any) -> None:

@@ -1,5 +1,7 @@
 """The ``serve`` procedure: every mode x batching setting x scenario, one LoadGen run at a time, into one result file.
 
+The serving machinery (batcher, server, model instances, the LoadGen adapter, log parsing) lives in
+:mod:`clsbench.serving` and the scenarios in :mod:`clsbench.scenarios`; this module drives them and writes the file.
 For each mode the model is built once; for each (max batch, instances) a server is built and warmed up once, and
 every max delay and scenario is served by it (the delay is only a batcher rule). Each scenario plug-in makes its
 LoadGen runs through ``run_step``, which runs LoadGen, reads its logs and the server's counters, stores the
@@ -10,32 +12,46 @@ The result is an ordinary clsbench result file: one measurement per (mode, scena
 ``serve-<scenario>``, its repeats the LoadGen runs, its summary the scenario's answer (derived, recomputable by
 :func:`clsbench.serving.analysis.scenario_summary`); the procedure's own facts (settings, warm-up figures, search
 outcomes) under ``settings["serve"]``; LoadGen's logs in the folder ``<file stem>.loadgen/`` beside the file, one
-sub-folder per run, named in the step record.
+sub-folder per run, named in the step record. ``show`` prints its section through the :data:`PROCEDURES` entry at
+the bottom of this module, ``compare`` its answers through that entry's ``compare`` hook.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..errors import DeviceUnavailableError, InvalidInputError, ResultFileError
-from ..measure.clock import Clock
-from ..results import io as result_io
-from ..results.schema import BenchmarkResult, Measurement
-from .config import ServerConfig, ServeSettings, default_threads
-from .scenario import ScenarioContext
+from clsbench.core.options import Execution
+from clsbench.core.vocab import Reason, Status
+from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
+from clsbench.procedures.base import PROCEDURES, ProcedureComparison, ProcedureView
+from clsbench.results import io as result_io
+from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.serving import records
+from clsbench.serving.analysis import (
+    WORKLOAD_PREFIX,
+    analyze_serve,
+    compare_serve,
+    render_serve,
+    render_serve_compare,
+    scenario_summary,
+)
+from clsbench.serving.config import ServerConfig, ServeSettings, default_threads
+from clsbench.serving.scenario import ScenarioContext
+from clsbench.version import __version__
 
 #: Version of the ``settings["serve"]`` block and of the step records.
 SERVE_FORMAT = 1
-#: Workload name of a serve measurement: ``serve-offline``, ``serve-server``, ...
-WORKLOAD_PREFIX = "serve-"
+#: The scenarios whose batch is fixed by LoadGen, not by the batching setting: their measurement's batch size.
+FIXED_BATCH = {"single-stream": 1, "multi-stream": 8}
 
 ProgressCallback = Callable[[dict[str, Any]], None]
 
@@ -68,30 +84,33 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
 
 
-def serve(settings: ServeSettings, output: str | Path | None, *, environment: dict[str, Any],
-          progress: ProgressCallback | None = None, loadgen: ModuleType | None = None,
-          clock: Clock | None = None) -> ServeOutcome:
+def serve(settings: ServeSettings, output: str | Path | None = None, *, execution: Execution = Execution(),
+          loadgen: ModuleType | None = None) -> ServeOutcome:
     """Run ``clsbench serve``; see the module docstring.
 
     Args:
-        settings: what to serve (validated here).
+        settings: what to serve (validated here); its ``input_size``, ``seed`` and ``compile_mode`` are the
+            shared measurement options (:meth:`ServeSettings.with_options`).
         output: the result file (must not exist; its log folder neither); None keeps the result in memory and the
             logs in a temporary folder.
-        environment: the environment to record (``clsbench.api.environment(device)``).
-        progress: called with an event dict: ``{"kind": "step", "step": record}`` after every LoadGen run,
-            ``{"kind": "setup", ...}`` after each server warm-up, ``{"kind": "skip", ...}`` for a skipped mode.
+        execution: ``env``: the environment to record (None: read now); ``progress``: called with an event dict:
+            ``{"kind": "step", "step": record}`` after every LoadGen run, ``{"kind": "setup", ...}`` after each
+            server warm-up, ``{"kind": "skip", ...}`` for a skipped mode; ``clock``: the host clock of the batcher
+            and the server (tests). Isolation, overlap and the probe do not apply: a server runs in this process.
         loadgen: the ``mlperf_loadgen`` module (None: imported; a missing LoadGen is one InvalidInputError).
-        clock: the host clock of the batcher and the server (tests).
 
     Raises:
         InvalidInputError: bad settings, an unknown model, mode or scenario, LoadGen missing (before any file).
         ResultFileError: the output or its log folder exists, or cannot be written.
         ServeInterrupted: Ctrl-C; the finished runs are saved.
     """
-    from ..models import get_model_spec
-    from ..modes import parse_mode
-    from ..scenarios import SCENARIOS, ordered
-    from .loadgen import import_loadgen, loadgen_version
+    import torch
+
+    from clsbench.models import get_model_spec
+    from clsbench.modes import parse_mode
+    from clsbench.scenarios import SCENARIOS, ordered
+    from clsbench.serving.loadgen import import_loadgen, loadgen_version
+    from clsbench.system.machine import environment as machine_environment
 
     settings.validate()
     get_model_spec(settings.model)  # an unknown model fails here, with suggestions, before any file
@@ -99,6 +118,7 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
     settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)))
     _check_device(settings.device)
     lg = loadgen or import_loadgen()
+    environment = execution.env if execution.env is not None else machine_environment(settings.device)
 
     path = Path(output) if output is not None else None
     if path is not None:
@@ -109,18 +129,12 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
                                   "choose another --output, or move the folder away")
     else:
         log_root = Path(tempfile.mkdtemp(prefix="clsbench-serve-")) / "serve.loadgen"
-    from .. import __version__
-
     facts: dict[str, Any] = {"format": SERVE_FORMAT, "settings": settings.to_dict(), "log_dir": log_root.name,
                              "loadgen_version": loadgen_version(lg), "setups": [], "searches": [], "modes": {}}
-    run = _Run(settings, path, log_root, lg, progress, clock, BenchmarkResult(
+    run = _Run(settings, path, log_root, lg, execution.progress, execution.clock, BenchmarkResult(
         environment=environment, settings={"serve": facts},
         created_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         tool={"name": "clsbench", "version": __version__}))
-    import os
-
-    import torch
-
     threads = settings.threads or default_threads(os.cpu_count() or 1, max(settings.instances))
     previous_threads = torch.get_num_threads()
     facts["torch_threads"] = threads
@@ -131,13 +145,22 @@ def serve(settings: ServeSettings, output: str | Path | None, *, environment: di
         for mode in modes:
             run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios])
     except KeyboardInterrupt as exc:
-        from .loadgen import LoadGenGaveUp
+        from clsbench.serving.loadgen import LoadGenGaveUp
 
         run.save()
         raise ServeInterrupted(run.outcome(), abandoned=isinstance(exc, LoadGenGaveUp)) from None
     finally:
         torch.set_num_threads(previous_threads)
     return run.outcome()
+
+
+def failure_of(text: str) -> tuple[Reason, str]:
+    """A failure's reason code and its text from a server failure (``model_error: RuntimeError: boom``); a prefix
+    that is no known code is a crash."""
+    try:
+        return Reason(text.split(":", 1)[0].strip()), text
+    except ValueError:
+        return Reason.CRASH, text
 
 
 def _check_device(device: str) -> None:
@@ -156,7 +179,7 @@ class _Run:
     """The state of one serve call: the result so far, the step counter, the open server."""
 
     def __init__(self, settings: ServeSettings, path: Path | None, log_root: Path, lg: ModuleType,
-                 progress: ProgressCallback | None, clock: Clock | None, result: BenchmarkResult) -> None:
+                 progress: ProgressCallback | None, clock: Any, result: BenchmarkResult) -> None:
         self.settings = settings
         self.path = path
         self.log_root = log_root
@@ -166,7 +189,7 @@ class _Run:
         self.result = result
         self.facts: dict[str, Any] = result.settings["serve"]
         self.steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        self.status: dict[tuple[str, str], tuple[str, str | None]] = {}
+        self.status: dict[tuple[str, str], tuple[Status, Reason, str]] = {}
         self.offline_qps: dict[tuple[str, int, int], float] = {}
         self.index = 0
         self._pools: dict[int, Any] = {}
@@ -177,20 +200,18 @@ class _Run:
         return ServeOutcome(self.result, self.path, self.log_root)
 
     def save(self) -> None:
-        from .analysis import scenario_summary
-
         measurements = []
         for (mode, scenario), steps in self.steps.items():
-            status, reason = self.status.get((mode, scenario), ("ok", None))
-            if status == "ok" and steps and all(step.get("error") for step in steps):
-                status, reason = "failed", str(steps[0]["error"]).removeprefix("not run: ")
-            summary = scenario_summary(scenario, steps, self.facts["settings"]) if status == "ok" else {}
-            batch = max(self.settings.max_batches) if scenario not in ("single-stream", "multi-stream") else \
-                (1 if scenario == "single-stream" else 8)
+            status, reason, detail = self.status.get((mode, scenario), (Status.OK, None, None))
+            if status == Status.OK and steps and all(step.get("error") for step in steps):
+                status = Status.FAILED
+                reason, detail = failure_of(str(steps[0]["error"]).removeprefix("not run: "))
+            summary = scenario_summary(scenario, steps, self.facts["settings"]) if status == Status.OK else {}
+            batch = FIXED_BATCH.get(scenario, max(self.settings.max_batches))
             measurements.append(Measurement(
                 model=self.settings.model, workload=WORKLOAD_PREFIX + scenario, mode=mode, batch_size=batch,
                 device=self.settings.device, status=status, input_size=self.settings.input_size, reason=reason,
-                detail=reason, repeats=tuple(steps), summary=summary))
+                detail=detail, repeats=tuple(steps), summary=summary))
         self.result = dataclasses.replace(self.result, settings={"serve": self.facts},
                                           measurements=tuple(measurements))
         if self.path is not None:
@@ -202,20 +223,20 @@ class _Run:
     # ----------------------------------------------------------------------------------------- one mode
 
     def serve_mode(self, mode: str, scenarios: list[Any]) -> None:
-        from .instance import UnsupportedModeError, build_engine
-        from .server import failure_reason
+        from clsbench.serving.instance import UnsupportedModeError, build_engine
+        from clsbench.serving.server import failure_reason
 
         s = self.settings
         try:
             engine = build_engine(s.model, mode, s.device, input_size=s.input_size, seed=s.seed,
                                   compile_mode=s.compile_mode, cuda_graphs=s.cuda_graphs)
         except UnsupportedModeError as exc:
-            self._mark(mode, scenarios, "skipped", exc.message)
+            self._mark(mode, scenarios, Status.SKIPPED, Reason.UNSUPPORTED_MODE, exc.message)
             return
         except InvalidInputError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fails its mode, not the call
-            self._mark(mode, scenarios, "failed", failure_reason(exc))
+            self._mark(mode, scenarios, Status.FAILED, *failure_of(failure_reason(exc)))
             return
         self.facts["modes"][mode] = {"flags": engine.flags, "notes": dict(engine.prepared.notes),
                                      "cuda_graphs": engine.cuda_graphs, "input_size": engine.input_size}
@@ -244,12 +265,12 @@ class _Run:
                 if server is not None:
                     server.close()
 
-    def _mark(self, mode: str, scenarios: list[Any], status: str, reason: str) -> None:
+    def _mark(self, mode: str, scenarios: list[Any], status: Status, reason: Reason, detail: str) -> None:
         for scenario in scenarios:
             self._ensure(mode, scenario.name)
-            self.status[(mode, scenario.name)] = (status, reason)
+            self.status[(mode, scenario.name)] = (status, reason, detail)
         self.save()
-        self.progress({"kind": "skip", "mode": mode, "status": status, "reason": reason})
+        self.progress({"kind": "skip", "mode": mode, "status": status, "reason": reason, "detail": detail})
 
     @staticmethod
     def _projection(scenario: Any, config: ServerConfig) -> tuple[Any, ...]:
@@ -268,7 +289,7 @@ class _Run:
     # ----------------------------------------------------------------------------------------- one server
 
     def _pool(self, engine: Any) -> Any:
-        from .instance import SamplePool
+        from clsbench.serving.instance import SamplePool
 
         if engine.input_size not in self._pools:
             self._pools[engine.input_size] = SamplePool(self.settings.sample_count, engine.input_size,
@@ -276,9 +297,9 @@ class _Run:
         return self._pools[engine.input_size]
 
     def _start_server(self, mode: str, engine: Any, config: ServerConfig) -> tuple[Any, dict[str, Any]]:
-        from .batcher import DynamicBatcher
-        from .instance import ModelInstance
-        from .server import Server
+        from clsbench.serving.batcher import DynamicBatcher
+        from clsbench.serving.instance import ModelInstance
+        from clsbench.serving.server import Server
 
         pool = self._pool(engine)
         instances = [ModelInstance(k, engine, pool, config.buckets, self.clock) for k in range(config.instances)]
@@ -313,8 +334,8 @@ class _Run:
 
     def _step(self, mode: str, scenario: str, config: ServerConfig, server: Any, params: Any,
               role: str) -> dict[str, Any]:
-        from .loadgen import LoadGenGaveUp, run_loadgen
-        from .logs import parse_logs
+        from clsbench.serving.loadgen import LoadGenGaveUp, run_loadgen
+        from clsbench.serving.logs import parse_logs
 
         self.index += 1
         record: dict[str, Any] = {"index": self.index, "mode": mode, "scenario": scenario, "role": role,
@@ -335,7 +356,7 @@ class _Run:
                 raise
             except Exception as exc:  # noqa: BLE001 - LoadGen itself failed: this run is INVALID with why
                 server.set_sink(lambda ids, answers: None)  # LoadGen is gone: nothing may be handed to it now
-                server.abort(f"loadgen_error: {type(exc).__name__}: {exc}")
+                server.abort(f"{Reason.LOADGEN_ERROR}: {type(exc).__name__}: {exc}")
                 wall_ns, interrupted = 0, False
             record["server"] = server.end_run(wall_ns)
             record["wall_s"] = wall_ns / 1e9
@@ -349,7 +370,6 @@ class _Run:
                 raise KeyboardInterrupt
         self.steps[(mode, scenario)].append(record)
         if scenario == "offline":
-            from . import records
 
             figure = records.loadgen_figure(record, "samples_per_second")
             if figure and (records.is_valid(record) or (mode, config.max_batch, config.instances)
@@ -370,3 +390,85 @@ def _estimates(setup_facts: list[dict[str, Any] | None]) -> dict[str, Any]:
         for bucket, ns in ((facts or {}).get("bucket_latency_ns") or {}).items():
             table.setdefault(str(bucket), []).append(float(ns))
     return {"bucket_latency_ns": {b: sorted(v)[len(v) // 2] for b, v in table.items()}}
+
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+#: Units of a scenario answer where higher is better (the rest are latencies, in ms).
+RATE_UNITS = frozenset({"samples/s", "qps"})
+#: Run labels of a comparison, as ``compare`` names them (A is the baseline).
+RUN_LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def slowdown_pct(row: dict[str, Any]) -> float | None:
+    """How much slower run B's answer is than A's, in percent (negative: faster); None without both answers."""
+    a, b = row.get("a"), row.get("b")
+    if not a or b is None:
+        return None
+    return (1.0 - b / a) * 100.0 if row.get("unit") in RATE_UNITS else (b / a - 1.0) * 100.0
+
+
+def significantly_slower(row: dict[str, Any]) -> bool:
+    """Whether Welch's test on the runs at the answer (``--confirm``) finds B slower: lower completed QPS for a rate
+    answer, higher p99 for a latency answer. False when significance was not assessed."""
+    rate = row.get("unit") in RATE_UNITS
+    test = (row.get("tests") or {}).get("completed_qps" if rate else "p99_ms") or {}
+    if not test.get("significant") or test.get("b_larger") is None:
+        return False
+    return test["b_larger"] != rate
+
+
+def compare_runs(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float) -> ProcedureComparison:
+    """``compare`` for serve results: each run's answers (server QPS, offline samples/s, single-stream p90, ...)
+    and p99 against the first run's, per mode and scenario, with Welch's t-test on completed QPS and on p99 where
+    both runs repeated their answer (``serve --confirm N``); otherwise the text says significance was not assessed.
+
+    Raises:
+        InvalidInputError: fewer than two results, more than :data:`RUN_LABELS` names, or a run with no (mode,
+            scenario) in common with the first.
+    """
+    from clsbench.analysis.compare import same_hardware_warnings
+
+    if len(results) < 2 or len(results) != len(names):
+        raise InvalidInputError("compare needs at least two serve results, one name each",
+                                "e.g. clsbench compare serve-a.json serve-b.json")
+    if len(results) > len(RUN_LABELS):
+        raise InvalidInputError(f"compare takes at most {len(RUN_LABELS)} runs, got {len(results)}")
+    labels = RUN_LABELS[:len(results)]
+    lines = [f"{label}: {name}" for label, name in zip(labels, names, strict=True)]
+    lines += [f"warning: {w}" for w in same_hardware_warnings(results, labels)]
+    data: dict[str, Any] = {"procedure": "serve", "alpha": alpha, "runs": dict(zip(labels, names, strict=True)),
+                            "comparisons": []}
+    rows: list[dict[str, Any]] = []
+    slowdowns: list[tuple[str, float]] = []
+    for label, name, result in zip(labels[1:], names[1:], results[1:], strict=True):
+        comparison = compare_serve(results[0], result, alpha=alpha)
+        if not comparison["rows"]:
+            raise InvalidInputError(f"{name} and {names[0]} have no (mode, scenario) in common",
+                                    "compare serve results of the same modes and scenarios")
+        data["comparisons"].append({"run": label, "against": labels[0], **comparison})
+        lines += ["", f"{label} against {labels[0]} (Welch's t-test at alpha {alpha:g} on the runs at each answer):",
+                  *("  " + line for line in render_serve_compare(comparison).splitlines())]
+        for row in comparison["rows"]:
+            slower = slowdown_pct(row)
+            rows.append(_flat_row(label, name, row, slower))
+            if slower is not None and slower > 0 and significantly_slower(row):
+                slowdowns.append((f"{row['mode']} {row['scenario']} ({row['label']}): {label} ({name}) is "
+                                  f"{slower:.1f}% slower than {labels[0]}", slower))
+    return ProcedureComparison(text="\n".join(lines) + "\n", data=data, rows=rows, slowdowns=slowdowns)
+
+
+def _flat_row(label: str, name: str, row: dict[str, Any], slower: float | None) -> dict[str, Any]:
+    flat = {"run": name, "run_label": label, "mode": row["mode"], "scenario": row["scenario"], "answer": row["label"],
+            "unit": row["unit"], "baseline": row["a"], "value": row["b"], "ratio": row["ratio"],
+            "slowdown_pct": slower, "baseline_p99_ms": row["a_p99_ms"], "p99_ms": row["b_p99_ms"]}
+    for test_name, test in (row.get("tests") or {}).items():
+        flat[f"{test_name}_p"] = test.get("p")
+        flat[f"{test_name}_significant"] = test.get("significant") if test.get("p") is not None else None
+        flat[f"{test_name}_n"] = f"{test.get('n_a', 0)}/{test.get('n_b', 0)}"
+    return flat
+
+
+PROCEDURES.register("serve", ProcedureView("serve", lambda result: render_serve(analyze_serve(result)),
+                                           compare=compare_runs))
