@@ -7,8 +7,9 @@
 - :func:`render_serve`: that analysis as text.
 - :func:`compare_serve` / :func:`render_serve_compare`: two serve results side by side, with Welch's t-test where
   both have repeated runs at their answer (``--confirm``).
-- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG;
-  :func:`render_serve_html`: both with the text table, as one HTML fragment for the report page.
+- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG, per mode
+  with captions from :func:`serve_figures`; :func:`render_serve_html`: both with the text table, as one HTML
+  fragment.
 - :func:`csv_rows`: every LoadGen run as a flat row (``show --format csv``).
 """
 
@@ -23,7 +24,10 @@ from clsbench.serving import records
 from clsbench.serving.config import MLPERF_MIN_DURATION_S
 from clsbench.serving.counters import STAGES
 
+#: Workload name of a serve measurement: ``serve-offline``, ``serve-server``, ...
 WORKLOAD_PREFIX = "serve-"
+#: Serve workloads whose rate is queries per second at a latency bound rather than samples per second.
+QPS_WORKLOADS = frozenset({WORKLOAD_PREFIX + "server"})
 #: The issue's goal for the Server scenario: its QPS at least this fraction of offline samples/s, same mode.
 SERVER_GOAL_FRACTION = 0.9
 #: A setting's time-split component is named as why it lost when it exceeds the winner's by at least this (ms).
@@ -154,12 +158,16 @@ def _limit_text(row: dict[str, Any]) -> str:
             f"compute {split.get('compute', 0.0):.2f} ms per request, {batch}): out of latency budget, not throughput")
 
 
-def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool) -> tuple[str | None, str]:
-    """The winning setting and why, from the time split of each setting's best run."""
+def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool,
+         answer_setting: str | None = None) -> tuple[str | None, str]:
+    """The winning setting and why, from the time split of each setting's best run. Settings with the same figure
+    are ranked with the scenario's answer first (``answer_setting``: the setting of the run its headline picked), so
+    the winner named here is the setting the answer's row shows."""
     ranked = [r for r in rows if r["figure"] is not None]
     if not ranked:
         return None, ""
-    ranked.sort(key=lambda r: r["figure"], reverse=higher_is_better)
+    ranked.sort(key=lambda r: (r["figure"] if higher_is_better else -r["figure"], r["setting"] == answer_setting),
+                reverse=True)
     win = ranked[0]
     if scenario == "offline":  # everything is queued at once: only the batches' own cost tells settings apart
         return win["setting"], "\n".join(_offline_line(r, r is win) for r in [win] + [r for r in rows if r is not win])
@@ -219,11 +227,12 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
         scenario = scenario_of(m)
         steps = [dict(r) for r in m.repeats]
         rows = _per_setting(scenario, steps, settings) if m.status == Status.OK else []
-        higher = scenario in ("offline", "server")
-        winner, why = _why(scenario, rows, higher) if higher else (
-            (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
         head = (_headline(scenario, steps, settings) or {}) if m.status == Status.OK else {}
         best = head.get("step")
+        higher = scenario in ("offline", "server")
+        answer_setting = records.setting_label(best.get("setting") or {}) if best else None
+        winner, why = _why(scenario, rows, higher, answer_setting) if higher else (
+            (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
         entry = {"scenario": scenario, "status": m.status, "reason": m.detail or m.reason, "reason_code": m.reason,
                  "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
                  "note": head.get("note") or "", "best": step_row(best) if best else None,
@@ -502,22 +511,34 @@ def batch_histogram_svg(row: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def render_serve_html(analysis: dict[str, Any]) -> str:
-    """One HTML fragment for the report: per mode the latency-against-load chart with the bound and the batch-size
-    histogram of the best Server run, then the text table. Self-contained (inline SVG), escaped."""
-    parts = ['<section class="serve">', f"<h2>Serving: {html.escape(str(analysis.get('model')))}</h2>"]
+def serve_figures(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per mode, its charts as ``{"svg", "caption"}``: latency against offered load with the bound drawn (every
+    Server run), and the batch-size histogram of the best Server run. Self-contained SVG, every text escaped."""
+    out = []
     for mode in analysis.get("modes") or []:
-        parts.append(f"<h3>{html.escape(mode['mode'])}</h3>")
+        charts = []
         chart = latency_chart_svg(analysis, mode["mode"])
         if chart:
-            parts.append(f"<figure>{chart}<figcaption>p99 (solid) and p50 (dashed) latency against offered load; "
-                         "filled: VALID, hollow: INVALID</figcaption></figure>")
+            charts.append({"svg": chart, "caption": "p99 (solid) and p50 (dashed) latency against offered load; "
+                                                    "filled: VALID, hollow: INVALID; dashed grey: the bound"})
         server = next((e for e in mode["scenarios"] if e["scenario"] == "server" and e.get("best")), None)
         histogram = batch_histogram_svg(server["best"]) if server else ""
         if histogram:
-            parts.append(f"<figure>{histogram}<figcaption>batch sizes of the best Server run "
-                         f"({html.escape(server['best']['setting'])}, {server['best']['target_qps']:,.0f} qps)"
-                         "</figcaption></figure>")
+            best = server["best"]
+            charts.append({"svg": histogram, "caption": f"batch sizes of the best Server run ({best['setting']}, "
+                                                        f"{best['target_qps']:,.0f} qps)"})
+        out.append({"mode": mode["mode"], "charts": charts})
+    return out
+
+
+def render_serve_html(analysis: dict[str, Any]) -> str:
+    """One HTML fragment: per mode the charts of :func:`serve_figures`, then the text table. Self-contained (inline
+    SVG), escaped."""
+    parts = ['<section class="serve">', f"<h2>Serving: {html.escape(str(analysis.get('model')))}</h2>"]
+    for mode in serve_figures(analysis):
+        parts.append(f"<h3>{html.escape(mode['mode'])}</h3>")
+        parts += [f"<figure>{c['svg']}<figcaption>{html.escape(c['caption'])}</figcaption></figure>"
+                  for c in mode["charts"]]
     parts.append(f"<pre>{html.escape(render_serve(analysis))}</pre></section>")
     return "\n".join(parts)
 
