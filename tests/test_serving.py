@@ -793,3 +793,138 @@ def test_gpu_cudagraph_modifier_means_graphs_per_bucket(tmp_path: Path) -> None:
     outcome = serve(settings, None, execution=NO_ENV)
     assert outcome.result.settings["serve"]["modes"]["bf16+cudagraph"]["cuda_graphs"] is True
     assert outcome.result.measurements[0].repeats[0]["error"] is None
+
+
+# ------------------------------------------------------------------------------------------------ the wiring
+
+
+def _confirmed(target: float, completed: float, p99s: tuple[float, ...]) -> BenchmarkResult:
+    """A serve result whose server answer ``target`` was run ``len(p99s)`` times (search + ``--confirm``)."""
+    s = (64, 2.0, 2)
+    steps = [_step(i + 1, s, target, p99, True, role="confirm" if i else "bisect", completed=completed + i)
+             for i, p99 in enumerate(p99s)]
+    offline = [_step(len(steps) + 1, s, None, 30.0, True, scenario="offline", sps=15000.0, role="run")]
+    return _result({"offline": offline, "server": steps})
+
+
+def _cli(args: list[str], tmp_path: Path) -> Any:
+    from clsbench.cli import main
+
+    return CliRunner().invoke(main, args, env={"CLSBENCH_DB": str(tmp_path / "index.sqlite3")})
+
+
+def test_serve_is_a_command_of_the_cli_and_its_help_states_the_quick_look(tmp_path: Path) -> None:
+    from clsbench.cli import main
+
+    assert "serve" in main.commands
+    out = _cli(["serve", "--help"], tmp_path)
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0 and "a quick look of 10 s" in text and "--mlperf" in text and "600 s" in text
+    for shared in ("--device", "--input-size", "--seed", "--compile-mode", "--output", "--quiet"):
+        assert shared in text
+    for foreign in ("--repeats", "--warmup", "--isolation", "--clock"):
+        assert foreign not in text
+
+
+def test_min_duration_is_a_quick_look_unless_mlperf_is_asked_for(tmp_path: Path) -> None:
+    from clsbench.cli.serve_cmds import min_duration
+
+    assert min_duration(None, False) == 10.0 and min_duration(None, True) == 600.0 and min_duration(3.0, False) == 3.0
+    assert ServeSettings(model="m", modes=("fp32",), device="cpu", scenarios=("server",)).min_duration_s == 10.0
+    out = _cli(["serve", "--model", "clsbench_testmodels:tiny", "--device", "cpu", "--mlperf", "--min-duration-s",
+                "5"], tmp_path)
+    assert out.exit_code == 2 and out.output.splitlines()[0].startswith("error: --mlperf sets MLPerf's minimum")
+
+
+def test_shared_options_reach_the_settings() -> None:
+    from clsbench.core.options import MeasureOptions
+
+    settings = ServeSettings.with_options(MeasureOptions(seed=7, input_size=64, compile_mode="max-autotune"),
+                                          model="m", modes=("fp32",), device="cpu", scenarios=("server",))
+    assert (settings.seed, settings.input_size, settings.compile_mode) == (7, 64, "max-autotune")
+
+
+def test_show_prints_the_serve_section_and_exports_one_row_per_loadgen_run(tmp_path: Path) -> None:
+    path = tmp_path / "serve.json"
+    result_io.save(_confirmed(10000, 9990, (12.0, 12.1, 11.9)), path)
+    out = _cli(["show", str(path)], tmp_path)
+    assert out.exit_code == 0, out.output
+    assert "serve-server" in out.output  # the generic table
+    assert "server QPS (p99 <= 15 ms): 10,000 qps" in out.output and "LoadGen runs" in out.output
+    out = _cli(["show", str(path), "--format", "csv"], tmp_path)
+    lines = out.output.splitlines()
+    assert out.exit_code == 0 and lines[0].startswith("result_file,model,device,index,mode,scenario,role,setting")
+    assert len(lines) == 1 + 4 and "queue_ms" in lines[0] and "compute_ms" in lines[0]
+    out = _cli(["show", str(path), "--format", "markdown"], tmp_path)
+    assert out.exit_code == 0 and out.output.startswith("| result_file | model | device | index |")
+
+
+def test_compare_of_serve_results_tests_qps_and_p99_and_gates_a_slowdown(tmp_path: Path) -> None:
+    fast, slow = tmp_path / "fast.json", tmp_path / "slow.json"
+    result_io.save(_confirmed(12000, 11990, (12.0, 12.2, 12.1)), fast)
+    result_io.save(_confirmed(10000, 9990, (12.0, 12.1, 11.9)), slow)
+    out = _cli(["compare", str(fast), str(slow)], tmp_path)
+    assert out.exit_code == 0, out.output
+    assert "12,000 qps -> 10,000 qps" in out.output and "completed_qps: significant" in out.output
+    assert "p99_ms: not significant" in out.output
+    assert "significance not assessed" in out.output  # offline ran once on each side
+    out = _cli(["compare", str(fast), str(slow), "--fail-if-slower", "5%"], tmp_path)
+    assert out.exit_code == 5 and "SLOWER bf16+cl server" in out.output and "16.7% slower" in out.output
+    out = _cli(["compare", str(slow), str(fast), "--fail-if-slower", "5%"], tmp_path)
+    assert out.exit_code == 0 and "no significant slowdown" in out.output
+    out = _cli(["compare", str(fast), str(slow), "--format", "json"], tmp_path)
+    data = json.loads(out.output)
+    assert data["procedure"] == "serve" and data["comparisons"][0]["rows"][1]["tests"]["completed_qps"]["significant"]
+    out = _cli(["compare", str(fast), str(slow), "--format", "csv"], tmp_path)
+    assert out.output.splitlines()[0].startswith("run,run_label,mode,scenario,answer,unit,baseline,value,ratio")
+
+
+def test_compare_without_repeats_says_significance_was_not_assessed(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    result_io.save(_confirmed(12000, 11990, (12.0,)), a)
+    result_io.save(_confirmed(10000, 9990, (12.0,)), b)
+    out = _cli(["compare", str(a), str(b), "--fail-if-slower", "5"], tmp_path)
+    assert out.exit_code == 0 and "completed_qps: significance not assessed" in out.output
+
+
+def test_a_serve_result_compares_only_with_serve_results(tmp_path: Path, data_dir: Path) -> None:
+    serve_file = tmp_path / "serve.json"
+    result_io.save(_confirmed(12000, 11990, (12.0,)), serve_file)
+    out = _cli(["compare", str(serve_file), str(data_dir / "result_v1.json")], tmp_path)
+    assert out.exit_code == 2
+    assert out.output.splitlines()[0] == ("error: only some of these files are serve results; a serve result "
+                                          "compares only with another serve result")
+
+
+def test_the_report_has_a_serving_section(tmp_path: Path, data_dir: Path) -> None:
+    import re
+
+    from clsbench.report.html import render_report
+
+    page = render_report([_confirmed(10000, 9990, (12.0, 12.1)), result_io.load(data_dir / "result_v1.json")],
+                         ["serve.json", "run.json"])
+    section = re.search(r'<section id="serving">(.*?)</section>', page, re.S)
+    assert section and section.group(1).count("<svg") == 2 and "bound 15 ms" in section.group(1)
+    assert "server QPS (p99 &lt;= 15 ms): 10,000 qps" in section.group(1)
+    assert 'href="#serving"' in page
+    throughput = re.search(r'<section id="throughput">(.*?)</section>', page, re.S)
+    assert throughput and "serve-" not in throughput.group(1)  # answers are not medians over repeats
+    assert 'id="serving"' not in render_report([result_io.load(data_dir / "result_v1.json")], ["run.json"])
+
+
+def test_history_indexes_serve_measurements(tmp_path: Path) -> None:
+    from clsbench.results import store
+
+    db = tmp_path / "index.sqlite3"
+    result = dataclasses.replace(_confirmed(10000, 9990, (12.0, 12.1)), created_utc="2026-12-01T00:00:00+00:00")
+    server_only = dataclasses.replace(_result({"server": [_step(1, (64, 2.0, 2), 9000, 12.0, True)]}),
+                                      created_utc="2026-12-02T00:00:00+00:00")
+    for name, each in (("serve.json", result), ("server.json", server_only)):
+        result_io.save(each, tmp_path / name)
+        store.index_result(tmp_path / name, each, db=db)
+    server_run, run = store.history(db)
+    assert run["measurements"] == 2 and run["ok"] == 2
+    assert run["headline"]["workload"] == "serve-offline" and run["headline"]["throughput_img_s"] == 15000.0
+    assert server_run["headline"]["workload"] == "serve-server" and server_run["headline"]["latency_p99_ms"] == 12.0
+    out = _cli(["history", "--db", str(db)], tmp_path)
+    assert out.exit_code == 0 and "9,000 qps" in out.output and "15,000 img/s" in out.output
