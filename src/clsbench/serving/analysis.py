@@ -381,6 +381,11 @@ def _answer_samples(entry: dict[str, Any], key: str) -> list[float]:
     return [float(r[key]) for r in same]
 
 
+#: Why a test is missing when a side has no run at its answer with that figure (offline has no completed QPS; only
+#: the server's answer is repeated by ``serve --confirm``).
+NO_ANSWER_RUNS = "no run at the answer with this figure"
+
+
 def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05) -> dict[str, Any]:
     """Two serve results' answers side by side per (mode, scenario) present in both, with the ratio and, where
     both have at least two runs at their answer (``--confirm``), Welch's t-test on completed QPS and on p99."""
@@ -403,7 +408,7 @@ def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05
             tests[name] = {"p": test.p if test else None, "significant": bool(test and test.significant),
                            "b_larger": None if test is None or test.t is None else test.t < 0,
                            "n_a": len(sa), "n_b": len(sb),
-                           "note": (test.reason if test else "no run at the answer") or ""}
+                           "note": (test.reason if test else NO_ANSWER_RUNS) or ""}
         row["tests"] = tests
         rows.append(row)
     return {"rows": rows, "alpha": alpha}
