@@ -9,13 +9,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clsbench.errors import EXIT_REGRESSION, InvalidInputError
-from clsbench.procedures.base import ProcedureComparison
 from clsbench.results.schema import BenchmarkResult
+
+if TYPE_CHECKING:
+    from clsbench.procedures.base import ProcedureComparison
 
 
 def parse_percent(text: str) -> float:
@@ -117,9 +119,9 @@ def register(group: click.Group) -> None:
         if output != "-":
             export.check_output(output)
         results = [load_run(ref, db) for ref in runs]
-        view = comparer(results)
-        if view is not None:  # a procedure that compares its own way (serve: each scenario's answer)
-            own = view.compare(results, list(runs), alpha)  # type: ignore[misc]
+        own_way = comparer(results)
+        if own_way is not None:  # a procedure that compares its own way (serve: each scenario's answer)
+            own = own_way(results, list(runs), alpha)
             _emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output)
             _gate_procedure(own, threshold, alpha)
             return

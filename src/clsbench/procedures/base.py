@@ -66,9 +66,9 @@ def sections(result: BenchmarkResult) -> str:
     return "".join("\n" + view.section(result) for _, view in PROCEDURES.items() if view.key in result.settings)
 
 
-def comparer(results: Sequence[BenchmarkResult]) -> ProcedureView | None:
-    """The procedure that compares ``results`` its own way (every result holds its key and it has a ``compare``
-    hook), or None for the generic comparison.
+def comparer(results: Sequence[BenchmarkResult]) -> Comparer | None:
+    """The ``compare`` hook of the procedure that compares ``results`` its own way (every result holds its key), or
+    None for the generic comparison.
 
     Raises:
         InvalidInputError: only some of the results hold such a procedure's key (a serve result against a run).
@@ -78,7 +78,7 @@ def comparer(results: Sequence[BenchmarkResult]) -> ProcedureView | None:
             continue
         holding = [view.key in result.settings for result in results]
         if all(holding):
-            return view
+            return view.compare
         if any(holding):
             raise InvalidInputError(f"only some of these files are {name} results; a {name} result compares only with "
                                     f"another {name} result", f"compare {name} files with {name} files")

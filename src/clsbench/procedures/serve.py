@@ -32,6 +32,7 @@ from typing import Any
 from clsbench.core.options import Execution
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
+from clsbench.measure.clock import Clock
 from clsbench.procedures.base import PROCEDURES, ProcedureComparison, ProcedureView
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
@@ -179,7 +180,7 @@ class _Run:
     """The state of one serve call: the result so far, the step counter, the open server."""
 
     def __init__(self, settings: ServeSettings, path: Path | None, log_root: Path, lg: ModuleType,
-                 progress: ProgressCallback | None, clock: Any, result: BenchmarkResult) -> None:
+                 progress: ProgressCallback | None, clock: Clock | None, result: BenchmarkResult) -> None:
         self.settings = settings
         self.path = path
         self.log_root = log_root

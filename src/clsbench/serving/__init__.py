@@ -13,9 +13,11 @@ The pieces, each in its own module:
 - :mod:`.records`: reading one stored LoadGen run (validity and why, latencies, the time split); pure.
 - :mod:`.scenario`: the scenario plug-in interface and LoadGen's test settings in clsbench's terms; pure.
 - :mod:`.search`: the server-QPS search (bracket, then bisect); pure.
-- :mod:`.run`: the ``serve`` procedure: settings x scenarios, one result file, saved after every LoadGen run.
-- :mod:`.analysis`: what ``show`` / ``compare`` / ``report`` derive from a stored serve result; pure (no torch).
+- :mod:`.analysis`: what ``show`` / ``compare`` / ``report`` / ``history`` derive from a stored serve result; pure
+  (no torch).
 
-Scenarios are plug-ins in :mod:`clsbench.scenarios` (one file each), found through their registry.
-Importing this package imports neither torch nor LoadGen.
+The ``serve`` procedure that drives these pieces (settings x scenarios, one result file, saved after every LoadGen
+run) is :mod:`clsbench.procedures.serve`; the command is :mod:`clsbench.cli.serve_cmds`. Scenarios are plug-ins in
+:mod:`clsbench.scenarios` (one file each), found through their registry. This package imports nothing from the
+engine, the reports or the procedures, and importing it imports neither torch nor LoadGen.
 """
