@@ -190,3 +190,8 @@ def ten_classes() -> nn.Module:
 
 
 ten_classes.input_size = 32
+
+
+def not_a_model(num_classes: int = 1000) -> str:
+    """A builder that returns something other than a network."""
+    return "not a network"

@@ -534,8 +534,9 @@ def test_running_out_of_host_memory_is_oom(model: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("model", "words"), [
-    ("clsbench_testmodels:ten_classes", "outputs 10 classes"),
-    ("os:getcwd", "returned a str, not a torch.nn.Module"),
+    ("clsbench_testmodels:ten_classes", "takes no num_classes"),
+    ("os:getcwd", "takes no num_classes"),
+    ("clsbench_testmodels:not_a_model", "returned a str, not a torch.nn.Module"),
 ])
 def test_a_custom_builder_breaking_the_contract_is_one_line_before_anything_runs(model: str, words: str,
                                                                                 tmp_path: Path) -> None:

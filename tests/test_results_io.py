@@ -251,6 +251,20 @@ def test_fixture_loads(data_dir: Path):
     assert len(result.measurements[3].repeats) == 1  # an oom is not repeated
 
 
+def test_version_1_files_read_unchanged_under_version_2(data_dir: Path, tmp_path: Path):
+    """Schema 2 added serve results only: a version-1 file loads as it did, keeps its version when saved again, and
+    the same content stamped version 2 loads to the same measurements."""
+    from clsbench.results.schema import READABLE_VERSIONS
+
+    assert SCHEMA_VERSION == 2 and READABLE_VERSIONS == (1, 2)
+    old = result_io.load(data_dir / FIXTURE)
+    assert old.schema_version == 1
+    result_io.save(old, tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text(encoding="utf-8"))["schema_version"] == 1
+    stamped = result_io.load(write_json(tmp_path / "v2.json", dict(_valid(data_dir), schema_version=2)))
+    assert stamped.schema_version == 2 and stamped.measurements == old.measurements
+
+
 def test_fixture_summaries_match_a_recomputation_from_raw_samples(data_dir: Path):
     """Every statistic the file stores equals what analysis derives from its raw samples today.
 

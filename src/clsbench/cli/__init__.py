@@ -7,10 +7,19 @@ this package's ``__init__``, so each one imports on its own.
 
 from __future__ import annotations
 
-from clsbench.cli import compare_cmds, data_cmds, diagnose_cmds, report_cmds, scale_cmds, store_cmds, sweep_cmds
+from clsbench.cli import (
+    compare_cmds,
+    data_cmds,
+    diagnose_cmds,
+    report_cmds,
+    scale_cmds,
+    serve_cmds,
+    store_cmds,
+    sweep_cmds,
+)
 from clsbench.cli.app import main
 
-for _module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds):
+for _module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds, serve_cmds):
     _module.register(main)
 
 __all__ = ["main"]

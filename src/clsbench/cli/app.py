@@ -213,12 +213,12 @@ def probe(device: str, output: str | None) -> None:
     """Measure this GPU's ceilings: dense matmul TFLOP/s per dtype and device-to-device copy bandwidth."""
     from pathlib import Path
 
+    import torch
+
     from clsbench import api
     from clsbench.errors import DeviceUnavailableError
     from clsbench.results import io as result_io
     from clsbench.system.probe import probe_in_subprocess
-
-    import torch
 
     if not torch.cuda.is_available() or not api.resolve_device(device).startswith("cuda"):
         # The same line however the device was named: the probe is for an NVIDIA GPU and needs one.

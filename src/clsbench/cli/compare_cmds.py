@@ -9,12 +9,15 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clsbench.errors import EXIT_REGRESSION, InvalidInputError
 from clsbench.results.schema import BenchmarkResult
+
+if TYPE_CHECKING:
+    from clsbench.procedures.base import ProcedureComparison
 
 
 def parse_percent(text: str) -> float:
@@ -51,6 +54,32 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _emit(text: str, output: str) -> None:
+    """Print ``text``, or write it to ``output`` (never overwriting)."""
+    from clsbench.report import export
+
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        export.write_text(output, text)
+        click.echo(f"saved: {output}", err=True)
+
+
+def _gate_procedure(comparison: ProcedureComparison, threshold: float | None, alpha: float) -> None:
+    """``--fail-if-slower`` for a procedure's own comparison: exit 5 on a significant slowdown beyond ``threshold``."""
+    if threshold is None:
+        return
+    found = [(text, pct) for text, pct in comparison.slowdowns if pct > threshold]
+    if not found:
+        click.echo(f"regression gate: no significant slowdown beyond {threshold:g}% (alpha {alpha:g}; only answers "
+                   "repeated on both sides can be significant)", err=True)
+        return
+    click.echo(f"regression gate: {len(found)} significant slowdown(s) beyond {threshold:g}%:", err=True)
+    for text, _ in found:
+        click.echo(f"  SLOWER {text}", err=True)
+    sys.exit(EXIT_REGRESSION)
+
+
 def register(group: click.Group) -> None:
     """Add ``compare`` to ``group``."""
 
@@ -73,10 +102,13 @@ def register(group: click.Group) -> None:
 
         Measurements are matched by model, workload, mode and batch size (not device: comparing GPUs is the
         point). Each ratio is a speed-up against A (> 1 is faster; latency inverted), with Welch's two-sided
-        t-test on the per-repeat figures deciding whether it is faster, slower or not significant.
+        t-test on the per-repeat figures deciding whether it is faster, slower or not significant. Serve results
+        are compared by each scenario's answer (server QPS, offline samples/s, ...) and p99, tested where both
+        runs repeated their answer (serve --confirm N); otherwise significance is not assessed.
         """
         from clsbench.analysis.compare import compare as build_comparison
         from clsbench.analysis.compare import lost_measurements, regressions
+        from clsbench.procedures.base import comparer
         from clsbench.report import export
 
         if len(runs) < 2:
@@ -87,13 +119,14 @@ def register(group: click.Group) -> None:
         if output != "-":
             export.check_output(output)
         results = [load_run(ref, db) for ref in runs]
+        own_way = comparer(results)
+        if own_way is not None:  # a procedure that compares its own way (serve: each scenario's answer)
+            own = own_way(results, list(runs), alpha)
+            _emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output)
+            _gate_procedure(own, threshold, alpha)
+            return
         comparison = build_comparison(results, list(runs), alpha=alpha)
-        text = export.export_comparison(comparison, fmt)
-        if output == "-":
-            click.echo(text, nl=False)
-        else:
-            export.write_text(output, text)
-            click.echo(f"saved: {output}", err=True)
+        _emit(export.export_comparison(comparison, fmt), output)
         if threshold is None:
             return
         for line in lost_measurements(comparison):

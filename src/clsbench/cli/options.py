@@ -37,7 +37,8 @@ def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_t
 
 
 def measure_options(defaults: MeasureOptions = MeasureOptions(), *, execution: Collection[str] = EXECUTION_FLAGS,
-                    helps: Mapping[str, str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                    helps: Mapping[str, str] | None = None, fields: Collection[str] | None = None,
+                    clock: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``--device``, every measurement option, the ``execution`` flags, ``--output``, ``--quiet`` and
     ``--clock`` on a command, and hand the command ``measure``, ``execution``, ``device``, ``output``, ``quiet``.
 
@@ -45,12 +46,16 @@ def measure_options(defaults: MeasureOptions = MeasureOptions(), *, execution: C
         defaults: this command's defaults (``tune`` and ``diagnose`` repeat once, ``scale`` leaves cuDNN
             autotuning to each strategy).
         execution: which execution flags the command takes (``scale`` takes none: each launch is its own).
-        helps: help texts that say more for this command, by field name.
+        helps: help texts that say more for this command, by field name (``device`` and ``output`` too).
+        fields: the measurement options the command takes (None: all); the others keep ``defaults``' values
+            (``serve`` takes input size, seed and compile mode: LoadGen decides how long it measures).
+        clock: declare the hidden ``--clock`` hook (``serve``'s batcher runs on the wall clock).
     """
     helps = dict(helps or {})
     measure_hints = typing.get_type_hints(MeasureOptions)
     execution_hints = typing.get_type_hints(Execution)
-    measure_fields = [f for f in dataclasses.fields(MeasureOptions) if "flag" in f.metadata]
+    measure_fields = [f for f in dataclasses.fields(MeasureOptions) if "flag" in f.metadata
+                      and (fields is None or f.name in fields)]
     execution_fields = [f for f in dataclasses.fields(Execution) if f.name in execution]
     options = [click.option("--device", default="auto", show_default=True,
                             help=helps.get("device", "auto, cpu, cuda or cuda:N."))]
@@ -59,18 +64,21 @@ def measure_options(defaults: MeasureOptions = MeasureOptions(), *, execution: C
     options += [_click_option(f, getattr(Execution(), f.name), execution_hints[f.name], helps.get(f.name))
                 for f in execution_fields]
     options += [
-        click.option("--output", "-o", help="Result file (never overwritten); default under clsbench-results/."),
+        click.option("--output", "-o", help=helps.get(
+            "output", "Result file (never overwritten); default under clsbench-results/.")),
         click.option("--quiet", "-q", is_flag=True, help="No progress output."),
-        click.option("--clock", hidden=True, help="Testing hook: fake:1ms[,2ms...] replaces the wall clock."),
     ]
+    if clock:
+        options.append(click.option("--clock", hidden=True,
+                                    help="Testing hook: fake:1ms[,2ms...] replaces the wall clock."))
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            measure = MeasureOptions(**{f.name: kwargs.pop(f.name) for f in measure_fields})
+            measure = dataclasses.replace(defaults, **{f.name: kwargs.pop(f.name) for f in measure_fields})
             flags = {f.name: kwargs.pop(f.name) for f in execution_fields}
-            clock = fake_clock(kwargs.pop("clock"))
-            return func(*args, measure=measure, execution=Execution(**flags, clock=clock), **kwargs)
+            fake = fake_clock(kwargs.pop("clock")) if clock else None
+            return func(*args, measure=measure, execution=Execution(**flags, clock=fake), **kwargs)
 
         wrapper = handle_errors(wrapper)  # a bad --clock is one error line too
         for option in reversed(options):

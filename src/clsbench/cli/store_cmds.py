@@ -5,7 +5,8 @@ description, its last column, is cut at its end when needed, never the figures.
 
 History columns: run id; the day the run started (UTC); the GPU's name, or ``cpu`` and the CPU model; torch; the
 named suite; counts of ok, failed and unstable measurements; the headline figure (p50 latency for infer-latency,
-img/s otherwise, median over repeats) of the first ok measurement, and which measurement that is.
+qps for serve's server scenario, img/s otherwise, median over repeats) of the first ok measurement, and which
+measurement that is.
 """
 
 from __future__ import annotations
@@ -145,12 +146,18 @@ def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _figure(head: dict[str, Any]) -> str:
-    """The headline figure: p50 latency for infer-latency (the figure that workload exists for), else img/s."""
+    """The headline figure: p50 latency for infer-latency (the figure that workload exists for) and for a measurement
+    without a rate (serve's single-stream and multi-stream), queries per second for serve's server scenario (the
+    highest target whose LoadGen run was VALID), else img/s."""
+    from clsbench.serving.analysis import QPS_WORKLOADS
+
     p50 = head.get("latency_p50_ms")
-    if head.get("workload") == "infer-latency" and p50 is not None:
-        return f"p50 {_fmt_ms(p50)} ms"
     rate = head.get("throughput_img_s")
-    return "-" if rate is None else f"{_fmt_rate(rate)} img/s"
+    if (head.get("workload") == "infer-latency" or rate is None) and p50 is not None:
+        return f"p50 {_fmt_ms(p50)} ms"
+    if rate is None:
+        return "-"
+    return f"{_fmt_rate(rate)} {'qps' if head.get('workload') in QPS_WORKLOADS else 'img/s'}"
 
 
 def _fmt_rate(value: float) -> str:

@@ -115,7 +115,8 @@ class Execution:
             (:mod:`clsbench.engine.executor`); recorded in the plan.
         probe: on a GPU, measure the matmul and copy ceilings first (about 10 s), for MFU against them.
         clock: the clock the workloads read (a :class:`~clsbench.measure.clock.FakeClock` in tests); None: wall.
-        progress: called with each :class:`~clsbench.engine.events.ProgressEvent`.
+        progress: called with each :class:`~clsbench.engine.events.ProgressEvent` (``serve``: with each event dict
+            of :func:`clsbench.procedures.serve.serve`).
         env: the environment to record; None reads it now.
     """
 

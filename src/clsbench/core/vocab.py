@@ -41,6 +41,9 @@ class Reason(_StrEnum):
     UNSUPPORTED_PIPELINE = "unsupported_pipeline"  # the data pipeline cannot run here (skipped)
     UNSUPPORTED_STRATEGY = "unsupported_strategy"  # scale: the strategy cannot run at this GPU count (skipped)
     RANK_FAILED = "rank_failed"  # scale: a rank failed for a reason of its own
+    SERVER_ERROR = "server_error"  # serve: the serving loop itself raised (not the model)
+    LOADGEN_ERROR = "loadgen_error"  # serve: MLPerf's LoadGen failed to run
+    INTERRUPTED = "interrupted"  # serve: Ctrl-C ended the LoadGen run
 
 
 #: Reasons of a measurement that did not run here rather than one that broke.

@@ -121,11 +121,12 @@ def expand_models(names: Sequence[str]) -> list[str]:
 
 
 def check_model(name: str, input_size: int | None = None) -> None:
-    """Refuse, in one line and before anything runs, a name no source knows, and a custom builder that does not
-    return an ``nn.Module`` or does not output :data:`NUM_CLASSES` classes (the contract in the README).
+    """Refuse, in one line and before anything runs, a name no source knows, and a custom builder that breaks the
+    contract in the README: it must take ``num_classes`` and return an ``nn.Module``.
 
-    A custom model is built on the meta device (shapes only: no memory, no arithmetic) and called once on a meta
-    batch; a builder or forward that cannot run on the meta device is left for the worker to judge.
+    A custom model is built on the meta device (shapes only: no memory, no arithmetic). Its forward is never called
+    here: it may crash or hang, which is for a worker to meet and record. A builder that fails on the meta device
+    for another reason is likewise left for the worker to judge.
     """
     import torch
 
@@ -134,20 +135,10 @@ def check_model(name: str, input_size: int | None = None) -> None:
     spec = get_model_spec(name)
     if spec.source != "custom":
         return
-    side = input_size or spec.input_size
     try:
         with torch.device("meta"):
-            model = spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
-            with torch.no_grad():
-                out = model.eval()(torch.empty(1, 3, side, side))
+            spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
     except InvalidInputError:
         raise
     except Exception:  # noqa: BLE001 - not a contract violation we can tell on the meta device: the worker will say
         return
-    classes = out.shape[-1] if isinstance(out, torch.Tensor) and out.ndim == 2 else None
-    if classes != NUM_CLASSES:
-        what = f"{classes} classes" if classes is not None else f"a {type(out).__name__} of shape " \
-            f"{tuple(getattr(out, 'shape', ()))}"
-        raise InvalidInputError(f"model {name!r} outputs {what}; clsbench needs (batch, {NUM_CLASSES}) logits",
-                                "give its builder a num_classes parameter and return a classifier (README: custom "
-                                "models)")

@@ -208,14 +208,49 @@ def to_markdown(table: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     return markdown_table(columns, [[r.get(c) for c in columns] for r in table], right)
 
 
+def columns_of(table: Sequence[dict[str, Any]], first: Sequence[str] = ()) -> list[str]:
+    """Every key of ``table``'s rows, ``first`` first, then in the order the rows first hold them."""
+    return list(dict.fromkeys([*first, *(key for row in table for key in row)]))
+
+
+#: The first columns of a serve result's flat rows; the rest are those of :func:`clsbench.serving.analysis.csv_rows`.
+SERVE_FIRST_COLUMNS = ("result_file", "model", "device", "index", "mode", "scenario", "role", "setting")
+
+
+def serve_rows(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Flat rows of serve results: one per LoadGen run (:func:`clsbench.serving.analysis.csv_rows`), with the file,
+    model and device; a serve result's measurements are scenario answers searched over these runs."""
+    from clsbench.serving.analysis import analyze_serve, csv_rows
+
+    out = []
+    for result, name in zip(results, names, strict=True):
+        analysis = analyze_serve(result)
+        head = {"result_file": name, "model": analysis.get("model"), "device": analysis.get("device")}
+        out += [{**head, **row} for row in csv_rows(analysis)]
+    return out
+
+
 def export_results(results: Sequence[BenchmarkResult], names: Sequence[str], fmt: str) -> str:
-    """Flat rows of ``results`` in ``fmt`` (``csv``, ``json`` or ``markdown``)."""
+    """Flat rows of ``results`` in ``fmt`` (``csv``, ``json`` or ``markdown``): one per measurement, or, when every
+    result is a ``serve`` result, one per LoadGen run (:func:`serve_rows`)."""
+    from clsbench.serving.analysis import is_serve_result
+
+    if len(results) != len(names):
+        raise InvalidInputError(f"{len(names)} names for {len(results)} results")
+    if results and all(is_serve_result(r) for r in results):
+        table = serve_rows(results, names)
+        return export_table(table, fmt, columns_of(table, SERVE_FIRST_COLUMNS))
+    return export_table(rows(results, names), fmt)
+
+
+def export_table(table: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
+    """Flat rows in ``fmt`` (``csv``, ``json`` or ``markdown``); ``columns`` None: :data:`COLUMNS`."""
     exporters: dict[str, Callable[[Sequence[dict[str, Any]]], str]] = {
-        "csv": to_csv, "json": to_json, "markdown": to_markdown,
+        "csv": lambda t: to_csv(t, columns or COLUMNS), "json": to_json, "markdown": lambda t: to_markdown(t, columns),
     }
     if fmt not in exporters:
         raise InvalidInputError(f"unknown export format {fmt!r}", "choose from: " + ", ".join(exporters))
-    return exporters[fmt](rows(results, names))
+    return exporters[fmt](table)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -452,6 +487,18 @@ def export_comparison(comparison: Comparison, fmt: str) -> str:
         return to_csv(comparison_rows(comparison), COMPARISON_COLUMNS)
     if fmt == "markdown":
         return comparison_markdown(comparison)
+    raise InvalidInputError(f"unknown format {fmt!r}", "choose from: " + ", ".join(FORMATS))
+
+
+def export_own_comparison(text: str, data: dict[str, Any], table: Sequence[dict[str, Any]], fmt: str) -> str:
+    """A comparison a procedure made its own way (:class:`clsbench.procedures.base.ProcedureComparison`'s fields) in
+    ``fmt``: ``table`` its text, ``json`` its data, ``csv`` and ``markdown`` its flat rows."""
+    if fmt == "table":
+        return text
+    if fmt == "json":
+        return json.dumps(jsonable(data), indent=1, allow_nan=False) + "\n"
+    if fmt in ("csv", "markdown"):
+        return export_table(table, fmt, columns_of(table))
     raise InvalidInputError(f"unknown format {fmt!r}", "choose from: " + ", ".join(FORMATS))
 
 

@@ -1,7 +1,8 @@
 """The self-contained HTML report: one file, readable offline, built from stored results alone.
 
-What it holds: a summary table per run, throughput bars by mode, batch-sweep curves with the knee marked, latency
-CDFs, power over time, the roofline, warnings in words, and the full environment of every run.
+What it holds: a summary table per run, throughput bars by mode, batch-sweep curves with the knee marked, each serve
+run's section (latency against offered load with the bound, the batch-size histogram, its table), latency CDFs,
+power over time, the roofline, warnings in words, and the full environment of every run.
 
 How it stays self-contained and safe:
 
@@ -16,9 +17,9 @@ How it stays self-contained and safe:
 - Long series are thinned to :data:`MAX_POINTS_PER_CURVE` points per curve, which keeps the file small without
   changing what the eye sees at these chart sizes.
 
-Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of every
-repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`), which can
-differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
+Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
+every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`),
+which can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from clsbench.errors import InvalidInputError
 from clsbench.report import table
 from clsbench.report.table import fmt_ms, fmt_rate
 from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.serving.analysis import is_serve_result
 
 #: Most points drawn per curve; longer series are thinned evenly (first and last point kept).
 MAX_POINTS_PER_CURVE = 2000
@@ -220,18 +222,24 @@ def _log_axis(axis: Any, low: float, high: float) -> None:
 # ---------------------------------------------------------------------------------------- throughput by mode
 
 
+def _bar_measurements(run: _Run) -> tuple[Measurement, ...]:
+    """The measurements the throughput bars show: none of a serve result, whose figures are scenario answers
+    searched over LoadGen runs (its own section shows them), not medians over repeats."""
+    return () if is_serve_result(run.result) else run.measurements
+
+
 def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
     """One horizontal grouped-bar chart per workload: a group per model, a bar per (run, mode)."""
     many = len(runs) > 1
     workloads: list[str] = []
     for run in runs:
-        for m in run.measurements:
+        for m in _bar_measurements(run):
             if _rate(m) and m.workload not in workloads:
                 workloads.append(m.workload)
     # One colour per (run, mode) across every chart, so that a series keeps its colour from chart to chart.
     colors: dict[str, str] = {}
     for run in runs:
-        for m in run.measurements:
+        for m in _bar_measurements(run):
             if _rate(m):
                 colors.setdefault(_series_name(run, m.mode, many), _color(len(colors)))
     charts = []
@@ -241,7 +249,7 @@ def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]
         models: list[str] = []
         series: list[str] = []
         for run in runs:
-            for m in run.measurements:
+            for m in _bar_measurements(run):
                 value = _rate(m)
                 if m.workload != workload or value is None:
                     continue
@@ -637,6 +645,28 @@ def _environment(run: _Run) -> dict[str, Any]:
     return {"run": run, "rows": rows, "preflight": preflight}
 
 
+# ------------------------------------------------------------------------------------------------ serving
+
+
+def _serving(runs: list[_Run]) -> list[dict[str, Any]]:
+    """Each serve run's section: per mode, latency against offered load with the bound drawn and the best Server
+    run's batch-size histogram (:func:`clsbench.serving.analysis.serve_figures`), then the text ``show`` prints."""
+    from markupsafe import Markup
+
+    from clsbench.serving.analysis import analyze_serve, render_serve, serve_figures
+
+    out = []
+    for run in runs:
+        if not is_serve_result(run.result):
+            continue
+        analysis = analyze_serve(run.result)
+        # The SVG is written by serving.analysis, which escapes every text it takes from the file.
+        modes = [{"mode": mode["mode"], "charts": [{"svg": Markup(c["svg"]), "caption": c["caption"]}
+                                                   for c in mode["charts"]]} for mode in serve_figures(analysis)]
+        out.append({"run": run, "model": analysis.get("model"), "modes": modes, "text": render_serve(analysis)})
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- summaries
 
 
@@ -709,6 +739,7 @@ def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> s
         latency = _latency_charts(runs, figs)
         power = _power_charts(runs, figs)
         roofline, roofline_notes = _roofline(runs, figs)
+    serving = _serving(runs)
     context = {
         "title": "clsbench report: " + ", ".join(f"{r.tag}" for r in runs),
         "runs": runs,
@@ -716,6 +747,7 @@ def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> s
         "throughput": throughput,
         "sweeps": sweeps,
         "sweep_charts": sweep_charts,
+        "serving": serving,
         "knee_pct": f"{DEFAULT_KNEE_FRACTION:.0%}",
         "latency": latency,
         "power": power,

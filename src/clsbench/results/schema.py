@@ -2,7 +2,7 @@
 
 A file holds one ``clsbench run``::
 
-    {"schema_version": 1, "tool": {...}, "created_utc": "...", "environment": {...},
+    {"schema_version": 2, "tool": {...}, "created_utc": "...", "environment": {...},
      "settings": {...}, "measurements": [{...}, ...]}
 
 Each measurement keeps the raw samples of every repeat (``repeats[i]["samples"]``) next to its ``summary``, which
@@ -14,9 +14,16 @@ History of ``schema_version``:
   ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. Real-data
   measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
   ``data`` to its repeats and summary. All are optional, so a file without them (an older 0.1 file, a CPU run, a
-  synthetic-data run) reads the same. Runs made since clsbench 0.1's hardening carry ``run_id``, a random id
-  given when the run is created (two runs started in the same second are two runs); older files have none, and
-  the history index derives one from their contents.
+  synthetic-data run) reads the same.
+* 2 (clsbench 0.1, ``clsbench serve``): a result may be a serve result: ``settings["serve"]`` holds the procedure's
+  facts (settings, warm-ups, searches), each measurement is a (mode, scenario) with workload ``serve-<scenario>``,
+  its repeats are LoadGen runs (step records: ``loadgen``, ``server``, ``setting``, ``params``, ``error``,
+  ``log_dir``, with no ``status`` or ``samples``) and its summary the scenario's answer (``serve``, plus
+  ``throughput_img_s`` and ``latency_ms`` of the run the answer comes from). A clsbench that reads only version 1
+  would take those repeats for failed ones, so it rejects these files as newer. Every other file is unchanged:
+  version-1 files read as before. Runs made since carry ``run_id``, a random id given when the run is created (two
+  runs started in the same second are two runs); older files have none, and the history index derives one from
+  their contents.
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ from typing import Any
 
 from clsbench.errors import ResultFileError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Versions this clsbench can read; anything else is rejected by name.
-READABLE_VERSIONS = (1,)
+READABLE_VERSIONS = (1, 2)
 TOOL_NAME = "clsbench"
 
 STATUSES = ("ok", "failed", "skipped")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, DEFAULT_NUM_CLASSES, SOURCES, ModelSpec
+from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -119,11 +119,12 @@ def _build(name: str, builder: Callable[..., Any], num_classes: int, input_size:
     kwargs: dict[str, Any] = {}
     if params is None or "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs["num_classes"] = num_classes
-    elif num_classes != DEFAULT_NUM_CLASSES:
-        # Building anyway would silently measure a network with another head than asked for.
+    else:
+        # Building anyway would measure a network whose head may not have the classes the labels are drawn from
+        # (training then fails with "Target 845 is out of bounds").
         raise InvalidInputError(
-            f"model {name!r} takes no num_classes, so it cannot have {num_classes} classes",
-            "add a num_classes parameter to its builder",
+            f"model {name!r} takes no num_classes, so clsbench cannot give it {num_classes} classes",
+            "add a num_classes=1000 parameter to its builder and size the head with it (README: custom models)",
         )
     if params is not None and "input_size" in params:
         kwargs["input_size"] = input_size

@@ -1,0 +1,91 @@
+"""The serving loop's host cost, without a model: how many queries/s the Python side of `clsbench serve` can carry.
+
+Runs the real server (batcher, instance threads, bulk completion) under the real LoadGen with instances that do no
+work (or ``--work-us`` of sleep per batch, a GPU's compute seen from the host: the GIL is released), then prints what
+LoadGen measured and the server's own per-batch and per-request host times. Offline gives the loop's ceiling in
+samples/s; Server runs at ``--target-qps`` show whether the host keeps p99 low at that rate.
+
+    PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Offline --seconds 3
+    PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 15000 --work-us 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from clsbench.serving import records
+from clsbench.serving.batcher import Batch, DynamicBatcher
+from clsbench.serving.config import make_buckets
+from clsbench.serving.loadgen import import_loadgen, run_loadgen
+from clsbench.serving.logs import parse_logs
+from clsbench.serving.scenario import LoadGenParams
+from clsbench.serving.server import Server
+
+
+class NoWork:
+    """An instance that answers at once (or after ``work_s`` of sleep, which releases the GIL like a CUDA sync)."""
+
+    def __init__(self, work_s: float) -> None:
+        self.work_s = work_s
+
+    def thread_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def setup(self, tick: Any = None) -> dict[str, Any]:
+        return {"bucket_latency_ns": {}}
+
+    def run(self, batch: Batch) -> tuple[Any, dict[str, float]]:
+        if self.work_s:
+            time.sleep(self.work_s)
+        return None, {"gather": 0.0, "copy_in": 0.0, "compute": self.work_s * 1e9, "copy_out": 0.0}
+
+    def close(self) -> None:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="Offline", choices=["Offline", "Server", "SingleStream"])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--target-qps", type=float, default=10000.0)
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-delay-ms", type=float, default=2.0)
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--work-us", type=float, default=0.0, help="sleep per batch, standing in for the GPU")
+    args = parser.parse_args()
+
+    lg = import_loadgen()
+    buckets = make_buckets(args.max_batch)
+    server = Server([NoWork(args.work_us / 1e6) for _ in range(args.instances)],
+                    DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60)
+    server.start()
+    params = LoadGenParams(args.scenario, int(args.seconds * 1000), 100, target_qps=args.target_qps
+                           if args.scenario == "Server" else None, target_latency_ns=15_000_000,
+                           latency_percentile=0.99, expected_qps=args.target_qps, expected_latency_ns=10_000,
+                           max_async_queries=0)
+    log_dir = Path(tempfile.mkdtemp()) / "run"
+    server.begin_run()
+    wall_ns, _ = run_loadgen(lg, server, params, log_dir, 1024)
+    counters = server.end_run(wall_ns)
+    server.close()
+    step = {"loadgen": parse_logs(log_dir), "server": counters}
+    stats = records.batch_stats(step) or {}
+    split = records.time_split_ms(step) or {}
+    print(f"{args.scenario}: {step['loadgen'].get('validity')}  samples/s {step['loadgen'].get('samples_per_second')}"
+          f"  completed/s {step['loadgen'].get('completed_qps')}  p50 {records.latency_ms(step, 'p50')} ms"
+          f"  p99 {records.latency_ms(step, 'p99')} ms")
+    print(f"batches {stats.get('batches')}, mean batch {stats.get('mean_batch', 0):.1f}, per batch (ms) "
+          + ", ".join(f"{k} {v:.4f}" for k, v in (stats.get("per_batch_ms") or {}).items()))
+    print("per request (ms): " + ", ".join(f"{k} {v:.4f}" for k, v in split.items()))
+    host_ns = counters["stage_ns"]["complete"] + counters["stage_ns"]["gather"]
+    print(f"hand-back per request: {counters['stage_ns']['complete'] / max(1, counters['requests']) / 1e3:.2f} us; "
+          f"host per batch {host_ns / max(1, counters['batches']) / 1e3:.1f} us; wall {wall_ns / 1e9:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""``clsbench serve``: parse, call :func:`clsbench.procedures.serve.serve`, print a line per LoadGen run and the table.
+
+Exit codes as for ``run``: 2 bad input (LoadGen missing included, with the install command), 3 file problems, 4 when
+some (mode, scenario) failed (a model error, out of memory, a hung batch), 130 on Ctrl-C (every finished LoadGen
+run is in the file). An INVALID LoadGen run is a finding, not a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any
+
+import click
+
+from clsbench.cli.common import saved, start
+from clsbench.cli.options import measure_options
+from clsbench.core.options import Execution, MeasureOptions
+from clsbench.core.vocab import Status
+from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
+from clsbench.serving.config import MLPERF_MIN_DURATION_S, QUICK_MIN_DURATION_S, SHARED_OPTIONS
+
+#: Help texts of the shared options that say more for ``serve``.
+SERVE_HELPS = {
+    "seed": "Seed of the weights, the sample pool and LoadGen's schedules.",
+    "output": "Result file (never overwritten; default under clsbench-results/); LoadGen's logs go to "
+              "<stem>.loadgen/ beside it.",
+}
+
+
+class ServeProgress:
+    """One line per LoadGen run and per server warm-up on stderr (nothing with ``--quiet``)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        click.echo(progress_line(event), err=True)
+
+
+def progress_line(event: dict[str, Any]) -> str:
+    """The progress line of one event of :func:`clsbench.procedures.serve.serve`."""
+    from clsbench.serving import records
+
+    kind = event.get("kind")
+    if kind == "setup":
+        what = f"warm-up {event['mode']} b{event['max_batch']} i{event['instances']}"
+        if event.get("error"):
+            return f"{what}: FAILED: {event['error']}"
+        buckets = ",".join(str(b) for b in event.get("buckets") or [])
+        return f"{what}: buckets {buckets}{' with CUDA graphs' if event.get('cuda_graphs') else ''} ready"
+    if kind == "skip":
+        return f"{event['mode']}: {event['status']}: {event.get('detail') or event['reason']}"
+    step = event["step"]
+    setting = records.setting_label(step.get("setting") or {})
+    target = records.target_qps(step)
+    head = f"[{step['index']}] {step['mode']} {step['scenario']} {setting} {step['role']}"
+    if target is not None:
+        head += f" {target:,.0f} qps"
+    if step.get("error") and not step.get("loadgen"):
+        return f"{head}: {step['error']}"
+    verdict = "VALID" if records.is_valid(step) else f"INVALID ({records.reason(step)})"
+    parts = [f"p99 {records.latency_ms(step, 'p99') or 0:.2f} ms"]
+    rate = records.loadgen_figure(step, "completed_qps") or records.loadgen_figure(step, "samples_per_second")
+    if rate:
+        parts.append(f"done {rate:,.0f}/s")
+    stats = records.batch_stats(step)
+    if stats:
+        parts.append(f"mean batch {stats['mean_batch']:.1f}")
+    parts.append(f"{step.get('wall_s') or 0:.1f} s")
+    return f"{head}: {verdict}; " + ", ".join(parts)
+
+
+def min_duration(given: float | None, mlperf: bool) -> float:
+    """The minimum duration of every LoadGen run: ``--min-duration-s``, else MLPerf's with ``--mlperf``, else the
+    quick look."""
+    if given is not None and mlperf:
+        raise click.UsageError("--mlperf sets MLPerf's minimum duration (600 s); drop --min-duration-s")
+    if given is not None:
+        return given
+    return MLPERF_MIN_DURATION_S if mlperf else QUICK_MIN_DURATION_S
+
+
+@click.command("serve")
+@click.option("--model", required=True, help="Model name (see `clsbench models`).")
+@click.option("--mode", "modes", multiple=True, default=("fp32",), show_default=True,
+              help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
+@click.option("--scenario", "scenarios", multiple=True, default=("offline,single-stream,server",),
+              show_default=True, help="Scenarios (comma list): offline, single-stream, multi-stream, server.")
+@click.option("--latency-bound-ms", type=float, default=15.0, show_default=True,
+              help="Server: the p99 latency bound (MLPerf's ResNet-50 bound is 15 ms).")
+@click.option("--latency-percentile", type=float, default=99.0, show_default=True,
+              help="Server: the percentile held to the bound (MLPerf: 99).")
+@click.option("--max-batch", "max_batches", multiple=True, default=("64",), show_default=True,
+              help="Largest batch the batcher forms; a comma list tries each.")
+@click.option("--max-delay-ms", "max_delays", multiple=True, default=("2",), show_default=True,
+              help="How long the oldest request waits for company; a comma list tries each.")
+@click.option("--instances", "instances", multiple=True, default=("2",), show_default=True,
+              help="Model instances (threads with their own CUDA stream); a comma list tries each.")
+@click.option("--buckets", help="Batch shapes (comma list); default: powers of two up to each max batch.")
+@click.option("--cuda-graphs/--no-cuda-graphs", default=False, show_default=True,
+              help="Capture a CUDA graph per bucket in each instance (GPU only).")
+@click.option("--min-duration-s", type=float,
+              help=f"Minimum duration of every LoadGen run; default: a quick look of {QUICK_MIN_DURATION_S:g} s (a "
+                   f"plain serve ends in minutes), or MLPerf's {MLPERF_MIN_DURATION_S:g} s with --mlperf.")
+@click.option("--mlperf", is_flag=True,
+              help=f"MLPerf's minimum duration: every LoadGen run >= {MLPERF_MIN_DURATION_S:g} s (a server search "
+                   "makes about 8 runs per batching setting: over an hour each).")
+@click.option("--min-queries", type=int, help="Minimum queries of every run; default: MLPerf's per scenario.")
+@click.option("--resolution", type=float, default=0.02, show_default=True,
+              help="Server search: stop when the VALID/INVALID bracket is this narrow (fraction of its lower end).")
+@click.option("--start-qps", type=float, help="Server search: first target; default: half the offline samples/s.")
+@click.option("--max-search-steps", type=int, default=30, show_default=True,
+              help="Server search: the most LoadGen runs per setting.")
+@click.option("--confirm", type=int, default=0, show_default=True,
+              help="Server: repeat the run at each setting's answer this many times (spread; compare's t-test).")
+@click.option("--samples", "sample_count", type=int, default=1024, show_default=True,
+              help="Images in the preloaded sample pool (MLPerf's ResNet-50 performance sample count).")
+@click.option("--batch-timeout-s", type=float, default=120.0, show_default=True,
+              help="A batch running longer ends the LoadGen run as INVALID (timeout).")
+@click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
+@measure_options(fields=SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
+def serve_command(model: str, modes: tuple[str, ...], scenarios: tuple[str, ...], latency_bound_ms: float,
+                  latency_percentile: float, max_batches: tuple[str, ...], max_delays: tuple[str, ...],
+                  instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool, min_duration_s: float | None,
+                  mlperf: bool, min_queries: int | None, resolution: float, start_qps: float | None,
+                  max_search_steps: int, confirm: int, sample_count: int, batch_timeout_s: float,
+                  threads: int | None, measure: MeasureOptions, execution: Execution, device: str,
+                  output: str | None, quiet: bool) -> None:
+    """Serve a model behind a dynamic batcher under MLPerf LoadGen: offline, single-stream, server QPS at a bound.
+
+    Every LoadGen run lasts at least 10 s by default (a quick look: a plain serve ends in minutes); --mlperf holds
+    each to MLPerf's 600 s.
+    """
+    from clsbench import api
+    from clsbench.procedures.serve import ServeInterrupted, serve
+    from clsbench.serving.analysis import analyze_serve, render_serve
+    from clsbench.serving.config import ServeSettings, parse_list
+    from clsbench.serving.loadgen import import_loadgen
+    from clsbench.version import __version__
+
+    settings = ServeSettings.with_options(
+        measure, model=model, modes=parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),
+        device=api.resolve_device(device),
+        scenarios=parse_list(scenarios, str, "--scenario", "e.g. --scenario offline,server"),
+        max_batches=parse_list(max_batches, int, "--max-batch", "e.g. --max-batch 32,64"),
+        max_delays_ms=parse_list(max_delays, float, "--max-delay-ms", "e.g. --max-delay-ms 0,2"),
+        instances=parse_list(instances, int, "--instances", "e.g. --instances 1,2"),
+        buckets=parse_list(buckets, int, "--buckets", "e.g. --buckets 8,16,32,64") or None, cuda_graphs=cuda_graphs,
+        latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile / 100.0,
+        min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
+        start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
+        max_search_steps=max_search_steps, threads=threads)
+    settings.validate()  # bad input fails here, before the environment is read or anything is started
+    import_loadgen()
+    resolved, env, path = start(settings.device, output)
+    if not quiet:
+        click.echo(f"clsbench {__version__}: serve {model} {','.join(settings.modes)} on {resolved}, scenarios "
+                   f"{','.join(settings.scenarios)}, {len(settings.configs())} batching setting(s), LoadGen runs of "
+                   f">= {settings.min_duration_s:g} s; results -> {path}", err=True)
+        if settings.mlperf_duration:
+            click.echo(f"note: {settings.min_duration_s:g} s per LoadGen run is MLPerf's minimum; a server search "
+                       f"makes about 8 runs per setting (drop --mlperf for a {QUICK_MIN_DURATION_S:g} s quick look)",
+                       err=True)
+    try:
+        outcome = serve(settings, path, execution=dataclasses.replace(execution, env=env,
+                                                                      progress=ServeProgress(quiet)))
+    except ServeInterrupted as exc:
+        click.echo(render_serve(analyze_serve(exc.outcome.result)), nl=False)
+        click.echo(f"\ninterrupted: the finished LoadGen runs are saved in {path}", err=True)
+        if exc.abandoned:  # LoadGen is still running in its thread: leave without running Python's shutdown
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)
+    click.echo(render_serve(analyze_serve(outcome.result)), nl=False)
+    saved(path, outcome.result)
+    if any(m.status == Status.FAILED for m in outcome.result.measurements):
+        sys.exit(EXIT_MEASUREMENT_FAILED)
+
+
+def register(group: click.Group) -> None:
+    """Add ``serve`` to the CLI group (``clsbench.cli``: ``serve_cmds.register(main)``)."""
+    group.add_command(serve_command)

@@ -1,0 +1,561 @@
+"""What ``show``, ``compare``, ``report`` and ``history`` derive from a stored serve result. Pure: no torch, no LoadGen.
+
+- :func:`is_serve_result`: whether a result file is a ``clsbench serve`` result.
+- :func:`scenario_summary`: a (mode, scenario) measurement's summary (its answer, as the generic table reads it).
+- :func:`analyze_serve`: everything ``show`` prints, as a dict: per mode and scenario the answer, per batching
+  setting the best run and its time split, the winning setting and why, every LoadGen run.
+- :func:`render_serve`: that analysis as text.
+- :func:`compare_serve` / :func:`render_serve_compare`: two serve results side by side, with Welch's t-test where
+  both have repeated runs at their answer (``--confirm``).
+- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG, per mode
+  with captions from :func:`serve_figures`; :func:`render_serve_html`: both with the text table, as one HTML
+  fragment.
+- :func:`csv_rows`: every LoadGen run as a flat row (``show --format csv``).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from clsbench.core.vocab import Status
+from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.serving import records
+from clsbench.serving.config import MLPERF_MIN_DURATION_S
+from clsbench.serving.counters import STAGES
+
+#: Workload name of a serve measurement: ``serve-offline``, ``serve-server``, ...
+WORKLOAD_PREFIX = "serve-"
+#: Serve workloads whose rate is queries per second at a latency bound rather than samples per second.
+QPS_WORKLOADS = frozenset({WORKLOAD_PREFIX + "server"})
+#: The issue's goal for the Server scenario: its QPS at least this fraction of offline samples/s, same mode.
+SERVER_GOAL_FRACTION = 0.9
+#: A setting's time-split component is named as why it lost when it exceeds the winner's by at least this (ms).
+WHY_MIN_DIFFERENCE_MS = 0.05
+
+_SPLIT_NAMES = {"queue": "queue wait", "gather": "gather", "copy_in": "copy in", "compute": "compute",
+                "copy_out": "copy out", "complete": "hand-back"}
+
+
+def is_serve_result(result: BenchmarkResult) -> bool:
+    """Whether ``result`` was written by ``clsbench serve`` (its settings hold a ``serve`` block)."""
+    return isinstance(result.settings.get("serve"), dict)
+
+
+def serve_measurements(result: BenchmarkResult) -> list[Measurement]:
+    return [m for m in result.measurements if m.workload.startswith(WORKLOAD_PREFIX)]
+
+
+def scenario_of(m: Measurement) -> str:
+    return m.workload[len(WORKLOAD_PREFIX):]
+
+
+def _headline(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any] | None:
+    from clsbench.errors import InvalidInputError
+    from clsbench.scenarios import SCENARIOS
+
+    try:
+        plugin = SCENARIOS.get(scenario)
+    except InvalidInputError:
+        return None  # a scenario this clsbench does not know: its runs are still listed
+    return plugin.headline(steps, settings)
+
+
+def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """A serve measurement's summary, in the keys the generic table and the history index read.
+
+    ``throughput_img_s`` is the scenario's rate answer (offline samples/s, server QPS), ``latency_ms`` the LoadGen
+    latencies of the run the answer comes from, ``serve`` the answer itself (figure, unit, label, note, setting).
+    """
+    head = _headline(scenario, steps, settings)
+    if head is None:
+        return {}
+    step = head.get("step")
+    summary: dict[str, Any] = {"serve": {
+        "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
+        "note": head.get("note") or "", "setting": records.setting_label(step.get("setting") or {}) if step else None,
+        "step_index": step.get("index") if step else None, "runs": len(steps),
+        "valid_runs": sum(1 for s in steps if records.is_valid(s))}}
+    if head.get("unit") in ("samples/s", "qps") and head.get("figure") is not None:
+        summary["throughput_img_s"] = head["figure"]
+    if step and head.get("figure") is not None:
+        latency = {name: records.latency_ms(step, name) for name in ("p50", "p90", "p99", "p99.9", "mean")}
+        count = records.loadgen_figure(step, "query_count")
+        summary["latency_ms"] = {**{k: v for k, v in latency.items() if v is not None},
+                                 **({"n": int(count)} if count else {})}
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------ analysis
+
+
+def step_row(step: dict[str, Any]) -> dict[str, Any]:
+    """One LoadGen run as a flat row (the steps table, the report's chart, CSV)."""
+    stats = records.batch_stats(step) or {}
+    return {
+        "index": step.get("index"), "mode": step.get("mode"), "scenario": step.get("scenario"),
+        "role": step.get("role"), "setting": records.setting_label(step.get("setting") or {}),
+        "target_qps": records.target_qps(step),
+        "scheduled_qps": records.loadgen_figure(step, "scheduled_qps"),
+        "completed_qps": records.loadgen_figure(step, "completed_qps"),
+        "samples_per_second": records.loadgen_figure(step, "samples_per_second"),
+        "p50_ms": records.latency_ms(step, "p50"), "p90_ms": records.latency_ms(step, "p90"),
+        "p99_ms": records.latency_ms(step, "p99"), "p99.9_ms": records.latency_ms(step, "p99.9"),
+        "valid": records.is_valid(step), "reason": records.reason(step),
+        "mean_batch": stats.get("mean_batch"), "padding_pct": stats.get("padding_pct"),
+        "histogram": stats.get("histogram") or {}, "split_ms": records.time_split_ms(step),
+        "per_batch_ms": stats.get("per_batch_ms"), "busy_pct": stats.get("busy_pct") or [],
+        "log_dir": step.get("log_dir"), "wall_s": step.get("wall_s"),
+    }
+
+
+def _per_setting(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each batching setting's answer, best run and time split, in the order the settings were served."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for step in steps:
+        groups.setdefault(records.setting_key(step.get("setting") or {}), []).append(step)
+    out = []
+    for group in groups.values():
+        head = _headline(scenario, group, settings) or {}
+        best = head.get("step")
+        out.append({"setting": records.setting_label(group[0].get("setting") or {}),
+                    "max_batch": (group[0].get("setting") or {}).get("max_batch"),
+                    "figure": head.get("figure"), "unit": head.get("unit"), "note": head.get("note") or "",
+                    "runs": len(group), "valid_runs": sum(1 for s in group if records.is_valid(s)),
+                    "best": step_row(best) if best else None, "limit": _limit(group, best)})
+    return out
+
+
+def _limit(steps: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run that shows what stopped a setting: the lowest-target INVALID Server run above its answer."""
+    floor = records.target_qps(best) if best else 0.0
+    above = [s for s in steps if not records.is_valid(s) and not s.get("error") and records.target_qps(s)
+             and records.target_qps(s) > (floor or 0.0) and records.time_split_ms(s) is not None]
+    if not above:
+        return None
+    return step_row(min(above, key=lambda s: records.target_qps(s) or 0.0))
+
+
+#: Instances busier than this (share of the run's wall time) at a failing load ran out of throughput.
+SATURATED_BUSY_PCT = 90.0
+
+
+def _limit_text(row: dict[str, Any]) -> str:
+    """What the failing run above a setting's answer shows: out of throughput, or out of latency budget."""
+    limit = row.get("limit")
+    if not limit:
+        return ""
+    busy = limit.get("busy_pct") or []
+    mean_busy = sum(busy) / len(busy) if busy else None
+    split = limit.get("split_ms") or {}
+    per_batch = (limit.get("per_batch_ms") or {}).get("compute")
+    batch = f"batches of {limit['mean_batch']:.1f}/{row.get('max_batch')}" if limit.get("mean_batch") else ""
+    head = f"at {limit['target_qps']:,.0f} qps p99 was {_ms(limit.get('p99_ms'))} ms"
+    if mean_busy is not None and mean_busy >= SATURATED_BUSY_PCT:
+        return (f"{head} with its instances {mean_busy:.0f}% busy ({batch}, {_ms(per_batch)} ms compute each): "
+                "out of throughput")
+    return (f"{head} with its instances only {mean_busy or 0:.0f}% busy (queue {split.get('queue', 0.0):.2f} ms, "
+            f"compute {split.get('compute', 0.0):.2f} ms per request, {batch}): out of latency budget, not throughput")
+
+
+def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool,
+         answer_setting: str | None = None) -> tuple[str | None, str]:
+    """The winning setting and why, from the time split of each setting's best run. Settings with the same figure
+    are ranked with the scenario's answer first (``answer_setting``: the setting of the run its headline picked), so
+    the winner named here is the setting the answer's row shows."""
+    ranked = [r for r in rows if r["figure"] is not None]
+    if not ranked:
+        return None, ""
+    ranked.sort(key=lambda r: (r["figure"] if higher_is_better else -r["figure"], r["setting"] == answer_setting),
+                reverse=True)
+    win = ranked[0]
+    if scenario == "offline":  # everything is queued at once: only the batches' own cost tells settings apart
+        return win["setting"], "\n".join(_offline_line(r, r is win) for r in [win] + [r for r in rows if r is not win])
+    split = (win["best"] or {}).get("split_ms") or {}
+    unit = win["unit"] or ""
+    lines = [f"{win['setting']} wins with {_figure(win['figure'], unit)}"
+             + (f"; per request at that run: {_split_text(split)}" if split else "")
+             + (f", mean batch {win['best']['mean_batch']:.1f}" if (win["best"] or {}).get("mean_batch") else "")
+             + (f"; {_limit_text(win)}" if win.get("limit") else "")]
+    for other in rows:
+        if other is win:
+            continue
+        other_split = (other["best"] or {}).get("split_ms") or {}
+        if other["figure"] is None:
+            lines.append(f"{other['setting']}: {other['note'] or 'no VALID run'}")
+            continue
+        text = f"{other['setting']}: {_figure(other['figure'], unit)}"
+        if split and other_split:
+            component = max(other_split, key=lambda c: other_split[c] - split.get(c, 0.0))
+            gap = other_split[component] - split.get(component, 0.0)
+            if gap >= WHY_MIN_DIFFERENCE_MS:
+                text += (f"; its requests spent {other_split[component]:.2f} ms in {_SPLIT_NAMES[component]} "
+                         f"against {split.get(component, 0.0):.2f} ms")
+                if component == "queue":
+                    text += " (waiting for a batch to fill, or for a free instance)"
+                elif component == "compute":
+                    text += f" (mean batch {other['best'].get('mean_batch') or 0:.1f}: larger batches take longer)"
+        if other.get("limit"):
+            text += f"; {_limit_text(other)}"
+        lines.append(text)
+    return win["setting"], "\n".join(lines)
+
+
+def _offline_line(row: dict[str, Any], winner: bool) -> str:
+    best = row.get("best") or {}
+    if row["figure"] is None:
+        return f"{row['setting']}: {row['note'] or 'no VALID run'}"
+    per_batch = (best.get("per_batch_ms") or {}).get("compute")
+    mean_batch = best.get("mean_batch")
+    busy = best.get("busy_pct") or []
+    text = f"{row['setting']}{' wins with' if winner else ':'} {_figure(row['figure'], row['unit'] or '')}"
+    if per_batch is not None and mean_batch:
+        text += (f"; {per_batch:.3f} ms compute per batch of {mean_batch:.1f} ({per_batch / mean_batch * 1000:.1f} us "
+                 "per sample)")
+    if busy:
+        text += f", instances {sum(busy) / len(busy):.0f}% busy"
+    return text
+
+
+def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
+    """Everything ``show`` prints for a serve result (see the module docstring). Pure; reads only the file."""
+    facts = result.settings.get("serve") or {}
+    settings = facts.get("settings") or {}
+    modes: dict[str, dict[str, Any]] = {}
+    all_rows = []
+    for m in serve_measurements(result):
+        scenario = scenario_of(m)
+        steps = [dict(r) for r in m.repeats]
+        rows = _per_setting(scenario, steps, settings) if m.status == Status.OK else []
+        head = (_headline(scenario, steps, settings) or {}) if m.status == Status.OK else {}
+        best = head.get("step")
+        higher = scenario in ("offline", "server")
+        answer_setting = records.setting_label(best.get("setting") or {}) if best else None
+        winner, why = _why(scenario, rows, higher, answer_setting) if higher else (
+            (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
+        entry = {"scenario": scenario, "status": m.status, "reason": m.detail or m.reason, "reason_code": m.reason,
+                 "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
+                 "note": head.get("note") or "", "best": step_row(best) if best else None,
+                 "settings": rows, "best_setting": winner, "why": why,
+                 "steps": [step_row(s) for s in steps]}
+        modes.setdefault(m.mode, {"mode": m.mode, "scenarios": []})["scenarios"].append(entry)
+        all_rows.extend(entry["steps"])
+    for mode in modes.values():
+        by_name = {e["scenario"]: e for e in mode["scenarios"]}
+        offline, server = by_name.get("offline"), by_name.get("server")
+        if offline and server and offline["figure"] and server["figure"] is not None:
+            ratio = server["figure"] / offline["figure"]
+            mode["goal"] = {"server_qps": server["figure"], "offline_qps": offline["figure"], "ratio": ratio,
+                            "goal_fraction": SERVER_GOAL_FRACTION, "met": ratio >= SERVER_GOAL_FRACTION}
+    return {
+        "model": (result.measurements[0].model if result.measurements else settings.get("model")),
+        "device": settings.get("device"), "gpu": (result.environment.get("gpu") or {}).get("name"),
+        "bound_ms": settings.get("latency_bound_ms"), "percentile": settings.get("latency_percentile"),
+        "min_duration_s": settings.get("min_duration_s"), "min_queries": settings.get("min_queries"),
+        "loadgen_version": facts.get("loadgen_version"), "log_dir": facts.get("log_dir"),
+        "modes": list(modes.values()), "steps": all_rows,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ text
+
+
+def _figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "none"
+    if unit == "ms":
+        return f"{value:.3f} ms" if value < 10 else f"{value:.2f} ms"
+    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:,.1f} {unit}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def _split_text(split: dict[str, float]) -> str:
+    host = split.get("gather", 0.0) + split.get("complete", 0.0)
+    copies = split.get("copy_in", 0.0) + split.get("copy_out", 0.0)
+    return (f"queue {split.get('queue', 0.0):.2f} ms, compute {split.get('compute', 0.0):.2f} ms, "
+            f"copies {copies:.2f} ms, host {host:.2f} ms")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in
+              range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "  ".join(padded).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def _duration_text(seconds: float) -> str:
+    if seconds >= MLPERF_MIN_DURATION_S:
+        return f"; LoadGen runs of >= {seconds:g} s (MLPerf's minimum)"
+    return (f"; LoadGen runs of >= {seconds:g} s (a quick look; MLPerf's are >= {MLPERF_MIN_DURATION_S:g} s: "
+            "serve --mlperf)")
+
+
+def render_serve(analysis: dict[str, Any]) -> str:
+    """The text ``clsbench show`` prints for a serve result."""
+    bound, pct = analysis.get("bound_ms"), analysis.get("percentile") or 0.99
+    out = [f"serve {analysis.get('model')} on {analysis.get('device')}"
+           + (f" ({analysis['gpu']})" if analysis.get("gpu") else "")
+           + (f"; server bound: p{pct * 100:g} <= {bound:g} ms" if bound else "")
+           + (_duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
+           + (f" (LoadGen {analysis['loadgen_version']})" if analysis.get("loadgen_version") else "")]
+    for mode in analysis.get("modes") or []:
+        out += ["", f"{mode['mode']}"]
+        rows = []
+        for e in mode["scenarios"]:
+            if e["status"] != Status.OK:
+                rows.append((e["scenario"], "-", f"{e['status'].upper()}: {e['reason']}", "", ""))
+                continue
+            best = e["best"] or {}
+            answer = f"{e['label']}: {_figure(e['figure'], e['unit'] or '')}"
+            lat = (f"p50 {_ms(best.get('p50_ms'))}  p90 {_ms(best.get('p90_ms'))}  p99 {_ms(best.get('p99_ms'))}"
+                   f"  p99.9 {_ms(best.get('p99.9_ms'))}") if best else ""
+            verdict = "VALID" if best.get("valid") else ("INVALID: " + (e["note"] or best.get("reason") or "")) \
+                if best else e["note"]
+            rows.append((e["scenario"], e["best_setting"] or best.get("setting") or "-", answer, lat, verdict))
+        out += ["  " + line for line in _table(("scenario", "setting", "answer", "latency ms", "result"), rows,
+                                               set())]
+        goal = mode.get("goal")
+        if goal:
+            out.append(f"  server / offline: {goal['ratio'] * 100:.1f}% (goal >= {goal['goal_fraction'] * 100:.0f}%: "
+                       f"{'met' if goal['met'] else 'not met'})")
+        for e in mode["scenarios"]:
+            if len(e["settings"]) > 1:
+                out += ["", f"  {e['scenario']} per batching setting:"]
+                rows = []
+                for s in e["settings"]:
+                    b = s["best"] or {}
+                    split = b.get("split_ms") or {}
+                    rows.append((s["setting"], _figure(s["figure"], s["unit"] or ""), _ms(b.get("p99_ms")),
+                                 "-" if b.get("mean_batch") is None else f"{b['mean_batch']:.1f}",
+                                 *(_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
+                                 f"{s['valid_runs']}/{s['runs']}"))
+                header = ("setting", "answer", "p99 ms", "batch", "queue", "gather", "copy in", "compute",
+                          "copy out", "hand-back", "valid")
+                out += ["    " + line for line in _table(header, rows, set(range(1, len(header))))]
+            if e["why"]:
+                out += ["", f"  {e['scenario']}: which setting, and why:"] + ["    " + line
+                                                                           for line in e["why"].splitlines()]
+        steps = [r for e in mode["scenarios"] for r in e["steps"]]
+        if steps:
+            out += ["", "  LoadGen runs (time split: mean ms per request; logs under "
+                        f"{analysis.get('log_dir') or '-'}):"]
+            rows = []
+            for r in sorted(steps, key=lambda r: r["index"] or 0):
+                split = r.get("split_ms") or {}
+                rate = r["target_qps"] if r["target_qps"] is not None else r["samples_per_second"]
+                rows.append((str(r["index"]), r["scenario"], r["setting"], r["role"] or "", _rate(rate),
+                             _rate(r["completed_qps"] if r["completed_qps"] is not None else r["samples_per_second"]),
+                             _ms(r["p50_ms"]), _ms(r["p90_ms"]), _ms(r["p99_ms"]), _ms(r["p99.9_ms"]),
+                             "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}",
+                             _ms(split.get("queue")) if split else "-", _ms(split.get("compute")) if split else "-",
+                             "VALID" if r["valid"] else f"INVALID: {r['reason']}"))
+            header = ("#", "scenario", "setting", "role", "target/s", "done/s", "p50", "p90", "p99", "p99.9",
+                      "batch", "queue", "compute", "result")
+            out += ["    " + line for line in _table(header, rows, {0, 4, 5, 6, 7, 8, 9, 10, 11, 12})]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+
+def _answer_samples(entry: dict[str, Any], key: str) -> list[float]:
+    """Per-run figures at the answer: the answer's run and its ``confirm`` repeats (same setting and target)."""
+    best = entry.get("best")
+    if not best:
+        return []
+    same = [r for r in entry["steps"] if r["setting"] == best["setting"] and r["valid"]
+            and r["target_qps"] == best["target_qps"] and r[key] is not None]
+    return [float(r[key]) for r in same]
+
+
+#: Why a test is missing when a side has no run at its answer with that figure (offline has no completed QPS; only
+#: the server's answer is repeated by ``serve --confirm``).
+NO_ANSWER_RUNS = "no run at the answer with this figure"
+
+
+def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05) -> dict[str, Any]:
+    """Two serve results' answers side by side per (mode, scenario) present in both, with the ratio and, where
+    both have at least two runs at their answer (``--confirm``), Welch's t-test on completed QPS and on p99."""
+    from clsbench.analysis.significance import welch_t_test
+
+    ea = {(m["mode"], e["scenario"]): e for m in analyze_serve(a)["modes"] for e in m["scenarios"]}
+    eb = {(m["mode"], e["scenario"]): e for m in analyze_serve(b)["modes"] for e in m["scenarios"]}
+    rows = []
+    for key in [k for k in ea if k in eb]:
+        x, y = ea[key], eb[key]
+        row: dict[str, Any] = {"mode": key[0], "scenario": key[1], "label": x["label"] or y["label"],
+                               "unit": x["unit"] or y["unit"], "a": x["figure"], "b": y["figure"],
+                               "a_p99_ms": (x["best"] or {}).get("p99_ms"), "b_p99_ms": (y["best"] or {}).get("p99_ms"),
+                               "ratio": (y["figure"] / x["figure"]) if x["figure"] and y["figure"] is not None
+                               else None}
+        tests = {}
+        for name, field in (("completed_qps", "completed_qps"), ("p99_ms", "p99_ms")):
+            sa, sb = _answer_samples(x, field), _answer_samples(y, field)
+            test = welch_t_test(sa, sb, alpha) if sa and sb else None
+            tests[name] = {"p": test.p if test else None, "significant": bool(test and test.significant),
+                           "b_larger": None if test is None or test.t is None else test.t < 0,
+                           "n_a": len(sa), "n_b": len(sb),
+                           "note": (test.reason if test else NO_ANSWER_RUNS) or ""}
+        row["tests"] = tests
+        rows.append(row)
+    return {"rows": rows, "alpha": alpha}
+
+
+def render_serve_compare(comparison: dict[str, Any]) -> str:
+    """The text ``clsbench compare`` prints for two serve results."""
+    out = []
+    for r in comparison["rows"]:
+        unit = r["unit"] or ""
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}x"
+        verdicts = []
+        for name, t in r["tests"].items():
+            if t["p"] is None:
+                verdicts.append(f"{name}: significance not assessed ({t['note']})")
+            else:
+                verdicts.append(f"{name}: {'significant' if t['significant'] else 'not significant'} (p={t['p']:.3g}, "
+                                f"n={t['n_a']}/{t['n_b']})")
+        out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {_figure(r['a'], unit)} -> {_figure(r['b'], unit)} "
+                   f"({ratio}); p99 {_ms(r['a_p99_ms'])} -> {_ms(r['b_p99_ms'])} ms")
+        out += ["  " + v for v in verdicts]
+    return "\n".join(out) + ("\n" if out else "no (mode, scenario) in common\n")
+
+
+# ------------------------------------------------------------------------------------------------ charts
+
+_W, _H, _PAD = 640, 360, 48
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+def latency_chart_svg(analysis: dict[str, Any], mode: str | None = None) -> str:
+    """p50 (dashed) and p99 (solid) latency against offered load (target QPS) of every Server run, one colour per
+    batching setting, with the latency bound drawn; VALID runs are filled dots, INVALID hollow. Empty string when
+    there is no Server run."""
+    rows = [r for r in analysis.get("steps") or [] if r["scenario"] == "server" and r["target_qps"]
+            and r["p99_ms"] is not None and (mode is None or r["mode"] == mode)]
+    if not rows:
+        return ""
+    bound = analysis.get("bound_ms") or 0.0
+    x_max = max(r["target_qps"] for r in rows) * 1.05
+    y_max = max(max(r["p99_ms"] for r in rows), bound) * 1.1
+    y_max = min(y_max, max(bound * 4, max(r["p50_ms"] or 0 for r in rows) * 1.1, 1e-3)) if bound else y_max
+
+    def px(q: float) -> float:
+        return _PAD + (_W - 2 * _PAD) * q / x_max
+
+    def py(ms: float) -> float:
+        return _H - _PAD - (_H - 2 * _PAD) * min(ms, y_max) / y_max
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+             'font-family="sans-serif" font-size="11">',
+             f'<rect x="0" y="0" width="{_W}" height="{_H}" fill="white"/>',
+             f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="black"/>',
+             f'<line x1="{_PAD}" y1="{_PAD}" x2="{_PAD}" y2="{_H - _PAD}" stroke="black"/>',
+             f'<text x="{_W / 2}" y="{_H - 10}" text-anchor="middle">offered load (target QPS)</text>',
+             f'<text x="14" y="{_H / 2}" transform="rotate(-90 14 {_H / 2})" text-anchor="middle">latency (ms)</text>']
+    for k in range(5):
+        q, ms = x_max * k / 4, y_max * k / 4
+        parts.append(f'<text x="{px(q):.1f}" y="{_H - _PAD + 14}" text-anchor="middle">{q:,.0f}</text>')
+        parts.append(f'<text x="{_PAD - 4}" y="{py(ms) + 4:.1f}" text-anchor="end">{ms:.3g}</text>')
+    if bound:
+        parts.append(f'<line x1="{_PAD}" y1="{py(bound):.1f}" x2="{_W - _PAD}" y2="{py(bound):.1f}" stroke="#555" '
+                     'stroke-dasharray="6 3"/>')
+        parts.append(f'<text x="{_W - _PAD}" y="{py(bound) - 4:.1f}" text-anchor="end">bound {bound:g} ms</text>')
+    settings = list(dict.fromkeys(f"{r['mode']} {r['setting']}" for r in rows))
+    for i, name in enumerate(settings):
+        colour = _COLOURS[i % len(_COLOURS)]
+        series = sorted((r for r in rows if f"{r['mode']} {r['setting']}" == name), key=lambda r: r["target_qps"])
+        for key, dash in (("p99_ms", ""), ("p50_ms", ' stroke-dasharray="3 3"')):
+            points = " ".join(f"{px(r['target_qps']):.1f},{py(r[key]):.1f}" for r in series if r[key] is not None)
+            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}"{dash}/>')
+        for r in series:
+            fill = colour if r["valid"] else "white"
+            title = html.escape(f"{name}: {r['target_qps']:,.0f} qps, p99 {r['p99_ms']:.2f} ms, "
+                                f"{'VALID' if r['valid'] else 'INVALID'}")
+            parts.append(f'<circle cx="{px(r["target_qps"]):.1f}" cy="{py(r["p99_ms"]):.1f}" r="3.5" fill="{fill}" '
+                         f'stroke="{colour}"><title>{title}</title></circle>')
+        parts.append(f'<text x="{_PAD + 8}" y="{_PAD + 14 * (i + 1)}" fill="{colour}">{html.escape(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def batch_histogram_svg(row: dict[str, Any]) -> str:
+    """The batch-size histogram of one LoadGen run (a step row): how many batches of each size the server ran."""
+    hist = {int(k): int(v) for k, v in (row.get("histogram") or {}).items()}
+    if not hist:
+        return ""
+    largest, peak = max(hist), max(hist.values())
+    width = (_W - 2 * _PAD) / largest
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
+             'font-family="sans-serif" font-size="11">', f'<rect width="{_W}" height="{_H}" fill="white"/>',
+             f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="black"/>',
+             f'<text x="{_W / 2}" y="{_H - 10}" text-anchor="middle">batch size (requests)</text>',
+             f'<text x="{_PAD}" y="{_PAD - 16}">batches: {sum(hist.values()):,}, largest bar {peak:,}</text>']
+    for size, count in sorted(hist.items()):
+        h = (_H - 2 * _PAD) * count / peak
+        x = _PAD + (size - 1) * width
+        parts.append(f'<rect x="{x:.1f}" y="{_H - _PAD - h:.1f}" width="{max(width - 1, 1):.1f}" height="{h:.1f}" '
+                     f'fill="#1f77b4"><title>{size}: {count}</title></rect>')
+    for k in range(5):
+        size = max(1, round(largest * k / 4))
+        parts.append(f'<text x="{_PAD + (size - 0.5) * width:.1f}" y="{_H - _PAD + 14}" '
+                     f'text-anchor="middle">{size}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def serve_figures(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per mode, its charts as ``{"svg", "caption"}``: latency against offered load with the bound drawn (every
+    Server run), and the batch-size histogram of the best Server run. Self-contained SVG, every text escaped."""
+    out = []
+    for mode in analysis.get("modes") or []:
+        charts = []
+        chart = latency_chart_svg(analysis, mode["mode"])
+        if chart:
+            charts.append({"svg": chart, "caption": "p99 (solid) and p50 (dashed) latency against offered load; "
+                                                    "filled: VALID, hollow: INVALID; dashed grey: the bound"})
+        server = next((e for e in mode["scenarios"] if e["scenario"] == "server" and e.get("best")), None)
+        histogram = batch_histogram_svg(server["best"]) if server else ""
+        if histogram:
+            best = server["best"]
+            charts.append({"svg": histogram, "caption": f"batch sizes of the best Server run ({best['setting']}, "
+                                                        f"{best['target_qps']:,.0f} qps)"})
+        out.append({"mode": mode["mode"], "charts": charts})
+    return out
+
+
+def render_serve_html(analysis: dict[str, Any]) -> str:
+    """One HTML fragment: per mode the charts of :func:`serve_figures`, then the text table. Self-contained (inline
+    SVG), escaped."""
+    parts = ['<section class="serve">', f"<h2>Serving: {html.escape(str(analysis.get('model')))}</h2>"]
+    for mode in serve_figures(analysis):
+        parts.append(f"<h3>{html.escape(mode['mode'])}</h3>")
+        parts += [f"<figure>{c['svg']}<figcaption>{html.escape(c['caption'])}</figcaption></figure>"
+                  for c in mode["charts"]]
+    parts.append(f"<pre>{html.escape(render_serve(analysis))}</pre></section>")
+    return "\n".join(parts)
+
+
+def csv_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every LoadGen run as one flat row, units in the column names (the time split as ``<part>_ms``)."""
+    rows = []
+    for r in analysis.get("steps") or []:
+        row = {k: v for k, v in r.items() if k not in ("histogram", "split_ms", "per_batch_ms", "busy_pct")}
+        for part, ms in (r.get("split_ms") or {}).items():
+            row[f"{part}_ms"] = ms
+        busy = r.get("busy_pct") or []
+        row["busy_pct"] = sum(busy) / len(busy) if busy else None
+        rows.append(row)
+    return rows

@@ -1,0 +1,272 @@
+"""Model instances: the model prepared for a mode (:class:`Engine`), and one instance per serving thread.
+
+The host side is what limits a Python server (a naive batcher that gathers and pins memory per batch reached
+7,000 queries/s on an H200 that runs ResNet-50 at 15,600 img/s offline), so every per-batch cost is paid once, up
+front:
+
+- the samples are a preloaded uint8 pool (pinned on a GPU): building a batch is one ``index_select`` from the pool
+  into the instance's pinned host buffer, no per-request tensor;
+- each instance preallocates its pinned host input, device input and pinned host output buffers at the largest
+  bucket; bucket b uses their first b rows, so every shape has fixed buffers (what CUDA graphs need);
+- copies are non-blocking on the instance's own CUDA stream; normalisation (uint8 -> model dtype, ImageNet mean and
+  std), the forward pass and the top-1 class run on the device; only the top-1 ids (8 bytes a request) come back;
+- with CUDA graphs, each instance captures the device part of every bucket once and replays it;
+- stage times come from CUDA events on the stream (read after the batch's one synchronisation), so timing adds no
+  synchronisation of its own.
+
+cuDNN keeps its autotuning cache per thread, so each instance warms up (and captures) in its own thread
+(:meth:`ModelInstance.setup`), one at a time, before any LoadGen run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from clsbench.errors import InvalidInputError
+from clsbench.measure.clock import Clock, WallClock
+from clsbench.modes import ExecutionMode, Prepared, parse_mode
+from clsbench.serving.batcher import Batch
+
+#: ImageNet mean and std of the RGB channels (torchvision's classification presets), in 0..1 units.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+UINT8_MAX = 255.0
+#: Untimed calls per bucket before capture / timing (PyTorch's CUDA-graph notes: a few warm-up iterations on a side
+#: stream, which also lets cuDNN autotune in this thread).
+WARMUP_CALLS = 3
+#: Timed calls per bucket for the warm-up latency estimate (sizes LoadGen's pre-generated queries; not a result).
+ESTIMATE_CALLS = 3
+
+
+class UnsupportedModeError(InvalidInputError):
+    """The mode cannot run on this device (the scenarios of that mode are recorded as skipped with the reason)."""
+
+
+@dataclass
+class Engine:
+    """A model prepared for one mode on one device, shared (read-only) by every instance.
+
+    Attributes:
+        prepared: the mode's prepared model (forward, input dtype and memory format, autocast).
+        device: where it runs.
+        input_size: the square input side.
+        mode: the mode's canonical name as asked (``+cudagraph`` included).
+        cuda_graphs: instances capture one CUDA graph per bucket.
+        flags: the process-wide flags the mode set (stored in the result).
+    """
+
+    prepared: Prepared
+    device: torch.device
+    input_size: int
+    mode: str
+    cuda_graphs: bool
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        dtype = self.prepared.input_dtype
+        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32) * UINT8_MAX
+        scale = 1.0 / (torch.tensor(IMAGENET_STD, dtype=torch.float32) * UINT8_MAX)
+        self._mean = mean.view(1, 3, 1, 1).to(self.device, dtype)
+        self._scale = scale.view(1, 3, 1, 1).to(self.device, dtype)
+
+    def compute(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images on the device -> top-1 class ids (int64), the whole device side of a batch."""
+        x = images.to(self.prepared.input_dtype).sub_(self._mean).mul_(self._scale)
+        x = x.contiguous(memory_format=self.prepared.memory_format)
+        with self.prepared.autocast(self.device.type):
+            logits = self.prepared.forward(x)
+        return logits.argmax(dim=1)
+
+
+    def precompile(self, buckets: Sequence[int]) -> None:
+        """Call the forward pass once per bucket shape in this thread, so ``torch.compile`` compiles before any
+        instance thread runs it (compilation is slow and best not raced by several threads)."""
+        with torch.inference_mode():
+            for bucket in buckets:
+                images = torch.zeros((bucket, 3, self.input_size, self.input_size), dtype=torch.uint8,
+                                     device=self.device)
+                self.compute(images)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def build_engine(model: str, mode: str, device: str, *, input_size: int | None, seed: int, compile_mode: str,
+                 cuda_graphs: bool) -> Engine:
+    """Build the seeded model, move it to ``device`` and prepare it for ``mode``.
+
+    ``+cudagraph`` in the mode means CUDA graphs per bucket (the mode's own single-shape capture cannot serve several
+    batch sizes), so it is taken out of the mode and done by the instances instead.
+
+    Raises:
+        UnsupportedModeError: the mode cannot run here (with the mode's own reason).
+        InvalidInputError: an unknown model or mode.
+    """
+    from clsbench.models import get_model_spec
+
+    spec = get_model_spec(model)
+    parsed = parse_mode(mode)
+    if "cudagraph" in parsed.modifier_names:
+        cuda_graphs = True
+        parsed = ExecutionMode(parsed.name, tuple(c for c in parsed.components if c.name != "cudagraph"))
+    dev = torch.device(device)
+    if cuda_graphs and dev.type != "cuda":
+        raise UnsupportedModeError("CUDA graphs need a CUDA device; this device is " + dev.type)
+    capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else (0, 0)
+    ctx = parsed.context(dev, "inference", bf16_supported=dev.type != "cuda" or torch.cuda.is_bf16_supported(),
+                         tf32_supported=capability >= (8, 0), compile_mode=compile_mode)
+    reason = parsed.unsupported_reason(ctx)
+    if reason:
+        raise UnsupportedModeError(reason)
+    flags = parsed.configure(ctx)
+    if dev.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # autotuned in each instance's untimed warm-up
+        flags["cudnn_benchmark"] = True
+    size = input_size or spec.input_size
+    net = spec.build(seed=seed, input_size=size).eval().to(dev)
+    prepared = parsed.prepare(net, ctx)
+    if cuda_graphs:
+        prepared.autocast_cache = False  # cached casts would be freed after capture, leaving the graphs dangling
+    return Engine(prepared, dev, size, mode, cuda_graphs, flags)
+
+
+class SamplePool:
+    """The preloaded samples LoadGen's indices point into: seeded random uint8 images, pinned on a GPU host.
+
+    Random pixels cost a classification network exactly what real ones do; uint8 is what a server receives.
+    """
+
+    def __init__(self, count: int, input_size: int, seed: int, *, pin: bool) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        data = torch.randint(0, 256, (count, 3, input_size, input_size), dtype=torch.uint8, generator=generator)
+        self.data = data.pin_memory() if pin else data
+        self.count = count
+
+
+class ModelInstance:
+    """One model instance: its buffers, its stream, its graphs; runs one batch at a time in its own thread.
+
+    Args:
+        index: the instance number (for messages).
+        engine: the shared prepared model.
+        pool: the shared sample pool.
+        buckets: the batch shapes, ascending.
+        clock: the host clock of the gather and complete stages (and of everything on a CPU).
+    """
+
+    def __init__(self, index: int, engine: Engine, pool: SamplePool, buckets: Sequence[int],
+                 clock: Clock | None = None) -> None:
+        self.index = index
+        self.engine = engine
+        self.pool = pool
+        self.buckets = tuple(sorted(buckets))
+        self.clock = clock or WallClock()
+        self.on_cuda = engine.device.type == "cuda"
+        self._graphs: dict[int, tuple[Any, torch.Tensor]] = {}
+        self._stream: Any = None
+        self._events: list[Any] = []
+        self._tick: Callable[[], None] = lambda: None
+
+    @contextlib.contextmanager
+    def thread_context(self) -> Iterator[None]:
+        """What the instance's thread runs inside: its device, inference mode (both are per thread)."""
+        with contextlib.ExitStack() as stack:
+            if self.on_cuda and self.engine.device.index is not None:
+                torch.cuda.set_device(self.engine.device)
+            stack.enter_context(torch.inference_mode())
+            yield
+
+    def setup(self, tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """Allocate the buffers, warm up every bucket, capture the graphs; return the warm-up latency per bucket.
+
+        ``tick()`` is called before each model call, so a watchdog can hold every call to a timeout.
+        """
+        self._tick = tick
+        largest, size = self.buckets[-1], self.engine.input_size
+        device = self.engine.device
+        self._host_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, pin_memory=self.on_cuda)
+        self._host_out = torch.empty((largest,), dtype=torch.int64, pin_memory=self.on_cuda)
+        self._dev_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, device=device) \
+            if self.on_cuda else self._host_in
+        if self.on_cuda:
+            self._stream = torch.cuda.Stream(device)
+            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        started = time.perf_counter()
+        latency: dict[str, float] = {}
+        indices = [i % self.pool.count for i in range(largest)]
+        for bucket in reversed(self.buckets):  # largest first: the allocator's pool is sized once
+            batch = Batch(list(range(bucket)), indices[:bucket], bucket, 0, 0, 0)
+            self._warm(bucket)
+            times = []
+            for _ in range(ESTIMATE_CALLS):
+                tick()
+                t0 = self.clock.now_ns()
+                self.run(batch)
+                times.append(self.clock.now_ns() - t0)
+            latency[str(bucket)] = sorted(times)[len(times) // 2]
+        facts: dict[str, Any] = {"bucket_latency_ns": latency, "setup_s": time.perf_counter() - started,
+                                 "cuda_graphs": bool(self._graphs)}
+        if self.on_cuda:
+            facts["memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
+        return facts
+
+    def _warm(self, bucket: int) -> None:
+        images = self._dev_in[:bucket]
+        if not self.on_cuda:
+            for _ in range(WARMUP_CALLS):
+                self._tick()
+                self.engine.compute(images)
+            return
+        with torch.cuda.stream(self._stream):
+            for _ in range(WARMUP_CALLS):
+                self._tick()
+                self.engine.compute(images)
+        self._stream.synchronize()
+        if self.engine.cuda_graphs:
+            self._tick()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=self._stream):
+                out = self.engine.compute(images)
+            self._graphs[bucket] = (graph, out)
+
+    def run(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Run one batch: gather, copy in, compute, copy out, wait. Returns the host top-1 ids (the first
+        ``batch.size`` are the answers) and the stage times in ns (gather, copy_in, compute, copy_out)."""
+        n, bucket = len(batch.indices), batch.bucket
+        clock = self.clock
+        t0 = clock.now_ns()
+        torch.index_select(self.pool.data, 0, torch.tensor(batch.indices, dtype=torch.int64), out=self._host_in[:n])
+        t1 = clock.now_ns()
+        if not self.on_cuda:
+            out = self.engine.compute(self._host_in[:bucket])
+            t2 = clock.now_ns()
+            self._host_out[:bucket].copy_(out)
+            t3 = clock.now_ns()
+            return self._host_out, {"gather": t1 - t0, "copy_in": 0.0, "compute": t2 - t1, "copy_out": t3 - t2}
+        start, copied, computed, done = self._events
+        with torch.cuda.stream(self._stream):
+            start.record()
+            self._dev_in[:bucket].copy_(self._host_in[:bucket], non_blocking=True)
+            copied.record()
+            graph = self._graphs.get(bucket)
+            if graph is not None:
+                graph[0].replay()
+                out = graph[1]
+            else:
+                out = self.engine.compute(self._dev_in[:bucket])
+            computed.record()
+            self._host_out[:bucket].copy_(out, non_blocking=True)
+            done.record()
+        done.synchronize()
+        ms_to_ns = 1e6
+        return self._host_out, {"gather": float(t1 - t0), "copy_in": start.elapsed_time(copied) * ms_to_ns,
+                                "compute": copied.elapsed_time(computed) * ms_to_ns,
+                                "copy_out": computed.elapsed_time(done) * ms_to_ns}
+
+    def close(self) -> None:
+        self._graphs.clear()

@@ -1,0 +1,109 @@
+"""The server-QPS search: the highest target QPS whose LoadGen run is VALID, to a stated resolution.
+
+1. Bracket: run at the start target; while VALID, multiply the target by :data:`~.config.SEARCH_GROWTH`; while
+   INVALID, divide it, down to :data:`~.config.MIN_TARGET_QPS`. The bracket is the highest VALID target below the
+   lowest INVALID one.
+2. Bisect: run at the bracket's midpoint and move the end whose verdict it shares, until the bracket is narrower
+   than ``resolution`` times its lower end (2%: the answer is within 2% of the boundary the runs saw).
+
+Each step is a full LoadGen run, made by the ``run_step(target_qps, role)`` function the caller passes, which
+returns that run's record; the search itself never touches LoadGen, a model or a clock, so it is tested with a fake
+server of known capacity. A step whose record carries an ``error`` (the model failed, the server is gone) ends the
+search. The answer is the highest VALID target seen; when a VALID run lies above an INVALID one (noise at the
+boundary), the outcome says so.
+
+Going down stops early when the caller's ``hopeless(record)`` says a run proves that no lower target can be VALID
+(for the Server scenario: the latency bound was missed while the server sat mostly idle, so the bound is below what
+one request costs, not a matter of load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from clsbench.serving.config import DEFAULT_SEARCH_RESOLUTION, MAX_SEARCH_STEPS, MIN_TARGET_QPS, SEARCH_GROWTH
+
+StepFunction = Callable[[float, str], dict[str, Any]]
+ValidFunction = Callable[[dict[str, Any]], bool]
+
+
+def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps: float,
+                   resolution: float = DEFAULT_SEARCH_RESOLUTION, growth: float = SEARCH_GROWTH,
+                   floor_qps: float = MIN_TARGET_QPS, max_steps: int = MAX_SEARCH_STEPS,
+                   hopeless: ValidFunction | None = None) -> dict[str, Any]:
+    """Search the highest VALID target QPS (see the module docstring).
+
+    Args:
+        run_step: runs one LoadGen run at a target (``role`` is ``"bracket"`` or ``"bisect"``) and returns its
+            record.
+        is_valid: whether a record is a VALID run.
+        start_qps: the first target.
+        resolution: stop when ``hi - lo <= resolution * lo``.
+        growth: the bracketing factor.
+        floor_qps: the lowest target tried; INVALID there means no target meets the bound.
+        max_steps: the most runs the search makes.
+        hopeless: whether an INVALID record proves no lower target can be VALID (stops the downward bracket).
+
+    Returns:
+        ``best_qps`` (None if no run was VALID), the final bracket ``lo_qps`` / ``hi_qps`` (None where not found),
+        ``steps``, ``stopped_by`` (``resolution``, ``floor``, ``hopeless``, ``max_steps`` or ``error``),
+        ``monotonic`` (False when
+        a VALID target lay above an INVALID one) and the search parameters.
+    """
+    lo: float | None = None  # highest VALID target of the bracket
+    hi: float | None = None  # lowest INVALID target of the bracket
+    seen: list[tuple[float, bool]] = []
+    stopped_by = "max_steps"
+
+    last: dict[str, Any] = {}
+
+    def step(target: float, role: str) -> bool | None:
+        record = run_step(target, role)
+        last["record"] = record
+        if record.get("error"):
+            return None
+        valid = bool(is_valid(record))
+        seen.append((target, valid))
+        return valid
+
+    target = max(float(start_qps), floor_qps)
+    while len(seen) < max_steps:
+        if lo is not None and hi is not None:
+            if hi - lo <= resolution * lo:
+                stopped_by = "resolution"
+                break
+            target, role = (lo + hi) / 2.0, "bisect"
+        else:
+            role = "bracket"
+        verdict = step(target, role)
+        if verdict is None:
+            stopped_by = "error"
+            break
+        if verdict:
+            lo = target if lo is None else max(lo, target)
+            if hi is None:
+                target = target * growth
+        else:
+            hi = target if hi is None else min(hi, target)
+            if lo is None:
+                if target <= floor_qps:
+                    stopped_by = "floor"
+                    break
+                if hopeless is not None and hopeless(last["record"]):
+                    stopped_by = "hopeless"
+                    break
+                target = max(target / growth, floor_qps)
+    valid_targets = [t for t, ok in seen if ok]
+    invalid_targets = [t for t, ok in seen if not ok]
+    return {
+        "best_qps": max(valid_targets) if valid_targets else None,
+        "lo_qps": lo,
+        "hi_qps": hi,
+        "steps": len(seen),
+        "stopped_by": stopped_by,
+        "monotonic": not (valid_targets and invalid_targets and max(valid_targets) > min(invalid_targets)),
+        "start_qps": float(start_qps),
+        "resolution": resolution,
+        "growth": growth,
+    }
