@@ -222,8 +222,9 @@ def probe(device: str, output: str | None) -> None:
 
     if not torch.cuda.is_available() or not api.resolve_device(device).startswith("cuda"):
         # The same line however the device was named: the probe is for an NVIDIA GPU and needs one.
-        raise DeviceUnavailableError("the probe measures an NVIDIA GPU, and none is usable here",
-                                     "run it where `nvidia-smi` lists a GPU; `clsbench env` shows what this machine has")
+        raise DeviceUnavailableError(
+            "the probe measures an NVIDIA GPU, and none is usable here",
+            "run it where `nvidia-smi` lists a GPU; `clsbench env` shows what this machine has")
     resolved = api.resolve_device(device)
     if output:
         result_io.check_writable(Path(output))
