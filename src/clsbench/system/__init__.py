@@ -1,0 +1,1 @@
+"""The machine: environment capture, NVML, pre-flight checks, the GPU probe, telemetry, containers."""
