@@ -100,12 +100,12 @@ else
     phase "debootstrap $SUITE from $MIRROR"
     if [ ${#CAS[@]} -gt 0 ]; then
         $SUDO cp "${CAS[@]}" "$ROOTFS/usr/local/share/ca-certificates/"
-        $SUDO chroot "$ROOTFS" update-ca-certificates >/dev/null
+        $SUDO chroot "$ROOTFS" update-ca-certificates >/dev/null 2>&1  # (its rehash warns about the bundle itself)
     fi
     # As on the host: pip verifies TLS against the system bundle, which now holds the extra CAs.
     printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' | $SUDO tee "$ROOTFS/etc/pip.conf" >/dev/null
     $SUDO rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
-    $SUDO tar -C "$ROOTFS" -c . | "${PODMAN[@]}" import --message "debootstrap $SUITE from $MIRROR" - "$BASE" >/dev/null
+    $SUDO tar -C "$ROOTFS" -c . | "${PODMAN[@]}" import --quiet --message "debootstrap $SUITE from $MIRROR" - "$BASE" >/dev/null
     $SUDO rm -rf "$ROOTFS"; trap - EXIT
     phase "imported $BASE"
 fi
