@@ -458,6 +458,16 @@ def test_containerfile_targets_agree() -> None:
     assert base and base.group(1).startswith("pytorch/pytorch:") and "cuda" in base.group(1)
 
 
+def test_per_build_arguments_come_after_the_heavy_layer() -> None:
+    """A build argument in scope is part of every later RUN's cache key: declared before the torch layer, the commit
+    (new with every build) would reinstall torch each time."""
+    for name, lines in stages((REPO / "Containerfile").read_text()).items():
+        first_run = next(i for i, line in enumerate(lines) if line.startswith("RUN"))
+        for arg in ("CLSBENCH_COMMIT", "CLSBENCH_VERSION", "CLSBENCH_UID"):
+            declared = [i for i, line in enumerate(lines) if re.match(rf"ARG {arg}\b", line)]
+            assert declared and declared[0] > first_run, (name, arg)
+
+
 def test_containerignore_keeps_what_the_build_copies() -> None:
     lines = [line for line in (REPO / ".containerignore").read_text().splitlines() if line and line[0] != "#"]
     assert lines[0] == "*"
