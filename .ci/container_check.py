@@ -43,6 +43,7 @@ def check_facts(facts: Any, where: str, expected: dict[str, str]) -> list[str]:
         "image.labels.clsbench_version": expected["version"],
         "image.labels.target": "cpu",
         "image.labels.base_image": expected["base"],
+        "image.base": expected["base"],
     }
     return [f"{where}: {path} is {get(facts, path)!r}, expected {value!r}"
             for path, value in wanted.items() if get(facts, path) != value]

@@ -23,6 +23,7 @@ from clsbench.system import container
 from clsbench.system.container import (
     IMAGE_LABELS_FILE,
     KEY_FIELDS,
+    NO_LIMIT,
     container_checks,
     container_facts,
     container_lines,
@@ -101,7 +102,12 @@ def test_docker_on_cgroup_v2_with_gpus_through_the_toolkit() -> None:
     assert [g["model"] for g in gpu["gpus"]] == ["NVIDIA H200", "NVIDIA H200"]
     assert gpu["gpus"][0]["bus"] == "0000:19:00.0"
     assert gpu["gpus"][1]["uuid"].startswith("GPU-")
-    assert set(facts["unavailable"]) == {"container.image.name", "container.image.id"}
+    assert facts["unavailable"] == {
+        "container.cgroup.memory_high_bytes": NO_LIMIT,
+        "container.image.id": "not exposed by the runtime",
+        "container.image.name": facts["unavailable"]["container.image.source"],
+        "container.image.source": facts["unavailable"]["container.image.name"],
+    }
     assert "CLSBENCH_IMAGE" in facts["unavailable"]["container.image.name"]
 
 
@@ -130,8 +136,9 @@ def test_podman_on_cgroup_v1_names_its_image() -> None:
 def test_bare_host_with_the_hybrid_layout_takes_limits_from_parent_slices() -> None:
     facts = facts_of("host-hybrid")
     assert facts["in_container"] is False and facts["runtime"] is None and facts["markers"] == []
-    assert facts["image"] == {"name": None, "id": None, "source": None, "labels": None, "base_env": {}}
-    assert not any(path.startswith("container.image") for path in facts["unavailable"])  # no image: nothing missing
+    assert facts["image"] == {"name": None, "id": None, "source": None, "base": None, "labels": None, "base_env": {}}
+    assert {path: reason for path, reason in facts["unavailable"].items() if path.startswith("container.image")} == {
+        f"container.image.{key}": "not in a container" for key in ("name", "id", "source", "base", "labels")}
     cgroup = facts["cgroup"]
     assert cgroup["version"] == "hybrid"
     assert cgroup["cpu_quota_cpus"] == 4.0  # 400000/100000 on user.slice; -1 (none) at the other levels
@@ -152,6 +159,15 @@ def test_kubernetes_pod_takes_the_smallest_limit_on_the_way_up() -> None:
     assert cgroup["memory_high_bytes"] == 768 * MIB
     assert cgroup["cpuset_count"] == 64
     assert cgroup["cpu_throttled_periods"] == 3
+
+
+@pytest.mark.parametrize("name", ["docker-v2", "podman-v1", "host-hybrid", "k8s-v2", "empty"])
+def test_every_none_has_its_own_reason(name: str) -> None:
+    """As in the environment: a None says why, and every reader gives its own reason (no "not reported")."""
+    facts = facts_of(name, NGC_ENV if name == "docker-v2" else {})
+    nones = set(container._none_leaves({k: v for k, v in facts.items() if k != "unavailable"}, "container."))
+    assert nones == set(facts["unavailable"])
+    assert "not reported" not in facts["unavailable"].values()
 
 
 def test_an_unreadable_root_gives_reasons_not_errors() -> None:
@@ -233,14 +249,15 @@ def synthetic_facts(**overrides: Any) -> dict[str, Any]:
         "runtime": "docker",
         "markers": ["/.dockerenv"],
         "id": None,
-        "image": {"name": None, "id": None, "source": None, "labels": None, "base_env": {}},
+        "image": {"name": None, "id": None, "source": None, "base": None, "labels": None, "base_env": {}},
         "cgroup": {"version": "v2", "cpu_quota_cpus": None, "cpu_period_us": None, "cpuset_cpus": "0-31",
                    "cpuset_count": 32, "memory_limit_bytes": None, "memory_high_bytes": None,
                    "memory_usage_bytes": None, "cpu_throttled_periods": 0},
         "shm": {"size_bytes": 64 * MIB, "source": "mount option"},
         "gpu": {"device_nodes": [], "count": 0, "nvidia_visible_devices": None, "nvidia_driver_capabilities": None,
                 "driver_version": None, "libcuda": None, "gpus": []},
-        "unavailable": {},
+        "unavailable": {f"container.cgroup.{key}": NO_LIMIT for key in ("cpu_quota_cpus", "cpu_period_us",
+                                                                         "memory_limit_bytes", "memory_high_bytes")},
     }
     for dotted, value in overrides.items():
         node = facts
@@ -409,6 +426,9 @@ def test_key_fields_name_the_image_and_stay_none_outside_a_container() -> None:
     assert all(path.startswith("container.") for path in KEY_FIELDS)
     inside = {"container": facts_of("podman-v1")}
     assert all(get_field(inside, path) is not None for path in KEY_FIELDS)
+    for path in KEY_FIELDS:  # the path exists even where its value is absent, as the environment's tests demand
+        parent, _, key = path.rpartition(".")
+        assert key in get_field({"container": facts_of("host-hybrid")}, parent), path
     # Outside a container every key field is None, as in result files written before these facts existed: those
     # still compare and resume against new ones.
     outside = {"container": facts_of("host-hybrid")}

@@ -28,8 +28,8 @@ Everything is read under ``root`` (``/`` on a real machine; a fixture tree in th
   ``NVIDIA_DRIVER_CAPABILITIES``, the driver version and GPU list under ``/proc/driver/nvidia``, and whether
   the driver's ``libcuda.so.1`` was mounted in.
 
-As in :mod:`clsbench.results.environment`, a fact that cannot be read is ``None`` with its dotted path and a reason
-under ``unavailable``; a limit that is not set is ``None`` with no reason, so "no limit" and "unknown" differ.
+As in :mod:`clsbench.results.environment`, every fact that is ``None`` has its dotted path and the reason under
+``unavailable``: a limit that is not set says :data:`NO_LIMIT`, so "no limit" and "unknown" differ.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ __all__ = [
     "IMAGE_LABELS_FILE",
     "KEY_FIELDS",
     "MEMORY_HEADROOM_BYTES",
+    "NO_LIMIT",
     "PYTORCH_DEFAULT_PREFETCH",
     "container_checks",
     "container_facts",
@@ -63,7 +64,7 @@ KEY_FIELDS: tuple[str, ...] = (
     "container.runtime",
     "container.image.name",
     "container.image.id",
-    "container.image.labels.base_image",
+    "container.image.base",
 )
 """Dotted paths, under the environment, of the container facts that make two results not comparable.
 
@@ -76,6 +77,11 @@ pre-flight checks, and change from one ``docker run`` to the next."""
 IMAGE_LABELS_FILE = "etc/clsbench/image.json"
 """Where clsbench's Containerfile records what the image is (relative to the root): the labels themselves live in
 the image's configuration, which a process inside the container cannot read."""
+
+NO_LIMIT = "no limit set"
+"""The reason recorded for a cgroup limit that is not set (as opposed to one that could not be read)."""
+
+NOT_IN_A_CONTAINER = "not in a container"
 
 CLSBENCH_IMAGE_ENV = "CLSBENCH_IMAGE"
 """Set it when starting a container (``docker run -e CLSBENCH_IMAGE=clsbench:2025-06 ...``) to record the image's
@@ -285,8 +291,18 @@ def container_facts(root: str | os.PathLike[str] = "/", environ: Mapping[str, st
             facts.update(value)
         else:
             facts[name] = value
+    for path in _none_leaves(facts, "container."):
+        # Every None carries its reason, as in the environment; a reader that forgot one is a bug the tests catch.
+        reader.unavailable.setdefault(path, "not reported")
     facts["unavailable"] = dict(sorted(reader.unavailable.items()))
     return facts
+
+
+def _none_leaves(node: Any, prefix: str) -> list[str]:
+    """Dotted paths of the None values in nested dicts (lists are leaves, as in the environment)."""
+    if isinstance(node, dict):
+        return [path for key, value in node.items() for path in _none_leaves(value, f"{prefix}{key}.")]
+    return [prefix[:-1]] if node is None else []
 
 
 def _detect(
@@ -345,6 +361,11 @@ def _detect(
 
     if container_id is None and markers:
         container_id = _id_from_mounts(mounts or [])
+    if not markers:
+        reader.missing("runtime", "no container marker found")
+        reader.missing("id", NOT_IN_A_CONTAINER)
+    elif container_id is None:
+        reader.missing("id", "the runtime shows no container id here")
     # Ordered by what names the runtime best: Podman's own file, then the container variable, then the rest.
     runtime = runtimes[0] if runtimes else None
     return {"in_container": bool(markers), "runtime": runtime, "markers": markers, "id": container_id}
@@ -373,7 +394,7 @@ def _id_from_mounts(mounts: list[_Mount]) -> str | None:
 def _image(reader: _Reader, inside: bool) -> dict[str, Any]:
     """The image's name and id where exposed, clsbench's label file, and the base image's own variables.
 
-    Outside a container there is no image: its facts are None without a reason.
+    Outside a container there is no image: its facts are None for that reason.
     """
     name = image_id = source = None
     containerenv = reader.text("/run/.containerenv")
@@ -388,18 +409,19 @@ def _image(reader: _Reader, inside: bool) -> dict[str, Any]:
     stated = reader.environ.get(CLSBENCH_IMAGE_ENV, "").strip()
     if name is None and stated:
         name, source = stated, CLSBENCH_IMAGE_ENV
-    if name is None and inside:
+    if name is None:
         why = "the runtime does not expose it (Podman only to --privileged containers, Docker never)"
-        reader.missing("image.name", f"{why}; set {CLSBENCH_IMAGE_ENV} when starting the container")
-    if image_id is None and inside:
-        reader.missing("image.id", "not exposed by the runtime")
+        why = f"{why}; set {CLSBENCH_IMAGE_ENV} when starting the container" if inside else NOT_IN_A_CONTAINER
+        reader.missing("image.name", why)
+        reader.missing("image.source", why)
+    if image_id is None:
+        reader.missing("image.id", "not exposed by the runtime" if inside else NOT_IN_A_CONTAINER)
 
     labels: dict[str, str] | None = None
     raw = reader.text(f"/{IMAGE_LABELS_FILE}")
     if raw is None:
-        if inside:
-            why = "not an image built from clsbench's Containerfile"
-            reader.missing("image.labels", f"no /{IMAGE_LABELS_FILE} ({why})")
+        why = f"no /{IMAGE_LABELS_FILE} (not an image built from clsbench's Containerfile)"
+        reader.missing("image.labels", why if inside else NOT_IN_A_CONTAINER)
     else:
         try:
             loaded = json.loads(raw)
@@ -410,8 +432,12 @@ def _image(reader: _Reader, inside: bool) -> dict[str, Any]:
                 labels = {str(k): str(v) for k, v in sorted(loaded.items()) if isinstance(v, (str, int, float))}
             else:
                 reader.missing("image.labels", f"/{IMAGE_LABELS_FILE} holds no object")
+    base = labels.get("base_image") or None if labels else None
+    if base is None:
+        reader.missing("image.base", "no base image in the image's labels" if labels else
+                       reader.unavailable.get("container.image.labels", NOT_IN_A_CONTAINER))
     base_env = {key: reader.environ[key] for key in BASE_IMAGE_ENV_VARS if reader.environ.get(key)}
-    return {"name": name, "id": image_id, "source": source, "labels": labels, "base_env": base_env}
+    return {"name": name, "id": image_id, "source": source, "base": base, "labels": labels, "base_env": base_env}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -444,6 +470,9 @@ def _cgroup(reader: _Reader, mounts: list[_Mount] | None, entries: list[_CgroupE
         quota = _cpu_quota(reader, cpu)
         if quota is not None:
             out["cpu_quota_cpus"], out["cpu_period_us"] = quota
+        elif "container.cgroup.cpu_quota_cpus" not in reader.unavailable:
+            reader.missing("cgroup.cpu_quota_cpus", NO_LIMIT)
+            reader.missing("cgroup.cpu_period_us", NO_LIMIT)
         out["cpu_throttled_periods"] = _throttled(reader, cpu)
         if out["cpu_throttled_periods"] is None:
             reader.missing("cgroup.cpu_throttled_periods", "no cpu.stat with nr_throttled")
@@ -598,9 +627,15 @@ def _memory(reader: _Reader, place: _Place, out: dict[str, Any]) -> None:
         reader.missing("cgroup.memory_limit_bytes", f"no {limit_name} from {place.leaf} up to {place.top}")
     else:
         out["memory_limit_bytes"] = limit
+        if limit is None:
+            reader.missing("cgroup.memory_limit_bytes", NO_LIMIT)
     if place.version == 2:
         high = _smallest(reader, place, "memory.high")
         out["memory_high_bytes"] = None if high is _NOT_FOUND else high
+        if out["memory_high_bytes"] is None:
+            reader.missing("cgroup.memory_high_bytes", NO_LIMIT if high is None else "no memory.high")
+    else:
+        reader.missing("cgroup.memory_high_bytes", "cgroup v1 has no memory.high")
     usage = _first_line(reader, place.leaf / usage_name)
     if usage is not None and usage.isdigit():
         out["memory_usage_bytes"] = int(usage)
@@ -646,6 +681,7 @@ def _shm(reader: _Reader, mounts: list[_Mount] | None) -> dict[str, Any]:
         where = ("/proc/self/mountinfo unreadable" if mounts is None else "/dev/shm not mounted" if mount is None
                  else "no size in the mount options of /dev/shm")
         reader.missing("shm.size_bytes", f"{where}, and statvfs failed: {exc.strerror or exc}")
+        reader.missing("shm.source", reader.unavailable["container.shm.size_bytes"])
         return {"size_bytes": None, "source": None}
     return {"size_bytes": stats.f_blocks * stats.f_frsize, "source": "statvfs"}
 
@@ -693,6 +729,11 @@ def _gpu(reader: _Reader) -> dict[str, Any]:
         (f"/{directory}/libcuda.so.1" for directory in _LIBCUDA_DIRS if reader.exists(f"/{directory}/libcuda.so.1")),
         None,
     )
+    if libcuda is None:
+        reader.missing("gpu.libcuda", "no libcuda.so.1 where the driver or the container toolkit puts it")
+    for variable in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"):
+        if reader.environ.get(variable) is None:
+            reader.missing(f"gpu.{variable.lower()}", f"{variable} not set")
     return {
         "device_nodes": nodes,
         "count": len(nodes),
@@ -889,7 +930,7 @@ def _cpu_check(facts: Mapping[str, Any], inside: bool, device: str, num_workers:
     cpuset = _get(facts, "cgroup.cpuset_count")
     where = f"cpuset {_get(facts, 'cgroup.cpuset_cpus')}: {cpuset} CPUs" if isinstance(cpuset, int) else "cpuset n/a"
     if quota is None:
-        if "container.cgroup.cpu_quota_cpus" in (facts.get("unavailable") or {}):
+        if _reason(facts, "cgroup.cpu_quota_cpus") != NO_LIMIT:
             return "unavailable", f"CPU quota unknown ({_reason(facts, 'cgroup.cpu_quota_cpus')}); {where}"
         return "ok", f"no CPU quota ({where})"
     throttled = _get(facts, "cgroup.cpu_throttled_periods")
@@ -918,7 +959,7 @@ def _memory_check(facts: Mapping[str, Any], inside: bool, data_source: str | Non
     limit = min(limits) if limits else None
     shown = (f"memory limit {_format_bytes(limit)}" + (" (memory.high)" if limit == high and limit != hard else "")
              if limit is not None else "")
-    if limit is None and "container.cgroup.memory_limit_bytes" in (facts.get("unavailable") or {}):
+    if limit is None and _reason(facts, "cgroup.memory_limit_bytes") != NO_LIMIT:
         return "unavailable", f"memory limit unknown ({_reason(facts, 'cgroup.memory_limit_bytes')})"
     if data_source != "memory":
         return ("info", f"{shown}{now}") if limit is not None else ("ok", f"no memory limit{now}")
@@ -1019,14 +1060,14 @@ def _describe_limits(facts: Mapping[str, Any]) -> str:
     limit, high = _get(facts, "cgroup.memory_limit_bytes"), _get(facts, "cgroup.memory_high_bytes")
     shm = _get(facts, "shm.size_bytes")
 
-    def known(dotted: str) -> bool:
-        return f"container.{dotted}" not in (facts.get("unavailable") or {})
+    def unset(dotted: str) -> bool:
+        return _reason(facts, dotted) == NO_LIMIT
 
     cpu = f"CPU quota {quota:g} CPUs" if isinstance(quota, (int, float)) else \
-        "no CPU quota" if known("cgroup.cpu_quota_cpus") else f"CPU quota {_NOT_AVAILABLE}"
+        "no CPU quota" if unset("cgroup.cpu_quota_cpus") else f"CPU quota {_NOT_AVAILABLE}"
     cpu += f" (cpuset {cpuset}: {count} CPUs)" if cpuset else ""
     memory = f"memory {_format_bytes(limit)}" if isinstance(limit, int) else \
-        "no memory limit" if known("cgroup.memory_limit_bytes") else f"memory limit {_NOT_AVAILABLE}"
+        "no memory limit" if unset("cgroup.memory_limit_bytes") else f"memory limit {_NOT_AVAILABLE}"
     if isinstance(high, int):
         memory += f" (high {_format_bytes(high)})"
     shm_text = f"/dev/shm {_format_bytes(shm)}" if isinstance(shm, int) else f"/dev/shm {_NOT_AVAILABLE}"
