@@ -82,6 +82,7 @@ NO_LIMIT = "no limit set"
 """The reason recorded for a cgroup limit that is not set (as opposed to one that could not be read)."""
 
 NOT_IN_A_CONTAINER = "not in a container"
+"""The reason recorded for the image's facts (and the container id) outside a container."""
 
 CLSBENCH_IMAGE_ENV = "CLSBENCH_IMAGE"
 """Set it when starting a container (``docker run -e CLSBENCH_IMAGE=clsbench:2025-06 ...``) to record the image's
@@ -109,6 +110,8 @@ waiting for the training process."""
 DEFAULT_LOADER_BATCH_SIZE = 32
 """The batch assumed for the ``/dev/shm`` estimate when the caller gives none: the seed suite's training batch."""
 
+# One image as a cpu-pipeline worker hands it over: 3 x 224 x 224 (most torchvision models' input), float32 when
+# normalised in the worker, uint8 when normalised on the device (--normalize-on device).
 IMAGE_SIZE = 224
 CHANNELS = 3
 FLOAT32_BYTES = 4
@@ -445,6 +448,7 @@ def _image(reader: _Reader, inside: bool) -> dict[str, Any]:
 
 
 def _cgroup(reader: _Reader, mounts: list[_Mount] | None, entries: list[_CgroupEntry] | None) -> dict[str, Any]:
+    """The layout (v1, v2 or hybrid: v1 controllers beside a v2 mount) and the limits this process is under."""
     keys = ("version", "cpu_quota_cpus", "cpu_period_us", "cpuset_cpus", "cpuset_count", "memory_limit_bytes",
             "memory_high_bytes", "memory_usage_bytes", "cpu_throttled_periods")
     out: dict[str, Any] = dict.fromkeys(keys)
