@@ -533,3 +533,22 @@ def test_ci_check_fails_on_wrong_labels_or_a_failed_run(tmp_path: Path) -> None:
     done = subprocess.run(write_outputs(tmp_path, not_inside, {**result, "measurements": []}), capture_output=True,
                           text=True)
     assert done.returncode == 1 and "facts.json: in_container is False" in done.stdout
+
+
+def test_the_environment_records_the_container_and_compare_treats_another_image_as_a_difference() -> None:
+    """Wired in: ``collect_environment`` carries the container section, its image is a key field (compare and
+    resume see it), and a file from before the section exists still resumes."""
+    from clsbench.analysis.compare import environment_differences
+    from clsbench.engine.runner import check_resume_compatible
+    from clsbench.results.facts import KEY_FIELDS
+    from clsbench.results.schema import BenchmarkResult
+    from clsbench.system.environment import collect_environment
+
+    env = collect_environment("cpu")
+    assert "container" in env and "in_container" in env["container"]
+    assert "container.image.base" in KEY_FIELDS
+    a = BenchmarkResult(environment={"container": {"image": {"base": "pytorch/pytorch:2.11"}}}, settings={})
+    b = BenchmarkResult(environment={"container": {"image": {"base": "nvcr.io/nvidia/pytorch:25.01"}}}, settings={})
+    assert any(d.field == "container.image.base" for d in environment_differences([a, b]))
+    old = BenchmarkResult(environment={"device": "cpu"}, settings={})  # written before containers were recorded
+    check_resume_compatible(old, {"device": "cpu", "container": {"runtime": "docker"}}, "old.json")

@@ -283,8 +283,10 @@ def test_cpu_environment_is_json_and_filled(clean_env: pytest.MonkeyPatch) -> No
         "torch_flags",
         "env_vars",
         "gpu",
+        "container",
         "unavailable",
     ]
+    assert isinstance(env["container"]["in_container"], bool)
     assert env["device"] == "cpu"
     assert env["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
     assert env["python"]["executable"] == sys.executable

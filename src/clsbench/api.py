@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from clsbench.core.options import Execution, MeasureOptions
-from clsbench.engine.planning import plan_run
+from clsbench.engine.planning import data_preflight, plan_run
 from clsbench.engine.runner import resume, run
 from clsbench.errors import InvalidInputError
 from clsbench.results import io as result_io
@@ -23,6 +23,7 @@ __all__ = [
     "Execution",
     "MeasureOptions",
     "bf16_supported",
+    "data_preflight",
     "default_output_path",
     "environment",
     "list_models",

@@ -115,6 +115,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 batch_sizes=_ints(api.split_list(batch_sizes, "--batch-size"), "--batch-size"),
                 device=resolved, options=measure, execution=execution, environment=env, data=data,
             )
+            env = api.data_preflight(env, plan.cells)
             path = output or str(api.default_output_path(resolved))
             for line in api.preflight_warnings(env) + dataset_warnings(cell.data for cell in plan.cells):
                 click.echo(f"warning: {line}", err=True)
@@ -189,12 +190,13 @@ def env(device: str, as_json: bool) -> None:
     """Show the environment every result records on this machine."""
     from clsbench import api
     from clsbench.results.facts import environment_lines
+    from clsbench.system.container import container_lines
 
     facts = api.environment(api.resolve_device(device))
     if as_json:
         click.echo(json.dumps(facts, indent=1, sort_keys=True))
         return
-    rows = environment_lines(facts)
+    rows = environment_lines(facts) + container_lines(facts.get("container"))
     width = max((len(label) for label, _ in rows), default=0)
     for label, value in rows:
         click.echo(f"{label:<{width}}  {value}")

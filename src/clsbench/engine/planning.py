@@ -142,3 +142,28 @@ def check_model(name: str, input_size: int | None = None) -> None:
         raise
     except Exception:  # noqa: BLE001 - not a contract violation we can tell on the meta device: the worker will say
         return
+
+
+def data_preflight(facts: dict[str, Any], cells: Any) -> dict[str, Any]:
+    """``facts`` with the container checks redone for what the cells' real data asks of the machine: DataLoader
+    workers' shared memory, the CPU quota, a dataset held in memory (the checks of the same name are replaced)."""
+    from clsbench.system.container import container_checks, loader_batch_bytes
+
+    data = [(cell, cell.data) for cell in cells if cell.data is not None]
+    if not data:
+        return facts
+    cpu = [(cell, d) for cell, d in data if d.pipeline == "cpu"]
+    batch_bytes = max((loader_batch_bytes(cell.batch_size, cell.input_size or 224, uint8=d.normalize == "device")
+                       for cell, d in cpu), default=None)
+    dataset_bytes = None
+    if any(d.source == "memory" for _, d in data):
+        from clsbench.data.scan import scan_folder
+
+        dataset_bytes = max(sum(scan_folder(d.directory).sizes) for _, d in data if d.source == "memory")
+    checks = container_checks(
+        facts.get("container") or {}, device=cells[0].device, num_workers=max(d.num_workers for _, d in cpu) if cpu
+        else 0, prefetch_factor=max((d.prefetch_factor or 2 for _, d in cpu), default=None), batch_bytes=batch_bytes,
+        data_source="memory" if dataset_bytes is not None else None, dataset_bytes=dataset_bytes,
+        cpu_threads=(facts.get("torch_flags") or {}).get("num_threads"))
+    names = {c["check"] for c in checks}
+    return {**facts, "preflight": [c for c in facts.get("preflight") or [] if c.get("check") not in names] + checks}

@@ -192,6 +192,8 @@ def check_resume_compatible(result: BenchmarkResult, environment: dict[str, Any]
 
     differences = []
     for path in KEY_FIELDS:
+        if path.split(".")[0] not in result.environment:
+            continue  # a section the run's clsbench did not record yet (e.g. container): nothing to compare
         old, new = get_field(result.environment, path), get_field(environment, path)
         if old != new:
             differences.append(f"{path}: {old} -> {new}")

@@ -20,6 +20,12 @@ KEY_FIELDS: tuple[str, ...] = (
     "software.timm",
     "software.triton",
     "cpu.model",
+    # The container, when there is one (clsbench.system.container.KEY_FIELDS): another runtime or image is another
+    # software stack, even on the same machine.
+    "container.runtime",
+    "container.image.name",
+    "container.image.id",
+    "container.image.base",
 )
 """Dotted paths of the facts that make two results not comparable when they differ.
 

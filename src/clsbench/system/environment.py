@@ -185,6 +185,7 @@ def collect_environment(device: str = "cpu") -> dict:
         ("torch_flags", lambda: _collect_torch_flags(collector)),
         ("env_vars", _collect_env_vars),
         ("gpu", lambda: _collect_gpu(cuda_index, collector)),
+        ("container", lambda: _collect_container(collector)),
     ]
     for name, collect in sections:
         try:
@@ -498,6 +499,16 @@ def _collect_env_vars() -> dict[str, str]:
 
 # ----------------------------------------------------------------------------------------------------------
 # GPU
+
+
+def _collect_container(c: _Collector) -> dict[str, Any]:
+    """Whether this runs in a container, which runtime and image, its limits, /dev/shm and the GPUs passed in
+    (:mod:`clsbench.system.container`); its unread facts join the environment's ``unavailable``."""
+    from clsbench.system.container import container_facts
+
+    facts = container_facts()
+    c.unavailable.update(facts.get("unavailable") or {})  # copied, not moved: the container's lines read it too
+    return facts
 
 
 def _collect_gpu(cuda_index: int | None, c: _Collector) -> dict[str, Any]:

@@ -50,11 +50,14 @@ def bf16_supported(environment: dict[str, Any], device: str) -> bool:
 def environment(device: str = "cpu") -> dict[str, Any]:
     """The environment that would be recorded for a run on ``device``, with the pre-flight checks under
     ``preflight``."""
+    from clsbench.system.container import container_checks
     from clsbench.system.environment import collect_environment
     from clsbench.system.preflight import preflight_checks
 
     facts = collect_environment(device)
-    facts["preflight"] = preflight_checks(device)
+    threads = (facts.get("torch_flags") or {}).get("num_threads")
+    facts["preflight"] = preflight_checks(device) + container_checks(facts.get("container") or {}, device=device,
+                                                                     cpu_threads=threads)
     return facts
 
 
