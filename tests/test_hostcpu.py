@@ -1,4 +1,4 @@
-"""Host CPU contention readings (measure/hostcpu.py) and how a measurement carries them."""
+"""Host CPU contention readings (system/hostcpu.py) and how a measurement carries them."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ from clsbench.analysis.summary import combine_host_cpu
 from clsbench.system import hostcpu
 
 
-def _snap(wall: float, jiffies: tuple[int, ...] | None, cpu_s: float = 0.0, invol: int = 0) -> hostcpu.Snapshot:
-    return hostcpu.Snapshot(wall_s=wall, cpu_jiffies=jiffies, process_cpu_s=cpu_s, involuntary_switches=invol,
+def _snap(wall: float, times: tuple[float, ...] | None, cpu_s: float = 0.0, invol: int = 0) -> hostcpu.Snapshot:
+    return hostcpu.Snapshot(wall_s=wall, cpu_times_s=times, process_cpu_s=cpu_s, involuntary_switches=invol,
                             voluntary_switches=0)
 
 
 def test_contention_figures_from_two_snapshots():
-    # 4 cores x 2 s at 100 ticks/s = 800 ticks: 300 user, 100 system, 360 idle, 40 steal.
-    start = _snap(10.0, (1000, 0, 500, 5000, 0, 0, 0, 100), cpu_s=1.0, invol=10)
-    end = _snap(12.0, (1300, 0, 600, 5360, 0, 0, 0, 140), cpu_s=3.0, invol=30)
-    r = hostcpu.contention(start, end, cores=4, ticks_per_s=100.0)
+    # 4 cores x 2 s = 8 core-seconds: 3 user, 1 system, 3.6 idle, 0.4 steal.
+    start = _snap(10.0, (10.0, 0.0, 5.0, 50.0, 0.0, 0.0, 0.0, 1.0), cpu_s=1.0, invol=10)
+    end = _snap(12.0, (13.0, 0.0, 6.0, 53.6, 0.0, 0.0, 0.0, 1.4), cpu_s=3.0, invol=30)
+    r = hostcpu.contention(start, end, cores=4)
     assert r["steal_pct"] == pytest.approx(5.0)
     assert r["machine_busy_pct"] == pytest.approx(50.0)
-    # 400 busy ticks = 4 core-seconds, of which this process used 2: other work kept 1 core busy over 2 s.
+    # 4 busy core-seconds, of which this process used 2: other work kept 1 core busy over 2 s.
     assert r["other_busy_cores"] == pytest.approx(1.0)
     assert r["process_cpu_pct"] == pytest.approx(100.0)
     assert r["involuntary_switches_per_s"] == pytest.approx(10.0)
@@ -35,13 +35,17 @@ def test_contention_without_proc_stat_keeps_process_figures():
     assert concerns(r) == []
 
 
-def test_proc_stat_parsing(tmp_path):
-    path = tmp_path / "stat"
-    path.write_text("cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 1 1 1 1 1 1 1\n")
-    assert hostcpu._read_proc_stat(str(path)) == (1, 2, 3, 4, 5, 6, 7, 8)
-    path.write_text("garbage\n")
-    assert hostcpu._read_proc_stat(str(path)) is None
-    assert hostcpu._read_proc_stat(str(tmp_path / "missing")) is None
+def test_machine_cpu_times_come_from_psutil(monkeypatch: pytest.MonkeyPatch):
+    import psutil
+
+    times = hostcpu.machine_cpu_times()
+    assert times is not None and len(times) == len(hostcpu.CPU_TIME_FIELDS) and times[3] > 0  # idle time exists
+
+    def broken() -> None:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(psutil, "cpu_times", broken)
+    assert hostcpu.machine_cpu_times() is None
 
 
 def test_real_snapshot_is_readable():

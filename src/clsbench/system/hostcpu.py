@@ -2,12 +2,12 @@
 
 Launch-bound measurements (batch-1 latency, small-batch training) run at the speed of one CPU thread issuing
 kernels, so anything that takes that thread's core away moves the figure: another process on the machine, the
-hypervisor running someone else's virtual CPU (``steal`` in ``/proc/stat``), or the scheduler pre-empting us
+hypervisor running someone else's virtual CPU (``steal``, from psutil's CPU times), or the scheduler pre-empting us
 (involuntary context switches). These readings say, per repeat, whether that happened; they cost two file reads
 and one ``getrusage`` call at each edge of the timed region and nothing inside it. What in a reading is a
 concern is judged on reading, by :mod:`clsbench.analysis.hostcpu`.
 
-Linux only for the machine-wide figures (``/proc/stat``); elsewhere those fields are ``None``.
+The machine-wide figures come from psutil (steal exists on Linux only; elsewhere it reads 0).
 """
 
 from __future__ import annotations
@@ -47,47 +47,42 @@ def calibrate(ops: int = CALIBRATION_OPS) -> float:
     return best
 
 
+#: The machine-wide CPU time counters read, in this order (psutil's names; Linux has them all, other systems some).
+CPU_TIME_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     wall_s: float
-    cpu_jiffies: tuple[int, ...] | None  # user nice system idle iowait irq softirq steal (aggregate line)
+    cpu_times_s: tuple[float, ...] | None  # machine-wide seconds per CPU_TIME_FIELDS (all cores added), or None
     process_cpu_s: float
     involuntary_switches: int
     voluntary_switches: int
 
 
-def _read_proc_stat(path: str = "/proc/stat") -> tuple[int, ...] | None:
+def machine_cpu_times() -> tuple[float, ...] | None:
+    """The machine-wide CPU time counters (seconds, all cores added; psutil), 0 where a system lacks one."""
     try:
-        with open(path, encoding="ascii") as f:
-            first = f.readline().split()
-    except OSError:
+        import psutil
+
+        times = psutil.cpu_times()
+    except Exception:  # noqa: BLE001 - a reading that cannot be had is None, never a failed measurement
         return None
-    if not first or first[0] != "cpu":
-        return None
-    values = [int(v) for v in first[1:9]]
-    return tuple(values + [0] * (8 - len(values)))
+    return tuple(float(getattr(times, name, 0.0)) for name in CPU_TIME_FIELDS)
 
 
-def _clock_ticks_per_s() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (AttributeError, ValueError, OSError):
-        return 100.0
-
-
-def snapshot(proc_stat: str = "/proc/stat") -> Snapshot:
+def snapshot() -> Snapshot:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return Snapshot(
         wall_s=time.monotonic(),
-        cpu_jiffies=_read_proc_stat(proc_stat),
+        cpu_times_s=machine_cpu_times(),
         process_cpu_s=usage.ru_utime + usage.ru_stime,
         involuntary_switches=usage.ru_nivcsw,
         voluntary_switches=usage.ru_nvcsw,
     )
 
 
-def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
-               ticks_per_s: float | None = None) -> dict[str, Any]:
+def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None) -> dict[str, Any]:
     """The figures between two snapshots (see the module docstring); ``None`` where unreadable."""
     wall = max(end.wall_s - start.wall_s, 1e-9)
     cores = cores or os.cpu_count() or 1
@@ -101,15 +96,13 @@ def contention(start: Snapshot, end: Snapshot, *, cores: int | None = None,
         "other_busy_cores": None,
         "cores": cores,
     }
-    if start.cpu_jiffies is not None and end.cpu_jiffies is not None:
-        delta = [b - a for a, b in zip(start.cpu_jiffies, end.cpu_jiffies, strict=True)]
+    if start.cpu_times_s is not None and end.cpu_times_s is not None:
+        delta = [b - a for a, b in zip(start.cpu_times_s, end.cpu_times_s, strict=True)]
         total = sum(delta)
         if total > 0:
             user, nice, system, idle, iowait, irq, softirq, steal = delta
-            busy = user + nice + system + irq + softirq
+            busy_core_s = user + nice + system + irq + softirq
             out["steal_pct"] = 100.0 * steal / total
-            out["machine_busy_pct"] = 100.0 * busy / total
-            tick = ticks_per_s or _clock_ticks_per_s()
-            busy_core_s = busy / tick
+            out["machine_busy_pct"] = 100.0 * busy_core_s / total
             out["other_busy_cores"] = max(0.0, (busy_core_s - (end.process_cpu_s - start.process_cpu_s)) / wall)
     return out
