@@ -689,3 +689,15 @@ def test_a_full_disk_ends_data_make_with_one_line_and_no_truncated_image(tmp_pat
     assert len(files) == 2 and not any(p.name.startswith(".") for p in files)
     assert all(p.read_bytes().endswith(b"\xff\xd9") for p in files)  # each one a whole JPEG (ends with EOI)
     assert not (target / "clsbench-dataset.json").exists()
+
+
+def test_data_make_progress_says_each_count_once_and_its_pool_ends_quietly(tmp_path: Path) -> None:
+    """In a real process: the pool's workers, ended with SIGTERM when it closes, print no traceback."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), str(TESTS)])}
+    done = subprocess.run([sys.executable, "-m", "clsbench", "data", "make", str(tmp_path / "ds"), "--images", "300",
+                           "--classes", "3", "--size", "40x30", "--jobs", "2"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    counts = [line.split("]")[1].split(",")[0] for line in done.stderr.splitlines() if line.startswith("[")]
+    assert counts and len(counts) == len(set(counts)), done.stderr

@@ -146,6 +146,9 @@ def test_where_the_time_goes_on_the_cpu_pipeline():
     assert ("why: the workers decode about 100 images/s each at best; 1,000 img/s needs about 10 such workers, each "
             "with a core of its own (this machine has 16 CPUs), or the gpu pipeline") in text
     assert "--normalize-on device" not in text
+    on_a_cpu = render_diagnose(analyze_diagnose(result_of(1000.0, [(DEFAULT, 50.0, 0.9), (four, 400.0, 0.6),
+                                                                   (eight, 600.0, 0.4)], device="cpu")))
+    assert "(this machine has 16 CPUs)" in on_a_cpu and "gpu pipeline" not in on_a_cpu  # no GPU to offer
     # the copy of float32 batches dominates: move uint8 instead
     copying = analyze_diagnose(result_of(1000.0, [(DEFAULT, 50.0, 0.9), (eight, 600.0, 0.1)],
                                          extra={eight.label(): {"copy_fraction": 0.35}}))

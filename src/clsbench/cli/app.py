@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
@@ -28,8 +29,17 @@ from clsbench.version import __version__
 
 def _terminated(signum: int, frame: Any) -> None:
     """SIGTERM (a job scheduler, ``kill``, a container stopping) ends a command the way Ctrl-C does: what finished is
-    saved, the table of it printed, and the resume line said."""
+    saved, the table of it printed, and the resume line said. A process forked from the command (a pool worker) that
+    inherited this handler ends as SIGTERM would end it, quietly."""
+    if os.getpid() != _COMMAND_PID[0]:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt
+
+
+#: The process that installed :func:`_terminated` (the command itself), set when the group starts.
+_COMMAND_PID = [0]
 
 
 class _Group(click.Group):
@@ -38,6 +48,7 @@ class _Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
         if threading.current_thread() is threading.main_thread():
+            _COMMAND_PID[0] = os.getpid()
             signal.signal(signal.SIGTERM, _terminated)
         try:
             return super().main(*args, **kwargs)

@@ -46,10 +46,11 @@ class _MakeProgress:
                 self._task = self._bar.add_task("images", total=total)
             self._bar.update(self._task, completed=done)
             return
-        while total and done * 10 >= self._next_tenth * total and self._next_tenth <= 10:
-            click.echo(f"[{'#' * self._next_tenth}{'.' * (10 - self._next_tenth)}] {done:,}/{total:,} images, "
+        tenths = min(10, done * 10 // total) if total else 0
+        if tenths >= self._next_tenth:  # one line per tenth crossed, however many a chunk crosses at once
+            click.echo(f"[{'#' * tenths}{'.' * (10 - tenths)}] {done:,}/{total:,} images, "
                        f"{time.perf_counter() - self._t0:.1f} s", err=True)
-            self._next_tenth += 1
+            self._next_tenth = tenths + 1
 
     def close(self) -> None:
         if self._bar is not None:

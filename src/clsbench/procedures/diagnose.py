@@ -308,8 +308,9 @@ def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: in
 
 
 def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, Any] | None, ceiling: float,
-            cpu_count: int | None) -> list[str]:
-    """For an input-bound best setting: where its time goes and what would close the gap, in sentences."""
+            cpu_count: int | None, *, on_gpu: bool = True) -> list[str]:
+    """For an input-bound best setting: where its time goes and what would close the gap, in sentences (the gpu
+    pipeline is proposed only where there is a GPU)."""
     if split is None:
         return []
     lines = [f"{best['label']} takes {split['iteration_ms']:.1f} ms per step against {split['synthetic_ms']:.1f} ms "
@@ -341,7 +342,7 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
             cores = f" (this machine has {cpu_count} CPUs)" if cpu_count else ""
             lines.append(f"the workers decode about {rate:,.0f} images/s each at best; {fmt_rate(ceiling)} img/s "
                          f"needs about {math.ceil(ceiling / rate)} such workers, each with a core of its own"
-                         f"{cores}, or the gpu pipeline")
+                         f"{cores}" + (", or the gpu pipeline" if on_gpu else ""))
     return lines
 
 
@@ -394,7 +395,8 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
         if out["verdict"] == "input-bound" and ceiling:
             cpu = result.environment.get("cpu") or {}
             out["explanation"] = explain(best, real, out["time_split"], ceiling,
-                                         cpu.get("allowed_cpus_count") or cpu.get("logical_cores"))
+                                         cpu.get("allowed_cpus_count") or cpu.get("logical_cores"),
+                                         on_gpu=str(facts.get("device") or "").startswith("cuda"))
         if default is not None and default["throughput_img_s"]:
             out["gain_over_default"] = best["throughput_img_s"] / default["throughput_img_s"]
         try:

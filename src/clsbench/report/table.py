@@ -130,6 +130,13 @@ def efficiency_row(m: Measurement) -> tuple[str, ...]:
     )
 
 
+def without_empty_columns(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                          keep: Collection[str] = ()) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The table without the columns that are "-" in every row (what this device cannot say), except ``keep``."""
+    shown = [i for i, name in enumerate(header) if name in keep or any(row[i] != "-" for row in rows)]
+    return [header[i] for i in shown], [tuple(row[i] for i in shown) for row in rows]
+
+
 def has_efficiency(measurements: Sequence[Measurement]) -> bool:
     return any((m.summary.get("telemetry") or {}).get("samples_n") or (m.summary.get("efficiency") or {}).get(
         "achieved_tflop_s") for m in measurements)
@@ -180,9 +187,15 @@ def render(result: BenchmarkResult) -> str:
     lines += ["", counts]
     measured = [m for m in measurements if m.status == Status.OK]
     if has_efficiency(measured):
-        lines += ["", "power and efficiency (MFU against the datasheet peak; in brackets against the measured "
-                  "`clsbench probe` peak)", ""]
-        lines.extend(render_rows(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured]))
+        header, rows = without_empty_columns(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured],
+                                             keep=EFFICIENCY_COLUMNS[:4])
+        if "avg W" in header or "MFU %" in header:
+            title = "power and efficiency (MFU against the datasheet peak; in brackets against the measured " \
+                    "`clsbench probe` peak)"
+        else:  # a CPU: no power readings and no peak to compare with
+            title = "achieved compute (from the FLOPs counted on the model; this device reports no power or peak)"
+        lines += ["", title, ""]
+        lines.extend(render_rows(header, rows))
     if any(m.data is not None for m in measured):
         lines += data_section(measured)
     notes = warnings(measurements)
