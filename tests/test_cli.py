@@ -570,3 +570,26 @@ def test_probe_without_a_gpu_gives_one_consistent_hint(device: str) -> None:
     assert result.stderr.splitlines() == ["error: the probe measures an NVIDIA GPU, and none is usable here",
                                           "hint: run it where `nvidia-smi` lists a GPU; `clsbench env` shows what "
                                           "this machine has"]
+
+
+def test_a_forked_child_that_inherits_the_sigterm_handler_ends_as_sigterm_ends_it() -> None:
+    """A pool worker forked from a command inherits its SIGTERM handler; SIGTERM must end it quietly (signal exit),
+    not raise KeyboardInterrupt in it (a traceback on the user's screen when the pool closes)."""
+    import multiprocessing
+    import signal
+    import time
+
+    from clsbench.cli import app
+
+    previous = signal.getsignal(signal.SIGTERM)
+    app._COMMAND_PID[0] = os.getpid()
+    signal.signal(signal.SIGTERM, app._terminated)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        child.start()
+        time.sleep(0.5)
+        child.terminate()  # SIGTERM
+        child.join(10)
+        assert child.exitcode == -signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
