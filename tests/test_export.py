@@ -119,9 +119,10 @@ def test_write_text_never_overwrites(tmp_path: Path):
     with pytest.raises(ResultFileError, match="already exists"):
         export.write_text(target, "b\n")
     assert target.read_text() == "a\n"
-    with pytest.raises(ResultFileError, match="does not exist"):
-        export.write_text(tmp_path / "missing" / "out.csv", "c\n")
-    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]  # no temporary file left behind
+    export.write_text(target, "b\n", force=True)  # --force replaces it, still atomically
+    assert target.read_text() == "b\n"
+    export.write_text(tmp_path / "made" / "out.csv", "c\n")  # a missing folder is made, as for result files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["made", "out.csv"]  # no temporary file left behind
 
 
 # ----------------------------------------------------------------------------------------------------------

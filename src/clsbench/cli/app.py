@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from clsbench.cli.common import Progress, fail, handle_errors, reader_went_away, saved
+from clsbench.cli.common import Progress, emit, fail, handle_errors, load_result, reader_went_away, saved
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
@@ -153,24 +153,22 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
               help="table: for people; json: the result file(s) as stored; csv, markdown: one flat row per "
                    "measurement, units in the column names.")
 @click.option("--output", "-o", default="-", show_default=True,
-              help="Write here instead of stdout ('-'); an existing file is never overwritten.")
+              help="Write here instead of stdout ('-'); an existing file is not overwritten without --force.")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+@click.option("--db", metavar="PATH",
+              help="The run index for run ids (default: $CLSBENCH_DB, else the user's data directory).")
 @handle_errors
-def show(files: tuple[str, ...], fmt: str, output: str) -> None:
-    """Print the results of FILE(S), from the files alone (no GPU needed)."""
-    from clsbench import api
+def show(files: tuple[str, ...], fmt: str, output: str, force: bool, db: str | None) -> None:
+    """Print the results of FILE(S) (result files or run ids from `clsbench history`), from the files alone."""
     from clsbench.procedures.base import sections
     from clsbench.report import export
     from clsbench.report.exporters import EXPORTERS
 
     if output != "-":
-        export.check_output(output)
-    results = [api.load(name) for name in files]
+        export.check_output(output, force=force)
+    results = [load_result(name, db) for name in files]
     text = EXPORTERS.get(fmt)(results, list(files), sections)
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        export.write_text(output, text)
-        click.echo(f"saved: {output}", err=True)
+    emit(text, output, force=force)
 
 
 @main.command()

@@ -151,3 +151,23 @@ def saved(path: str, result: Any) -> None:
     """Say where the file is and add it to the history index."""
     click.echo(f"\nsaved: {path}", err=True)
     index(path, result)
+
+
+def load_result(ref: str, db: str | None = None) -> Any:
+    """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id."""
+    from clsbench.results import io as result_io
+    from clsbench.results.store import resolve_run
+
+    return result_io.load(resolve_run(ref, db))
+
+
+def emit(text: str, output: str, *, force: bool = False) -> None:
+    """Print ``text`` (``output`` is ``-``), or write it to ``output`` atomically, an existing file only with
+    ``force``."""
+    from clsbench.report import export
+
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        export.write_text(output, text, force=force)
+        click.echo(f"saved: {output}", err=True)

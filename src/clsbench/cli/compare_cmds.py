@@ -6,15 +6,13 @@ significant slowdown beyond its threshold.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from clsbench.cli.common import emit, handle_errors, load_result
 from clsbench.errors import EXIT_REGRESSION, InvalidInputError
-from clsbench.results.schema import BenchmarkResult
 
 if TYPE_CHECKING:
     from clsbench.procedures.base import ProcedureComparison
@@ -31,38 +29,6 @@ def parse_percent(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise InvalidInputError(f"--fail-if-slower {text!r} must be a percentage >= 0", "e.g. --fail-if-slower 5%")
     return value
-
-
-def load_run(ref: str, db: str | None = None) -> BenchmarkResult:
-    """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id."""
-    from clsbench.results import io as result_io
-    from clsbench.results.store import resolve_run
-
-    return result_io.load(resolve_run(ref, db))
-
-
-def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``clsbench.cli.app.handle_errors``, looked up at call time: cli.py imports this module while it loads, so a
-    module-level import of cli here would be circular."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from clsbench.cli.app import handle_errors
-
-        return handle_errors(func)(*args, **kwargs)
-
-    return wrapper
-
-
-def _emit(text: str, output: str) -> None:
-    """Print ``text``, or write it to ``output`` (never overwriting)."""
-    from clsbench.report import export
-
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        export.write_text(output, text)
-        click.echo(f"saved: {output}", err=True)
 
 
 def _gate_procedure(comparison: ProcedureComparison, threshold: float | None, alpha: float) -> None:
@@ -88,16 +54,17 @@ def register(group: click.Group) -> None:
     @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table",
                   show_default=True, help="table: text for people; json: everything; csv: one row per cell and run.")
     @click.option("--output", "-o", default="-", show_default=True,
-                  help="Write here instead of stdout ('-'); an existing file is never overwritten.")
+                  help="Write here instead of stdout ('-'); an existing file is not overwritten without --force.")
+    @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
     @click.option("--fail-if-slower", "fail_if_slower",
                   help="Exit 5 when a run is significantly slower than the first by more than this, e.g. 5%.")
     @click.option("--alpha", type=float, default=0.05, show_default=True,
                   help="Significance level of Welch's t-test on the per-repeat figures.")
     @click.option("--db", metavar="PATH",
                   help="The run index for run ids (default: $CLSBENCH_DB, else the user's data directory).")
-    @_handle_errors
-    def compare(runs: tuple[str, ...], fmt: str, output: str, fail_if_slower: str | None, alpha: float,
-                db: str | None) -> None:
+    @handle_errors
+    def compare(runs: tuple[str, ...], fmt: str, output: str, force: bool, fail_if_slower: str | None,
+                alpha: float, db: str | None) -> None:
         """Compare runs A B [C ...] (result files or run ids) against the first.
 
         Measurements are matched by model, workload, mode and batch size (not device: comparing GPUs is the
@@ -117,16 +84,16 @@ def register(group: click.Group) -> None:
             raise InvalidInputError(f"--alpha {alpha:g} must lie between 0 and 1", "e.g. --alpha 0.05")
         threshold = parse_percent(fail_if_slower) if fail_if_slower is not None else None
         if output != "-":
-            export.check_output(output)
-        results = [load_run(ref, db) for ref in runs]
+            export.check_output(output, force=force)
+        results = [load_result(ref, db) for ref in runs]
         own_way = comparer(results)
         if own_way is not None:  # a procedure that compares its own way (serve: each scenario's answer)
             own = own_way(results, list(runs), alpha)
-            _emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output)
+            emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output, force=force)
             _gate_procedure(own, threshold, alpha)
             return
         comparison = build_comparison(results, list(runs), alpha=alpha)
-        _emit(export.export_comparison(comparison, fmt), output)
+        emit(export.export_comparison(comparison, fmt), output, force=force)
         if threshold is None:
             return
         for line in lost_measurements(comparison):

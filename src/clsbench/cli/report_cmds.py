@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
-from clsbench.errors import ResultFileError
-from clsbench.results.io import check_writable, write_text_atomic
-
-
-def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`clsbench.cli.app.handle_errors`, looked up at call time.
-
-    cli.py imports this module to register the command; importing cli here at module level would be circular
-    whenever this module is imported first (``cli`` would then ask this half-loaded module for ``register``).
-    """
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from clsbench.cli.app import handle_errors as cli_handle_errors
-
-        return cli_handle_errors(func)(*args, **kwargs)
-
-    return wrapper
-
-
-def _check_output(path: Path, *, force: bool) -> None:
-    """Fail before any work if ``path`` is a directory, exists (without ``--force``) or cannot be written."""
-    if path.is_dir():
-        raise ResultFileError(f"{path} is a directory", "give a file name such as report.html")
-    check_writable(path, overwrite=force, exists_hint="choose another -o, or pass --force to replace it")
+from clsbench.cli.common import handle_errors
+from clsbench.report.export import check_output
+from clsbench.results.io import write_text_atomic
 
 
 def _size(n: int) -> str:
@@ -51,7 +26,7 @@ def report(files: tuple[str, ...], output: str, force: bool) -> None:
     from clsbench.results.io import load
 
     path = Path(output)
-    _check_output(path, force=force)
+    check_output(path, force=force)
     results = [load(name) for name in files]
     size = write_text_atomic(path, render_report(results, list(files)))
     click.echo(f"wrote {path} ({size:,} bytes, {_size(size)})")

@@ -11,13 +11,13 @@ measurement that is.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from clsbench.cli.common import handle_errors
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results import store
 
@@ -38,23 +38,10 @@ def register(group: click.Group) -> None:
     group.add_command(history_command)
 
 
-def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """cli.handle_errors, looked up at call time: cli.py imports this module, so importing cli here at module
-    level would be circular whenever cli.py imports the commands before it defines handle_errors."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from clsbench.cli.app import handle_errors
-
-        return handle_errors(func)(*args, **kwargs)
-
-    return wrapper
-
-
 @click.command("import")
 @click.argument("files", nargs=-1, required=True)
 @click.option("--db", metavar="PATH", help=_DB_HELP)
-@_handle_errors
+@handle_errors
 def import_command(files: tuple[str, ...], db: str | None) -> None:
     """Index result FILE(S) (or every *.json in a directory) so `history` lists them; importing again updates."""
     outcomes = store.import_files(files, db=db)
@@ -81,7 +68,7 @@ def import_command(files: tuple[str, ...], db: str | None) -> None:
 @click.option("--db", metavar="PATH", help=_DB_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: every column of the index, the full headline measurement and the run's models.")
-@_handle_errors
+@handle_errors
 def history_command(model: str | None, gpu: str | None, limit: int, db: str | None, fmt: str) -> None:
     """List indexed runs, newest first, with their key figures (add runs with `clsbench import`)."""
     if limit < 1:

@@ -36,7 +36,7 @@ from clsbench.analysis.significance import format_p
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results.facts import get_field
-from clsbench.results.io import jsonable, write_text_atomic
+from clsbench.results.io import check_writable, jsonable, write_text_atomic
 from clsbench.results.schema import BenchmarkResult, Measurement
 
 #: Formats of ``show`` and ``compare``.
@@ -506,18 +506,17 @@ def export_own_comparison(text: str, data: dict[str, Any], table: Sequence[dict[
 # Writing
 
 
-def check_output(path: str | Path) -> Path:
-    """Fail before any work when ``path`` exists (exports are never overwritten) or its directory is missing."""
+def check_output(path: str | Path, *, force: bool = False) -> Path:
+    """Fail before any work when ``path`` is a directory, exists (unless ``force``: never silently) or cannot be
+    written (its directory is made if missing). Every command that writes a file (``run``, ``show``, ``compare``,
+    ``report``) checks it this way (:func:`clsbench.results.io.check_writable`)."""
     target = Path(path)
-    if target.exists():
-        raise ResultFileError(f"{target} already exists; clsbench never overwrites a file",
-                              "choose another --output, or remove the file first")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise ResultFileError(f"cannot write {target}: directory {parent} does not exist", "create it first")
+    if target.is_dir():
+        raise ResultFileError(f"{target} is a directory", "give a file name, e.g. -o out.csv")
+    check_writable(target, overwrite=force, exists_hint="choose another --output, or pass --force to replace it")
     return target
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temporary file, then rename); never overwrites an existing file."""
-    write_text_atomic(check_output(path), text)
+def write_text(path: str | Path, text: str, *, force: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (temporary file, then rename); an existing file only with ``force``."""
+    write_text_atomic(check_output(path, force=force), text)
