@@ -165,6 +165,9 @@ class Backend(Protocol):
     builds_artifact: bool
     """False for ``eager``, which runs the prepared module itself: no build, no load, no cache."""
 
+    build_imports: tuple[str, ...]
+    """Modules the build process imports before its timer starts: importing a library is not build cost."""
+
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         """Why this backend cannot run ``request`` here (the measurement is then skipped), or None.
 

@@ -11,6 +11,7 @@ from .base import BACKENDS, BackendRequest, Loaded, torch_versions
 class Eager:
     name = "eager"
     builds_artifact = False
+    build_imports = ()
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         return None  # whatever the mode allows (the mode itself refuses what the device cannot run)

@@ -66,6 +66,7 @@ def _known_configs(configs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 class Export:
     name = "export"
     builds_artifact = True
+    build_imports = ("torch.export", "torch._inductor")
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import multiprocessing
 import os
 import signal
@@ -149,6 +150,8 @@ def run_build(job: BuildJob) -> BuildOutcome:
         _apply_flags(job.flags)
         if job.request.device_type == "cuda":
             torch.cuda.set_device(job.request.device_index)
+        for module in getattr(job.backend, "build_imports", ()):
+            importlib.import_module(module)
         model = rebuild_model(job.request, job.weights_path)
         example = job.request.example()
         t0 = time.perf_counter()

@@ -228,6 +228,7 @@ def load_session(path: Path, request: BackendRequest, providers: list[str]) -> L
 class OnnxRuntime:
     name = "onnxruntime"
     builds_artifact = True
+    build_imports = ("torch.onnx", "onnxscript", "onnx", "onnxruntime")
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         missing = onnx_libraries_missing()

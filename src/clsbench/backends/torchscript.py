@@ -34,6 +34,7 @@ OPTIMIZE_FOR_INFERENCE = {"cpu": False, "cuda": False}
 class TorchScript:
     name = "torchscript"
     builds_artifact = True
+    build_imports = ("torch.jit",)
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

@@ -71,6 +71,10 @@ class TensorRT:
     name = "tensorrt"
     builds_artifact = True
 
+    @property
+    def build_imports(self) -> tuple[str, ...]:
+        return ("torch_tensorrt",) if route() == TORCH_TRT else ("torch.onnx", "onnxscript", "onnxruntime")
+
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         which = route()
         if which is None:
