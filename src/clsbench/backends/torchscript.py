@@ -71,7 +71,9 @@ class TorchScript:
     def load(self, path: Path, request: BackendRequest, build_facts: dict[str, Any]) -> Loaded:
         import torch
 
-        module = torch.jit.load(str(path / ARTIFACT), map_location=torch.device(request.device))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.load's deprecation warning
+            module = torch.jit.load(str(path / ARTIFACT), map_location=torch.device(request.device))
         module.eval()
         return Loaded(forward=module, facts={"runner": "torch.jit.load"})
 
