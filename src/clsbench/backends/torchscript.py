@@ -7,8 +7,9 @@ into the preceding convolution and drop the module hierarchy.
 
 ``torch.jit.optimize_for_inference`` (after freezing) was measured and is off by default: on a CPU it converts
 convolutions to MKL-DNN's blocked layout with conversions at the edges, which made ResNet-18 (batch 4, 112x112,
-fp32, 2 threads) 1.6x *slower* than freeze alone (527 ms vs 337 ms per batch; eager 368 ms); on CUDA it only adds
-conv-add-relu fusions that cuDNN's own heuristics already cover. :data:`OPTIMIZE_FOR_INFERENCE` holds the choice
+fp32, 2 threads) 1.6x *slower* than freeze alone (527 ms vs 337 ms per batch; eager 368 ms) and MobileNetV3-Small
+no faster beyond noise (116 ms vs 124 ms, on a shared 2-core machine); on CUDA it adds conv-add-relu fusions whose
+worth against cuDNN's own kernels is not known yet. :data:`OPTIMIZE_FOR_INFERENCE` holds the choice
 per device type, and ``benchmarks/verify_backends.py`` measures both variants on the GPU so the choice there rests on
 a number too. The variant that was used is in the result (``variant``: ``freeze`` or ``freeze+optimize``).
 
