@@ -302,6 +302,7 @@ class Scripted:
         if self.behaviour == "export":
             raise BuildStepError(FAILED_EXPORT, "torch.export: Unsupported operator aten::frobnicate")
         if self.behaviour == "hang":
+            (path / "pid").write_text(str(os.getpid()))
             time.sleep(3600)
         torch.save(model.state_dict(), path / "state.pt")
         return {"variant_seen": variant}
@@ -367,6 +368,46 @@ def test_a_hanging_build_is_killed_as_a_timeout(register: Any, tmp_path: Path) -
     with pytest.raises(BackendNotRun) as caught:
         apply_backend(backend.name, prepared_for(req), req, cache=ArtifactCache(tmp_path), build_timeout_s=5)
     assert caught.value.reason == FAILED_TIMEOUT and "limit of 5 s" in caught.value.detail
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            return any(line.startswith("State:") and "Z" in line.split()[1] for line in f)  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_build_dies_with_its_parent(tmp_path: Path) -> None:
+    """A worker killed on its own timeout must not leave its build compiling on (the build leads its own group)."""
+    import subprocess
+
+    script = f"""
+import sys
+sys.path[:0] = {sys.path!r}
+from pathlib import Path
+from test_backends import Scripted, request, prepared_for
+from clsbench.backends.isolate import BuildJob, build_isolated, save_weights
+req = request("fp32")
+save_weights(prepared_for(req).model, Path({str(tmp_path)!r}) / "w.pt")
+build_isolated(BuildJob(Scripted("hang"), req, {str(tmp_path / "w.pt")!r}, {str(tmp_path)!r}, "only"), timeout_s=600)
+"""
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pid").exists():
+            assert time.monotonic() < deadline and parent.poll() is None, "the build never started"
+            time.sleep(0.2)
+        child = int((tmp_path / "pid").read_text())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 20
+    while not _gone(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(child)
 
 
 # ------------------------------------------------------------------------------------------ what is refused

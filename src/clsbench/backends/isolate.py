@@ -38,8 +38,12 @@ WEIGHTS_FILE = "weights.pt"
 #: Lines of the build log a failed record keeps.
 LOG_TAIL_LINES = 20
 #: A whole build (export + compile + serialise) may take this long by default. AOTInductor on ResNet-50 compiles
-#: a few hundred Triton kernels; TensorRT's tactic search on a large network takes minutes.
-DEFAULT_BUILD_TIMEOUT_S = 1200.0
+#: a few hundred Triton kernels; TensorRT's tactic search on a large network takes minutes. It stays under the
+#: worker's own limit per repeat (900 s by default, ``--timeout``), which would otherwise end the build's parent
+#: first; the worker passes what is left of its own limit when that is less.
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+#: prctl(2) option: the signal the kernel sends this process when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
 #: After killing a timed-out child, wait this long for it to be reaped.
 KILL_WAIT_S = 10.0
 
@@ -166,8 +170,21 @@ def run_build(job: BuildJob) -> BuildOutcome:
                             log_tail=traceback.format_exc(limit=6).splitlines()[-LOG_TAIL_LINES:])
 
 
-def _child_main(conn: Any, job: BuildJob, log_path: str) -> None:
-    """Entry point of the build process: own process group, output to the log, build, answer."""
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when its parent dies (Linux), so a worker killed on its own timeout
+    leaves no orphaned build behind; the build leads its own process group and would not get the parent's signal."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
+def _child_main(conn: Any, job: BuildJob, log_path: str, parent: int) -> None:
+    """Entry point of the build process: tied to its parent, own process group, output to the log, build, answer."""
+    _die_with_parent(parent)
     with contextlib.suppress(OSError):
         os.setpgrp()  # so a timeout can end the compile workers this build starts, and nothing else
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -233,7 +250,7 @@ def build_isolated(job: BuildJob, *, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
         return outcome
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child_main, args=(sender, job, str(log_path)), daemon=True,
+    process = ctx.Process(target=_child_main, args=(sender, job, str(log_path), os.getpid()), daemon=True,
                           name=f"clsbench-build-{job.backend.name}")
     process.start()
     sender.close()
