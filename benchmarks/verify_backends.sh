@@ -11,7 +11,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src:tests
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODELS=${MODELS:-resnet50}
-BUDGET_S=${BUDGET_S:-400}
+BUDGET_S=${BUDGET_S:-420}
 W=$(mktemp -d); T0=$(date +%s)
 export CLSBENCH_CACHE="$W/cache"   # fresh: every build is timed, none comes from an earlier call
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
