@@ -37,8 +37,8 @@ BUILD_LOG = "build.log"
 WEIGHTS_FILE = "weights.pt"
 #: Lines of the build log a failed record keeps.
 LOG_TAIL_LINES = 20
-#: A whole build (export + compile + serialise) may take this long by default. AOTInductor on ResNet-50 compiles
-#: a few hundred Triton kernels; TensorRT's tactic search on a large network takes minutes. It stays under the
+#: A whole build (export + compile + serialise) may take this long by default. AOTInductor compiles every fused
+#: kernel with Triton, and TensorRT's tactic search on a large network takes minutes. It stays under the
 #: worker's own limit per repeat (900 s by default, ``--timeout``), which would otherwise end the build's parent
 #: first; the worker passes what is left of its own limit when that is less.
 DEFAULT_BUILD_TIMEOUT_S = 600.0
