@@ -559,6 +559,7 @@ def _fake_torch_tensorrt(calls: dict[str, Any]) -> types.ModuleType:
     return fake
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # the stand-in uses torch.jit, which warns it is deprecated
 def test_tensorrt_through_torch_tensorrt_up_to_the_library(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     calls: dict[str, Any] = {}
     monkeypatch.setitem(sys.modules, "torch_tensorrt", _fake_torch_tensorrt(calls))

@@ -139,8 +139,10 @@ class CapturedForward:
     Like :class:`clsbench.modes.cudagraph.GraphedForward` (static input and output, a copy into the static input
     unless the caller passes it, ``static_input`` for the throughput workload), with two differences: capture
     happens when the backend is applied, so a runner that cannot be captured fails there as ``load_error``; and
-    capture runs in CUDA's *relaxed* mode, because AOTInductor's runner checks on the event of its previous run
-    (``cudaEventQuery``) before each run, a call the default (global) capture mode forbids.
+    capture runs in CUDA's *relaxed* mode, because a runner may make host calls the default (global) mode forbids
+    while a stream is capturing: AOTInductor's default runner queries the event of its previous run
+    (``cudaEventQuery``) before each run. (It is loaded single-threaded here, which skips that, but a capture should
+    not depend on it.)
     """
 
     def __init__(self, forward: Any, example: torch.Tensor) -> None:
