@@ -8,16 +8,16 @@ is here: the interface (:mod:`.base`), building in an isolated process (:mod:`.i
 are imported when a backend is asked to build or load.
 """
 
-from .apply import (
+from clsbench.backends.apply import (
     BackendNotRun,
     apply_backend,
     backend_unsupported_reason,
     check_backend_selection,
     library_versions,
 )
-from .base import BACKENDS, Backend, BackendRequest, BuildStepError, Loaded, get_backend
-from .cache import ArtifactCache, default_cache_dir
-from .parity import PARITY_TOLERANCE, check_parity
+from clsbench.backends.base import BACKENDS, Backend, BackendRequest, BuildStepError, Loaded, get_backend
+from clsbench.backends.cache import ArtifactCache, default_cache_dir
+from clsbench.backends.parity import PARITY_TOLERANCE, check_parity
 
 __all__ = [
     "BACKENDS",

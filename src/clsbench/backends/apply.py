@@ -21,8 +21,10 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from .base import (
+from clsbench.backends.base import (
     BACKENDS,
+    FAILED_BUILD,
+    FAILED_CRASH,
     FAILED_LOAD,
     SKIPPED_UNSUPPORTED,
     Backend,
@@ -31,8 +33,8 @@ from .base import (
     first_line,
     get_backend,
 )
-from .cache import ArtifactCache, cache_key, device_identity, key_fields, weights_digest
-from .isolate import (
+from clsbench.backends.cache import ArtifactCache, cache_key, device_identity, key_fields, weights_digest
+from clsbench.backends.isolate import (
     BUILD_LOG,
     DEFAULT_BUILD_TIMEOUT_S,
     WEIGHTS_FILE,
@@ -41,15 +43,16 @@ from .isolate import (
     save_weights,
     torch_flags,
 )
+from clsbench.core.vocab import Status
 
 if TYPE_CHECKING:
     import torch
 
-    from ..modes import Prepared
+    from clsbench.modes import Prepared
 
 #: Build outcomes after which the next build variant is tried (an exporter's refusal is the model's, not the
 #: configuration's, and a timeout would only repeat itself).
-RETRY_REASONS = ("build_error", "build_crash")
+RETRY_REASONS = (FAILED_BUILD, FAILED_CRASH)
 
 
 class BackendNotRun(Exception):
@@ -108,7 +111,7 @@ def check_backend_selection(names: list[str] | tuple[str, ...], workload_kinds: 
     Raises:
         InvalidInputError: an unknown backend name, or a non-eager backend with a training workload.
     """
-    from ..errors import InvalidInputError
+    from clsbench.errors import InvalidInputError
 
     for name in names:
         get_backend(name)
@@ -229,7 +232,7 @@ def apply_backend(
     """
     import torch
 
-    from ..modes import Prepared
+    from clsbench.modes import Prepared
 
     backend = get_backend(name)
     check_inference(request)
@@ -239,7 +242,7 @@ def apply_backend(
         return prepared, facts
     reason = backend_unsupported_reason(name, request)
     if reason:
-        raise BackendNotRun("skipped", SKIPPED_UNSUPPORTED, reason, {"name": name})
+        raise BackendNotRun(Status.SKIPPED, SKIPPED_UNSUPPORTED, reason, {"name": name})
 
     cache = cache if cache is not None else ArtifactCache()
     t0 = time.perf_counter()
@@ -268,7 +271,7 @@ def apply_backend(
         try:
             loaded = backend.load(entry.path, request, entry.manifest.get("build_facts", {}))
         except Exception as exc:  # noqa: BLE001 - recorded as this measurement's failure
-            raise BackendNotRun("failed", FAILED_LOAD, f"the {name} artifact was built but does not load: "
+            raise BackendNotRun(Status.FAILED, FAILED_LOAD, f"the {name} artifact was built but does not load: "
                                 f"{first_line(exc)}", facts) from None
         facts["load_s"] = time.perf_counter() - t1
     assert loaded is not None and entry is not None
@@ -287,7 +290,7 @@ def apply_backend(
         try:
             forward, facts["graph_capture_s"] = _wrap_cuda_graph(forward, example)
         except Exception as exc:  # noqa: BLE001 - a runner that cannot be captured fails this measurement
-            raise BackendNotRun("failed", FAILED_LOAD, f"CUDA graph capture around the {name} runner failed: "
+            raise BackendNotRun(Status.FAILED, FAILED_LOAD, f"CUDA graph capture around the {name} runner failed: "
                                 f"{first_line(exc)}", facts) from None
         facts["runtime"]["cuda_graph"] = "captured by clsbench around the loaded runner"
     if release_eager:
@@ -316,7 +319,8 @@ def _build(backend: Backend, model: torch.nn.Module, request: BackendRequest, ca
         outcome = build_isolated(job, timeout_s=timeout_s, isolate=isolate)
         weights.unlink(missing_ok=True)
         attempt = {"variant": variant, "ok": outcome.ok, "reason": outcome.reason, "detail": outcome.detail,
-                   "build_s": outcome.build_s, "process_s": outcome.process_s, "exitcode": outcome.exitcode}
+                   "build_s": outcome.build_s, "smoke_load_s": outcome.smoke_load_s, "process_s": outcome.process_s,
+                   "exitcode": outcome.exitcode}
         if not outcome.ok:
             attempt["log_tail"] = outcome.log_tail
         attempts.append(attempt)
@@ -333,4 +337,4 @@ def _build(backend: Backend, model: torch.nn.Module, request: BackendRequest, ca
     detail = outcome.detail or outcome.reason or "the build failed"
     if len(attempts) > 1:
         detail = f"{detail} (variants tried: {tried})"
-    raise BackendNotRun("failed", outcome.reason or "build_error", detail, facts)
+    raise BackendNotRun(Status.FAILED, outcome.reason or FAILED_BUILD, detail, facts)

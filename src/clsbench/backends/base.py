@@ -21,20 +21,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..core.registry import Registry
-from ..errors import InvalidInputError
+from clsbench.core.registry import Registry
+from clsbench.core.vocab import Reason
+from clsbench.errors import InvalidInputError
 
 if TYPE_CHECKING:
     import torch
 
-#: Reason codes of backend records. Skipped: the backend cannot express the request here. Failed: it tried.
-SKIPPED_UNSUPPORTED = "unsupported_backend"  # library missing, device or mode the backend cannot express
-FAILED_EXPORT = "export_error"  # the exporter (torch.jit.trace, torch.export, torch.onnx.export) raised
-FAILED_BUILD = "build_error"  # compiling or serialising the exported graph raised
-FAILED_CRASH = "build_crash"  # the build process died (a signal such as SIGSEGV, or an abrupt exit)
-FAILED_TIMEOUT = "build_timeout"  # the build process ran past its time limit and was killed
-FAILED_LOAD = "load_error"  # the artifact was built but cannot be loaded or run in the measuring process
-PARITY_FAILED = "parity_failed"  # outputs outside the documented tolerance: figures kept, never a tune winner
+#: Reason codes of backend records (the stored vocabulary, :class:`clsbench.core.vocab.Reason`). Skipped: the
+#: backend cannot express the request here. Failed: it tried.
+SKIPPED_UNSUPPORTED = Reason.UNSUPPORTED_BACKEND  # library missing, device or mode the backend cannot express
+FAILED_EXPORT = Reason.EXPORT_ERROR  # the exporter (torch.jit.trace, torch.export, torch.onnx.export) raised
+FAILED_BUILD = Reason.BUILD_ERROR  # compiling or serialising the exported graph raised
+FAILED_CRASH = Reason.BUILD_CRASH  # the build process died (a signal such as SIGSEGV, or an abrupt exit)
+FAILED_TIMEOUT = Reason.BUILD_TIMEOUT  # the build process ran past its time limit and was killed
+FAILED_LOAD = Reason.LOAD_ERROR  # the artifact was built but cannot be loaded or run in the measuring process
+PARITY_FAILED = Reason.PARITY_FAILED  # outputs outside the documented tolerance: figures kept, never a tune winner
+#: The default backend: the prepared PyTorch module itself (no artifact).
+EAGER = "eager"
 
 #: Precision tokens of a mode (clsbench.modes.precision) and the dtype of the weights and inputs they run in.
 #: amp-* keep fp32 weights and inputs; autocast decides per operator at run time.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .base import BackendRequest
+from clsbench.backends.base import BackendRequest
 
 if TYPE_CHECKING:
     import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .base import BACKENDS, BackendRequest, Loaded, torch_versions
+from clsbench.backends.base import BACKENDS, BackendRequest, Loaded, torch_versions
 
 
 class Eager:

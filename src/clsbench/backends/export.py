@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import (
+from clsbench.backends.base import (
     BACKENDS,
     FAILED_EXPORT,
     BackendRequest,

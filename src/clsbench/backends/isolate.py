@@ -29,12 +29,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import FAILED_BUILD, FAILED_CRASH, FAILED_TIMEOUT, Backend, BackendRequest, BuildStepError, first_line
+from clsbench.backends.base import (
+    FAILED_BUILD,
+    FAILED_CRASH,
+    FAILED_LOAD,
+    FAILED_TIMEOUT,
+    Backend,
+    BackendRequest,
+    BuildStepError,
+    first_line,
+)
+from clsbench.system.processes import worker_processes_allowed
 
 #: Where the child's output goes, inside the build folder (kept with the artifact, not part of it).
 BUILD_LOG = "build.log"
 #: The weights file the parent writes for the child (deleted once the build is over).
 WEIGHTS_FILE = "weights.pt"
+#: Written into the build folder while the build process loads the new artifact (:func:`smoke_load`): a process
+#: that died with it in place died loading, not building.
+LOAD_MARKER = "loading.marker"
 #: Lines of the build log a failed record keeps.
 LOG_TAIL_LINES = 20
 #: A whole build (export + compile + serialise) may take this long by default. AOTInductor compiles every fused
@@ -73,6 +86,7 @@ class BuildOutcome:
         process_s: the whole attempt as the parent saw it (interpreter start, imports, model rebuild included).
         exitcode: the child's exit code (negative: killed by that signal); None inline.
         log_tail: the last lines of the build log (failures only).
+        smoke_load_s: loading the new artifact and running it once in the build process (:func:`smoke_load`).
     """
 
     ok: bool
@@ -83,6 +97,7 @@ class BuildOutcome:
     process_s: float | None = None
     exitcode: int | None = None
     log_tail: list[str] = field(default_factory=list)
+    smoke_load_s: float | None = None
 
 
 def torch_flags() -> dict[str, Any]:
@@ -133,7 +148,7 @@ def rebuild_model(request: BackendRequest, weights_path: str | os.PathLike[str])
     """
     import torch
 
-    from ..models import get_model_spec
+    from clsbench.models import get_model_spec
 
     device = torch.device(request.device)
     spec = get_model_spec(request.model)
@@ -162,12 +177,47 @@ def run_build(job: BuildJob) -> BuildOutcome:
         facts = job.backend.build(model, example, job.request, Path(job.out_dir), job.variant)
         if job.request.device_type == "cuda":
             torch.cuda.synchronize()
-        return BuildOutcome(ok=True, facts=dict(facts or {}), build_s=time.perf_counter() - t0)
+        build_s = time.perf_counter() - t0
+        facts = dict(facts or {})
+        t1 = time.perf_counter()
+        failure = smoke_load(job, example, facts)
+        if failure is not None:
+            return failure
+        return BuildOutcome(ok=True, facts=facts, build_s=build_s, smoke_load_s=time.perf_counter() - t1)
     except BuildStepError as exc:
         return BuildOutcome(ok=False, reason=exc.reason, detail=exc.detail[:500])
     except Exception as exc:  # noqa: BLE001 - any build failure is that measurement's, never the suite's
         return BuildOutcome(ok=False, reason=FAILED_BUILD, detail=first_line(exc),
                             log_tail=traceback.format_exc(limit=6).splitlines()[-LOG_TAIL_LINES:])
+
+
+def smoke_load(job: BuildJob, example: Any, facts: dict[str, Any]) -> BuildOutcome | None:
+    """Load the new artifact once and run it on the example, here in the build process; a failure, or None.
+
+    A loader that crashes (on the H200 image, torch 2.11's ``aoti_load_package`` died with SIGSEGV on every
+    AOTInductor package) then takes the build process with it, not the measuring worker, and the parent reads the
+    marker file left behind as ``load_error`` (which is not retried: another build variant loads the same way).
+    The outcome's ``smoke_load_s`` records what it cost.
+    """
+    import torch
+
+    marker = Path(job.out_dir) / LOAD_MARKER
+    marker.write_text("loading\n", encoding="utf-8")
+    try:
+        loaded = job.backend.load(Path(job.out_dir), job.request, facts)
+        fmt = loaded.memory_format
+        x = example if fmt is None else example.contiguous(memory_format=fmt)
+        with torch.inference_mode():
+            loaded.forward(x)
+        if job.request.device_type == "cuda":
+            torch.cuda.synchronize()
+        del loaded
+    except Exception as exc:  # noqa: BLE001 - an artifact that does not load is that measurement's failure
+        return BuildOutcome(ok=False, reason=FAILED_LOAD, detail=f"the artifact was built but does not load or run: "
+                                                                 f"{first_line(exc)}"[:500],
+                            log_tail=traceback.format_exc(limit=6).splitlines()[-LOG_TAIL_LINES:])
+    marker.unlink(missing_ok=True)
+    return None
 
 
 def _die_with_parent(parent: int) -> None:
@@ -252,7 +302,8 @@ def build_isolated(job: BuildJob, *, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
     receiver, sender = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_child_main, args=(sender, job, str(log_path), os.getpid()), daemon=True,
                           name=f"clsbench-build-{job.backend.name}")
-    process.start()
+    with worker_processes_allowed():  # a clsbench worker is daemonic; the build is tied to it (PR_SET_PDEATHSIG)
+        process.start()
     sender.close()
     outcome: BuildOutcome | None = None
     timed_out = False
@@ -280,6 +331,10 @@ def build_isolated(job: BuildJob, *, timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
         if timed_out:
             outcome = BuildOutcome(ok=False, reason=FAILED_TIMEOUT,
                                    detail=f"the build ran past its limit of {timeout_s:g} s and was killed")
+        elif (Path(job.out_dir) / LOAD_MARKER).exists():
+            outcome = BuildOutcome(ok=False, reason=FAILED_LOAD,
+                                   detail=f"the artifact was built, but loading it killed the build process "
+                                          f"({_signal_name(process.exitcode)}); see {BUILD_LOG}")
         else:
             outcome = BuildOutcome(ok=False, reason=FAILED_CRASH,
                                    detail=f"the build process died ({_signal_name(process.exitcode)}) "

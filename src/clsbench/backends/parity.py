@@ -27,12 +27,12 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .base import PARITY_FAILED, BackendRequest
+from clsbench.backends.base import PARITY_FAILED, BackendRequest
 
 if TYPE_CHECKING:
     import torch
 
-    from ..modes import Prepared
+    from clsbench.modes import Prepared
 
 #: Maximum ``max_abs_err_rel`` by precision. Each is about ten units of roundoff of the narrowest format the
 #: backend computes in: fp16 and TF32 keep 10 mantissa bits (2^-11 = 4.9e-4 -> 5e-3), bf16 keeps 7 (2^-8 = 3.9e-3
@@ -96,7 +96,7 @@ def reference_logits(request: BackendRequest, images: torch.Tensor) -> torch.Ten
     """fp32 eager logits of the request's model (built from its name and seed) for ``images``, on the CPU."""
     import torch
 
-    from ..models import get_model_spec
+    from clsbench.models import get_model_spec
 
     device = torch.device(request.device)
     spec = get_model_spec(request.model)
@@ -178,7 +178,7 @@ def check_parity(prepared: Prepared, request: BackendRequest, *, data_seed: int 
         out = run_prepared(prepared, images, request.device)
         error, top1, scale = parity_figures(out, ref)
     except Exception as exc:  # noqa: BLE001 - a check that cannot run fails the check, not the suite
-        from .base import first_line
+        from clsbench.backends.base import first_line
 
         return {"max_abs_err_rel": None, "top1_agreement_pct": None, "tolerance": limit, "passed": False,
                 "reason": PARITY_FAILED, "detail": f"the parity check could not run: {first_line(exc)}",

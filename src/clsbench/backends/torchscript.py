@@ -23,7 +23,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .base import BACKENDS, FAILED_EXPORT, BackendRequest, BuildStepError, Loaded, first_line, torch_versions
+from clsbench.backends.base import (
+    BACKENDS,
+    FAILED_EXPORT,
+    BackendRequest,
+    BuildStepError,
+    Loaded,
+    first_line,
+    torch_versions,
+)
 
 ARTIFACT = "model.pt"
 FREEZE = "freeze"

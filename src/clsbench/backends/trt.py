@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import (
+from clsbench.backends.base import (
     BACKENDS,
     FAILED_EXPORT,
     BackendRequest,
@@ -32,10 +32,10 @@ from .base import (
     first_line,
     has_module,
 )
-from .ort import (
+from clsbench.backends.ort import (
     ARTIFACT as ONNX_ARTIFACT,
 )
-from .ort import (
+from clsbench.backends.ort import (
     CPU_EP,
     CUDA_EP,
     TRT_EP,
