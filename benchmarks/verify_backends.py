@@ -1,4 +1,8 @@
-"""Verify the inference backends on a GPU before the worker is wired to them (issue 16).
+"""The inference backends' build variants on a GPU, outside ``clsbench run`` (issue 16).
+
+``benchmarks/verify_backends.sh`` measures the backends through ``clsbench run --backend`` itself; this script
+answers the questions a run does not ask: which build variant to use (``torch.jit.optimize_for_inference`` on a
+GPU, AOTInductor's ``conservative`` build on its own), with a variant forced per job.
 
 For each model, builds every backend the machine can run through :func:`clsbench.backends.apply_backend` (isolated
 builds, the artifact cache), checks parity against fp32 eager, and times

@@ -13,8 +13,10 @@ History of ``schema_version``:
 * 1 (clsbench 0.1): first version. Repeats may carry ``telemetry``, ``busy`` and ``costs``; summaries
   ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. Real-data
   measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
-  ``data`` to its repeats and summary. All are optional, so a file without them (an older 0.1 file, a CPU run, a
-  synthetic-data run) reads the same.
+  ``data`` to its repeats and summary. Measurements on an inference backend other than ``eager`` add ``backend``
+  (its name) to the measurement and to its cell, ``backend`` and ``parity`` to their repeats and ``backend`` to
+  their summary; the settings add ``no_cache`` and ``cache_dir`` when not at their defaults. All are optional, so
+  a file without them (an older 0.1 file, a CPU run, a synthetic-data run, an eager run) reads the same.
 """
 
 from __future__ import annotations
@@ -31,6 +33,19 @@ READABLE_VERSIONS = (1,)
 TOOL_NAME = "clsbench"
 
 STATUSES = ("ok", "failed", "skipped")
+
+#: The inference backend of a measurement that names none: the PyTorch module itself (``clsbench.backends``).
+DEFAULT_BACKEND = "eager"
+
+
+def backend_key(backend: str) -> tuple[str, ...]:
+    """What a backend adds to a measurement's key: nothing for eager (so every older key stays as it was)."""
+    return () if backend == DEFAULT_BACKEND else (f"backend:{backend}",)
+
+
+def backend_suffix(backend: str | None) -> str:
+    """What a backend adds to a measurement's label: nothing for eager, else `` @name``."""
+    return "" if not backend or backend == DEFAULT_BACKEND else f" @{backend}"
 
 #: The real-data settings that make two measurements different ones, and their defaults (the fields of
 #: :class:`clsbench.core.data_settings.DataSettings` that its label shows; timeouts and fingerprints are not part
@@ -62,7 +77,8 @@ def data_label(data: dict[str, Any] | None) -> str | None:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One cell (model, workload, mode, batch size, device) measured over its repeats."""
+    """One cell (model, workload, mode, batch size, device, and the backend when not eager) measured over its
+    repeats."""
 
     model: str
     workload: str
@@ -77,17 +93,21 @@ class Measurement:
     summary: dict[str, Any] = field(default_factory=dict)
     validity: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] | None = None  # the cell's real-data settings (DataSettings.to_dict()); None: synthetic
+    backend: str = DEFAULT_BACKEND  # the inference backend (clsbench.backends); eager: the PyTorch module itself
 
     @property
     def key(self) -> tuple[Any, ...]:
         base = (self.model, self.workload, self.mode, self.batch_size, self.device)
-        return base if self.data is None else (*base, data_label(self.data))
+        base = base if self.data is None else (*base, data_label(self.data))
+        return (*base, *backend_key(self.backend))
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["repeats"] = list(self.repeats)
         if self.data is None:
             del data["data"]
+        if self.backend == DEFAULT_BACKEND:
+            del data["backend"]  # eager files read exactly as before
         return data
 
     @classmethod
@@ -101,6 +121,8 @@ class Measurement:
             raise ValueError("every repeat must be an object")
         if data.get("data") is not None and not isinstance(data["data"], dict):
             raise ValueError("measurement field 'data' must be an object")
+        if "backend" in data and not isinstance(data["backend"], str):
+            raise ValueError("measurement field 'backend' must be a string")
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["repeats"] = tuple(data.get("repeats") or ())
