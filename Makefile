@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[timm,test,serve]'
+	$(PY) -m pip install -q -e '.[timm,test,serve,onnx]'
 	touch $(STAMP)
 
 run: setup

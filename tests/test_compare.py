@@ -485,7 +485,7 @@ def test_formats_and_output_file(files: tuple[str, str], tmp_path: Path):
     data = json.loads(invoke(*files, "--format", "json").stdout)
     assert data["test"] == TEST_NAME and len(data["runs"]) == 2
     csv_text = invoke(*files, "--format", "csv").stdout
-    assert csv_text.splitlines()[0].startswith("workload,metric,model,mode,batch_size,run,")
+    assert csv_text.splitlines()[0].startswith("workload,metric,model,mode,backend,batch_size,run,")
     assert len(csv_text.splitlines()) == 1 + 7 * 2  # 7 matched rows x 2 runs
     markdown = invoke(*files, "--format", "markdown").stdout
     assert "### train: img/s" in markdown and "|---|---|---:|" in markdown

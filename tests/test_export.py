@@ -17,11 +17,12 @@ from clsbench.results import io as result_io
 
 #: Spelled out here, not imported: a change to the header must be a deliberate change to this test too.
 HEADER = (
-    "result_file,run_created_utc,gpu_name,device,model,workload,mode,batch_size,status,reason,throughput_img_s,"
-    "spread_pct,unstable,latency_p50_ms,latency_p90_ms,latency_p99_ms,latency_p999_ms,latency_mean_ms,latency_n,"
-    "gpu_latency_p50_ms,peak_memory_allocated_bytes,peak_memory_reserved_bytes,power_avg_w,energy_j,"
-    "joules_per_image,images_per_s_per_w,achieved_tflop_s,mfu_datasheet_pct,bound_by,throttled,torch,"
-    "clsbench_version"
+    "result_file,run_created_utc,gpu_name,device,model,workload,mode,backend,batch_size,status,reason,"
+    "throughput_img_s,spread_pct,unstable,latency_p50_ms,latency_p90_ms,latency_p99_ms,latency_p999_ms,"
+    "latency_mean_ms,latency_n,gpu_latency_p50_ms,peak_memory_allocated_bytes,peak_memory_reserved_bytes,"
+    "power_avg_w,energy_j,joules_per_image,images_per_s_per_w,achieved_tflop_s,mfu_datasheet_pct,bound_by,throttled,"
+    "backend_build_s,backend_load_s,artifact_bytes,backend_cache_hit,parity_max_abs_err_rel,"
+    "parity_top1_agreement_pct,parity_passed,torch,clsbench_version"
 )
 
 

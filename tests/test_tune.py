@@ -61,8 +61,9 @@ def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
+    # No backend phase: these searches are about the eager and compile phases (test_backend_wiring.py has it).
     options = {"workload": "infer-throughput", "modes": ["fp32", "amp-bf16", "fp32+cl"], "batch_sizes": [2, 4],
-               "compile_variants": False, "options": SHORT, **kwargs}
+               "compile_variants": False, "options": SHORT, "backends": (), **kwargs}
     workload = options.pop("workload")
     return tune(f"{costed.__name__}:costed", workload, "cpu",
                 execution=Execution(isolation="inline", clock=costed.CostClock(), env=env),

@@ -3,8 +3,9 @@
 Reads :class:`~clsbench.results.schema.BenchmarkResult` objects only (files, or runs from the store), so a
 comparison can be redone from files alone on any machine.
 
-* **Matching.** Measurements are matched by ``(model, workload, mode, batch_size)``, deliberately *not* by
-  device: comparing an H200 with a CPU or with another GPU is the point.
+* **Matching.** Measurements are matched by ``(model, workload, mode, batch_size)`` and the inference backend
+  (part of the measurement's key; ``eager`` unless a run says otherwise), deliberately *not* by device: comparing
+  an H200 with a CPU or with another GPU is the point.
 * **The figure.** ``train`` and ``infer-throughput``: img/s (higher is better), one value per repeat from
   ``summary["throughput_img_s_by_repeat"]``. ``infer-latency``: p50 request latency in ms (lower is better), one
   value per repeat: the nearest-rank p50 (:func:`clsbench.analysis.stats.percentile`) of that repeat's raw ``wall_ms``
@@ -35,7 +36,7 @@ from clsbench.core.plan import WORKLOADS
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.results.facts import KEY_FIELDS, get_field
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
 
 #: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
 LATENCY_WORKLOADS = frozenset({"infer-latency"})
@@ -50,7 +51,7 @@ VERDICT_NOT_SIGNIFICANT = "not significant"
 VERDICT_NOT_TESTABLE = "not testable"
 VERDICT_NA = "n/a"
 
-Key = tuple[str, str, str, int]  # model, workload, mode, batch_size
+Key = tuple[str, str, str, int, str]  # model, workload, mode, batch_size, backend
 
 
 @dataclass(frozen=True)
@@ -138,17 +139,20 @@ class Row:
     batch_size: int
     cells: tuple[CellValue, ...]
     ratios: tuple[Ratio, ...]  # one per run after the first
+    backend: str = DEFAULT_BACKEND
 
     @property
     def key(self) -> Key:
-        return (self.model, self.workload, self.mode, self.batch_size)
+        return (self.model, self.workload, self.mode, self.batch_size, self.backend)
 
     def label(self) -> str:
-        return f"{self.model} {self.workload} {self.mode} bs{self.batch_size}"
+        return f"{self.model} {self.workload} {self.mode} bs{self.batch_size}{backend_suffix(self.backend)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "workload": self.workload, "mode": self.mode, "batch_size": self.batch_size,
-                "cells": [c.to_dict() for c in self.cells], "ratios": [r.to_dict() for r in self.ratios]}
+        backend = {} if self.backend == DEFAULT_BACKEND else {"backend": self.backend}
+        return {"model": self.model, "workload": self.workload, "mode": self.mode, **backend,
+                "batch_size": self.batch_size, "cells": [c.to_dict() for c in self.cells],
+                "ratios": [r.to_dict() for r in self.ratios]}
 
 
 @dataclass(frozen=True)
@@ -389,7 +393,7 @@ def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key
     index: dict[Key, Measurement] = {}
     with_data: list[Key] = []  # keys held several times because of real-data settings (e.g. a diagnose file)
     for m in result.measurements:
-        key = (m.model, m.workload, m.mode, m.batch_size)
+        key = (m.model, m.workload, m.mode, m.batch_size, m.backend)
         if key in index and (m.data is not None or index[key].data is not None):
             if index[key].data is not None and m.data is None:
                 index[key] = m  # compare the synthetic-data measurement when there is one
@@ -397,14 +401,14 @@ def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key
                 with_data.append(key)
             continue
         if key in index:
-            warnings.append(f"{label} has {m.model} {m.workload} {m.mode} bs{m.batch_size} on several devices "
+            warnings.append(f"{label} has {_describe_keys([key])} on several devices "
                             f"({index[key].device}, {m.device}); comparing the one on {index[key].device}")
             continue
         index[key] = m
     for key in with_data:
         kept = index[key]
         which = "the synthetic-data one" if kept.data is None else "the first"
-        warnings.append(f"{label} has {key[0]} {key[1]} {key[2]} bs{key[3]} with several data settings; comparing "
+        warnings.append(f"{label} has {_describe_keys([key])} with several data settings; comparing "
                         f"{which} (compare does not match data settings)")
     return index
 
@@ -412,7 +416,7 @@ def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key
 def _describe_keys(keys: Sequence[Key], limit: int = 3) -> str:
     if not keys:
         return "no measurements"
-    shown = ", ".join(f"{k[0]} {k[1]} {k[2]} bs{k[3]}" for k in keys[:limit])
+    shown = ", ".join(f"{k[0]} {k[1]} {k[2]} bs{k[3]}{backend_suffix(k[4])}" for k in keys[:limit])
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
@@ -450,8 +454,8 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
     for i in range(1, len(results)):
         if not set(indexes[i]) & set(indexes[0]):
             raise InvalidInputError(
-                f"{names[i]} and {names[0]} have no measurement in common (matched by model, workload, mode and "
-                f"batch size): {names[0]} has {_describe_keys(list(indexes[0]))}; {names[i]} has "
+                f"{names[i]} and {names[0]} have no measurement in common (matched by model, workload, mode, "
+                f"batch size and backend): {names[0]} has {_describe_keys(list(indexes[0]))}; {names[i]} has "
                 f"{_describe_keys(list(indexes[i]))}",
                 "compare runs of the same suite, e.g. `clsbench run --suite seed` on each machine",
             )
@@ -466,7 +470,7 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         for key in (k for k in keys if k[1] == workload):
             cells = tuple(cell_of(index.get(key)) for index in indexes)
             ratios = tuple(ratio_of(cells[0], cell, higher, alpha) for cell in cells[1:])
-            rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios))
+            rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios, backend=key[4]))
         tables.append(WorkloadTable(workload, metric, higher, tuple(rows)))
 
     runs = tuple(_run_info(r, n, label) for r, n, label in zip(results, names, labels, strict=True))
@@ -494,9 +498,11 @@ def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, 
     Rows exist for every (model, mode) with an ok training or batch-1 latency measurement in some run.
     """
     by_workload = {t.workload: t for t in tables}
-    train_rows = list(by_workload["train"].rows) if "train" in by_workload else []
-    latency_rows = [r for r in by_workload["infer-latency"].rows if r.batch_size == 1] \
-        if "infer-latency" in by_workload else []
+    # Eager only: the articles' view is of the PyTorch module itself (a backend is in the workload tables).
+    train_rows = [r for r in by_workload["train"].rows if r.backend == DEFAULT_BACKEND] \
+        if "train" in by_workload else []
+    latency_rows = [r for r in by_workload["infer-latency"].rows
+                    if r.batch_size == 1 and r.backend == DEFAULT_BACKEND] if "infer-latency" in by_workload else []
     order: list[tuple[str, str]] = []
     for r in train_rows + latency_rows:
         if (r.model, r.mode) not in order:

@@ -21,7 +21,7 @@ from typing import Any
 from clsbench.analysis import stats
 from clsbench.core.plan import Cell, StopRule
 from clsbench.core.vocab import Status
-from clsbench.results.schema import Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, Measurement
 
 UNSTABLE_ADVICE = (
     "results moved by more than {limit:.0f}% between fresh processes: stop other work on this GPU/CPU, check clocks "
@@ -282,6 +282,47 @@ def combine_host_cpu(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def combine_backend(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What an inference backend did over a measurement's repeats (empty for eager, whose records say nothing).
+
+    Build facts come from the manifest of the artifact (the same in every repeat: ``build_s`` is the time of the
+    build that made it, whichever repeat or earlier run that was); ``load_s`` and ``graph_capture_s`` are medians
+    over the ok repeats; ``cache_hit`` is the first repeat's (False: this measurement built the artifact);
+    ``parity`` is the first repeat's check against fp32 eager (:mod:`clsbench.backends.parity`).
+    """
+    facts = [r["backend"] for r in records if isinstance(r.get("backend"), dict)]
+    if not facts:
+        return {}
+    first = facts[0]
+    built = next((f for f in facts if f.get("built_now")), None)
+    ok = [r["backend"] for r in records if r["status"] == Status.OK and isinstance(r.get("backend"), dict)]
+    out: dict[str, Any] = {"name": first.get("name")}
+    if len(first) > 1:  # more than the name: the backend was applied (or tried)
+        out.update({
+            "build_s": next((f.get("build_s") for f in facts if f.get("build_s") is not None), None),
+            "built_now": built is not None,
+            "build_process_s": (built or {}).get("build_process_s"),
+            "load_s": _median_or_none([f.get("load_s") for f in ok]),
+            "graph_capture_s": _median_or_none([f.get("graph_capture_s") for f in ok]),
+            "artifact_bytes": next((f.get("artifact_bytes") for f in facts if f.get("artifact_bytes")), None),
+            "cache_hit": first.get("cache_hit"),
+            "cache_hits": sum(bool(f.get("cache_hit")) for f in facts),
+            "rebuilt_reason": next((f.get("rebuilt_reason") for f in facts if f.get("rebuilt_reason")), None),
+            "no_cache": first.get("no_cache"),
+            "cache_dir": first.get("cache_dir"),
+            "cache_key": first.get("cache_key"),
+            "variant": next((f.get("variant") for f in facts if f.get("variant")), None),
+            "build": next((f.get("build") for f in facts if f.get("build")), None),
+            "attempts": (built or first).get("attempts"),
+            "versions": first.get("versions"),
+            "runtime": next((f.get("runtime") for f in ok if f.get("runtime")), first.get("runtime")),
+        })
+    parity = next((r["parity"] for r in records if isinstance(r.get("parity"), dict)), None)
+    if parity is not None:
+        out["parity"] = parity
+    return out
+
+
 #: Training moves roughly three times the forward's bytes: activations are written, then read back for the
 #: backward pass, which writes gradients of the same size; weights are read twice and their gradients written.
 TRAIN_BYTES_FACTOR = 3.0
@@ -310,6 +351,14 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
             from clsbench.analysis.data import summarize_data
 
             summary["data"] = summarize_data(ok)
+    backend = combine_backend(records) if cell.backend != DEFAULT_BACKEND else {}
+    if backend:
+        summary["backend"] = backend
+        parity = backend.get("parity")
+        if parity is not None:
+            # Figures of a network that computes something else are kept and shown, but not valid.
+            validity["parity_passed"] = bool(parity.get("passed"))
+            validity["valid"] = bool(validity.get("valid")) and validity["parity_passed"]
     if rule is not None:
         validity["stop_rule"] = stop_rule_text(rule)
     input_size = next((r.get("input_size") for r in records if r.get("input_size")), cell.input_size)
@@ -333,4 +382,5 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
         summary=summary,
         validity=validity,
         data=cell.data.to_dict() if cell.data is not None else None,
+        backend=cell.backend,
     )

@@ -14,12 +14,14 @@ from typing import Any
 
 from clsbench.analysis.summary import drift_is_time_varying
 from clsbench.core.vocab import Status
-from clsbench.results.schema import Measurement, data_label
+from clsbench.results.schema import Measurement, backend_suffix, data_label
 
 #: The kinds of finding, in the order they are shown, with the advice every finding of the kind shares.
 ADVICE: dict[str, str] = {
     "FAILED": "the reason and the error are recorded per measurement; an oom asks for a smaller batch size",
     "SKIPPED": "the mode, pipeline or strategy does not apply to this workload or device; nothing was measured",
+    "PARITY": "the backend's outputs differ from fp32 eager beyond its precision's tolerance: its figures are kept "
+              "but not valid, and `clsbench tune` never picks it; try another mode (fp32, or +cl off) or backend",
     "UNSTABLE": "results moved by more than 10% between fresh processes: stop other work on this GPU/CPU, check "
                 "clocks and temperature (`clsbench env`), and raise --min-time or --repeats",
     "THROTTLED": "the figure is what a throttled card delivers: check cooling and the power limit (`clsbench env`)",
@@ -61,9 +63,10 @@ class Group:
 
 
 def cell_label(m: Measurement) -> str:
-    """``model workload [data] mode bsN``: how a measurement is named in warnings."""
+    """``model workload [data] mode bsN @backend``: how a measurement is named in warnings (``@backend`` only when
+    it is not eager)."""
     workload = m.workload if m.data is None else f"{m.workload} [{data_label(m.data)}]"
-    return f"{m.model} {workload} {m.mode} bs{m.batch_size}"
+    return f"{m.model} {workload} {m.mode} bs{m.batch_size}{backend_suffix(m.backend)}"
 
 
 def _num(value: Any) -> float | None:
@@ -102,6 +105,16 @@ def measurement_finding(m: Measurement, *, label: Callable[[Measurement], str] =
     return None
 
 
+def parity_finding(m: Measurement, *, label: Callable[[Measurement], str] = cell_label,
+                   run: str = "") -> Finding | None:
+    """The finding about an ok measurement whose backend failed its parity check against fp32 eager, or None."""
+    parity = (m.summary.get("backend") or {}).get("parity") if isinstance(m.summary.get("backend"), dict) else None
+    if m.status != Status.OK or not isinstance(parity, dict) or parity.get("passed") is not False:
+        return None
+    return Finding("PARITY", label(m), str(parity.get("detail") or "outputs outside the tolerance"),
+                   ADVICE["PARITY"], run)
+
+
 def preflight_findings(environment: dict[str, Any], *, run: str = "") -> list[Finding]:
     """The pre-flight checks recorded with a run that warned (statuses: ok, warn, info, unavailable)."""
     checks = environment.get("preflight")
@@ -112,8 +125,10 @@ def preflight_findings(environment: dict[str, Any], *, run: str = "") -> list[Fi
 
 def findings(measurements: Iterable[Measurement], *, label: Callable[[Measurement], str] = cell_label,
              run: str = "") -> list[Finding]:
-    """Every finding about ``measurements``, in their order."""
-    found = (measurement_finding(m, label=label, run=run) for m in measurements)
+    """Every finding about ``measurements``, in their order: a failed parity check, then the first other rule
+    that applies."""
+    found = (f for m in measurements
+             for f in (parity_finding(m, label=label, run=run), measurement_finding(m, label=label, run=run)))
     return [f for f in found if f is not None]
 
 

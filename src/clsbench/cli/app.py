@@ -87,6 +87,13 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--workload", "workloads", multiple=True, help="infer-latency, infer-throughput, train.")
 @click.option("--mode", "modes", multiple=True, help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
 @click.option("--batch-size", "batch_sizes", multiple=True, help="Batch size(s); default per workload.")
+@click.option("--backend", "backends", multiple=True,
+              help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
+                   "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
+@click.option("--no-cache", is_flag=True,
+              help="Build every backend artifact anew (the new build replaces the cached one).")
+@click.option("--backend-cache", "backend_cache", metavar="DIR",
+              help="Where backend artifacts are cached; default: $CLSBENCH_CACHE, else ~/.cache/clsbench/artifacts.")
 @click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
 @click.option("--retry-failed", is_flag=True, help="With --resume: measure the cells that failed again too.")
@@ -94,9 +101,10 @@ def _ints(values: list[str], option: str) -> list[int]:
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
-        batch_sizes: tuple[str, ...], resume_path: str | None, retry_failed: bool, measure: MeasureOptions,
-        execution: Execution, device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
-    """Measure models x workloads x modes x batch sizes; save a result file and print the table."""
+        batch_sizes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool, backend_cache: str | None,
+        resume_path: str | None, retry_failed: bool, measure: MeasureOptions, execution: Execution, device: str,
+        output: str | None, quiet: bool, **data_opts: Any) -> None:
+    """Measure models x workloads x modes x batch sizes x backends; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
     from clsbench.data.plan import dataset_warnings
@@ -107,6 +115,10 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
     if retry_failed and not resume_path:
         raise click.UsageError("--retry-failed goes with --resume FILE")
+    backend_flags = [flag for flag, value in (("--backend", backends), ("--no-cache", no_cache),
+                                              ("--backend-cache", backend_cache)) if value]
+    if resume_path and backend_flags:
+        raise click.UsageError(f"--resume uses the backend settings stored in the file; drop {backend_flags[0]}")
     data = None if resume_path else data_settings(**data_opts)
     progress = Progress(quiet)
     execution = dataclasses.replace(execution, progress=progress)
@@ -125,6 +137,8 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 workloads=api.split_list(workloads, "--workload"), modes=api.split_list(modes, "--mode"),
                 batch_sizes=_ints(api.split_list(batch_sizes, "--batch-size"), "--batch-size"),
                 device=resolved, options=measure, execution=execution, environment=env, data=data,
+                backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache,
+                cache_dir=backend_cache,
             )
             env = api.data_preflight(env, plan.cells)
             path = output or str(api.default_output_path(resolved))

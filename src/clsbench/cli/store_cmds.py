@@ -118,7 +118,9 @@ def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
     if head is None:
         description, figure = "-", "-"
     else:
-        description = f"{head['model']} {head['workload']} {head['mode']} bs{head['batch_size']}"
+        backend = head.get("backend") or "eager"
+        description = f"{head['model']} {head['workload']} {head['mode']} bs{head['batch_size']}" + (
+            "" if backend == "eager" else f" @{backend}")
         figure = _figure(head)
     return (
         run["run_id"],

@@ -31,10 +31,14 @@ from clsbench.procedures.tune import TUNE_OPTIONS
 @click.option("--knee", "knee_fraction", type=float, default=0.9, show_default=True,
               help="The knee is the smallest batch reaching this fraction of the best throughput.")
 @click.option("--max-batch", type=int, default=4096, show_default=True, help="Largest batch auto may try.")
+@click.option("--backend", default="eager", show_default=True,
+              help="Inference backend of every point: eager, torchscript, export, onnxruntime, tensorrt.")
+@click.option("--no-cache", is_flag=True, help="Build every backend artifact anew.")
+@click.option("--backend-cache", "backend_cache", metavar="DIR", help="Where backend artifacts are cached.")
 @measure_options()
 def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_fraction: float, max_batch: int,
-                  measure: MeasureOptions, execution: Execution, device: str, output: str | None,
-                  quiet: bool) -> None:
+                  backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
+                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Measure one model/workload/mode at several batch sizes: the knee, the largest fit, the latency curve."""
     from clsbench.procedures.sweep import parse_batch_sizes, render_sweep, sweep, validate_knee_fraction
     from clsbench.report import table
@@ -45,13 +49,15 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
     resolved, env, path = start(device, output)
     if not quiet:
         what = "auto" if sizes == "auto" else ",".join(map(str, sizes))
-        click.echo(f"clsbench {__version__}: sweep {model} {workload} {mode} over batch sizes {what} x "
+        on = "" if backend == "eager" else f" @{backend}"
+        click.echo(f"clsbench {__version__}: sweep {model} {workload} {mode}{on} over batch sizes {what} x "
                    f"{measure.repeats} repeat(s) on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
     try:
         outcome = sweep(model, workload, mode, resolved, sizes, path, options=measure,
                         execution=dataclasses.replace(execution, progress=progress, env=env),
-                        knee_fraction=knee_fraction, max_batch=max_batch)
+                        knee_fraction=knee_fraction, max_batch=max_batch, backend=backend, no_cache=no_cache,
+                        cache_dir=backend_cache)
     finally:
         progress.close()
     click.echo(table.render(outcome.result), nl=False)
@@ -75,7 +81,11 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
 @click.option("--batch-sizes", "batch_sizes",
               help="Batch sizes to try (comma list); default: 1 for infer-latency, a short doubling otherwise.")
 @click.option("--compile/--no-compile", "compile_variants", default=True, show_default=True,
-              help="Also try torch.compile and CUDA graphs for the best eager modes.")
+              help="Also try torch.compile and CUDA graphs for the best eager modes, and for inference the "
+                   "inference backends (--backends).")
+@click.option("--backends", "backends", multiple=True,
+              help="Inference backends the backend phase tries (repeat or comma-separate), e.g. export,tensorrt; "
+                   "default: every one but eager (those that cannot run here are listed as pruned).")
 @click.option("--variants", "variants", multiple=True,
               help="Which compile-phase variants to try (repeat or comma-separate): compile, cudagraph, "
                    "compile+cudagraph (train: compile); default: all.")
@@ -85,10 +95,11 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
               help="Reject candidates whose outputs differ from fp32 eager beyond the documented tolerance.")
 @measure_options(TUNE_OPTIONS)
 def tune_command(model: str, workload: str, max_latency_ms: float | None, max_memory_gb: float | None,
-                 modes: tuple[str, ...], batch_sizes: str | None, compile_variants: bool,
+                 modes: tuple[str, ...], batch_sizes: str | None, compile_variants: bool, backends: tuple[str, ...],
                  variants: tuple[str, ...], max_autotune: bool, check_outputs: bool, measure: MeasureOptions,
                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
-    """Find the fastest configuration (mode x batch size) of a model here, within latency and memory limits."""
+    """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
+    limits."""
     from clsbench import api
     from clsbench.procedures.sweep import parse_batch_sizes
     from clsbench.procedures.tune import NoConfigurationError, render_tune, tune, validate_limit
@@ -107,6 +118,9 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
         from clsbench.procedures.tune import parse_variants
 
         parse_variants(workload, chosen_variants)
+    chosen_backends = api.split_list(backends) or None
+    if backends and not chosen_backends:
+        raise InvalidInputError("--backends names no backend", "e.g. --backends export,tensorrt")
     resolved, env, path = start(device, output)
     if not quiet:
         click.echo(f"clsbench {__version__}: tune {model} {workload} on {resolved}; results -> {path}", err=True)
@@ -116,7 +130,7 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
                        modes=chosen_modes, batch_sizes=sizes, output=path, options=measure,
                        execution=dataclasses.replace(execution, progress=progress, env=env),
                        compile_variants=compile_variants, variants=chosen_variants, max_autotune=max_autotune,
-                       check_outputs=check_outputs)
+                       check_outputs=check_outputs, backends=chosen_backends)
     except NoConfigurationError as exc:
         progress.close()
         click.echo(render_tune(exc.tune_result.analysis), nl=False)

@@ -182,10 +182,12 @@ def reproduce_command(plan: RunPlan, cell: Cell) -> str:
     """The ``clsbench run`` command that measures ``cell`` again with ``plan``'s settings (defaults left out).
 
     A real-data cell adds its data flags; ``run --data`` turns overlapped preparation off by itself, so such a
-    line never says ``--no-overlap``.
+    line never says ``--no-overlap``. A cell on an inference backend other than ``eager`` says ``--backend``.
     """
     args = ["clsbench", "run", "--model", cell.model, "--workload", cell.workload, "--mode", cell.mode,
             "--batch-size", str(cell.batch_size), "--device", cell.device]
+    if cell.backend != "eager":
+        args += ["--backend", cell.backend]
     if cell.input_size is not None:
         args += ["--input-size", str(cell.input_size)]
     args += MeasureOptions.of_plan(plan, cell.workload).to_cli_args()

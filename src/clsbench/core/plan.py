@@ -13,7 +13,7 @@ from typing import Any
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.errors import InvalidInputError
-from clsbench.results.schema import Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, Measurement, backend_key, backend_suffix
 
 WORKLOADS = ("infer-latency", "infer-throughput", "train")
 
@@ -94,7 +94,8 @@ def default_stop_rules(device: str) -> dict[str, StopRule]:
 
 @dataclass(frozen=True)
 class Cell:
-    """One measurement: a model in a mode running a workload at a batch size on a device."""
+    """One measurement: a model in a mode running a workload at a batch size on a device (on an inference backend,
+    ``eager`` by default)."""
 
     model: str
     workload: str
@@ -103,21 +104,27 @@ class Cell:
     device: str
     input_size: int | None = None  # None: the model's own default
     data: DataSettings | None = None  # None: the synthetic batch resident on the device (train only otherwise)
+    backend: str = DEFAULT_BACKEND  # the inference backend (clsbench.backends); eager: the PyTorch module itself
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """(model, workload, mode, batch size, device), plus the data label for a real-data cell."""
+        """(model, workload, mode, batch size, device), plus the data label for a real-data cell and the backend
+        for one not eager (the key of the :class:`~clsbench.results.schema.Measurement` it becomes)."""
         base = (self.model, self.workload, self.mode, self.batch_size, self.device)
-        return base if self.data is None else (*base, self.data.label())
+        base = base if self.data is None else (*base, self.data.label())
+        return (*base, *backend_key(self.backend))
 
     def label(self) -> str:
         text = f"{self.model} {self.workload} {self.mode} bs{self.batch_size}"
-        return text if self.data is None else f"{text} [{self.data.label()}]"
+        text = text if self.data is None else f"{text} [{self.data.label()}]"
+        return text + backend_suffix(self.backend)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         if self.data is None:
             del data["data"]  # files without real data read exactly as before
+        if self.backend == DEFAULT_BACKEND:
+            del data["backend"]  # and eager files too
         return data
 
     @classmethod
@@ -125,7 +132,7 @@ class Cell:
         """The cell a stored measurement measured."""
         m = measurement
         data = DataSettings.from_dict(m.data) if m.data is not None else None
-        return cls(m.model, m.workload, m.mode, m.batch_size, m.device, m.input_size, data)
+        return cls(m.model, m.workload, m.mode, m.batch_size, m.device, m.input_size, data, m.backend)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
@@ -161,6 +168,8 @@ class RunPlan:
     telemetry: bool = True  # on a GPU, sample NVML (power, clocks, temperature...) over each timed region
     train: TrainSettings = TrainSettings()
     suite: str | None = None
+    no_cache: bool = False  # inference backends: build every artifact anew (the new build replaces the cached one)
+    cache_dir: str | None = None  # inference backends: the artifact cache; None: $CLSBENCH_CACHE or ~/.cache/...
 
     def validate(self) -> None:
         if self.repeats < 1:
@@ -178,6 +187,9 @@ class RunPlan:
         return self.stop_rules[workload]
 
     def to_dict(self) -> dict[str, Any]:
+        backend = {"no_cache": True} if self.no_cache else {}
+        if self.cache_dir is not None:
+            backend["cache_dir"] = self.cache_dir
         return {
             "suite": self.suite,
             "repeats": self.repeats,
@@ -190,6 +202,7 @@ class RunPlan:
             "telemetry": self.telemetry,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
+            **backend,  # written only when not at their defaults, so other files read as before
             "cells": [cell.to_dict() for cell in self.cells],
         }
 
@@ -208,6 +221,8 @@ class RunPlan:
             telemetry=bool(data.get("telemetry", True)),
             train=TrainSettings(**data["train"]),
             suite=data.get("suite"),
+            no_cache=bool(data.get("no_cache", False)),
+            cache_dir=data.get("cache_dir"),
         )
 
 

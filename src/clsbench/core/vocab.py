@@ -44,7 +44,15 @@ class Reason(_StrEnum):
     SERVER_ERROR = "server_error"  # serve: the serving loop itself raised (not the model)
     LOADGEN_ERROR = "loadgen_error"  # serve: MLPerf's LoadGen failed to run
     INTERRUPTED = "interrupted"  # serve: Ctrl-C ended the LoadGen run
+    UNSUPPORTED_BACKEND = "unsupported_backend"  # the inference backend cannot express this here (skipped)
+    EXPORT_ERROR = "export_error"  # the backend's exporter (torch.jit.trace, torch.export, torch.onnx) refused
+    BUILD_ERROR = "build_error"  # compiling or serialising the exported graph raised
+    BUILD_CRASH = "build_crash"  # the backend's build process died (a signal such as SIGSEGV)
+    BUILD_TIMEOUT = "build_timeout"  # the backend's build ran past its limit and was killed
+    LOAD_ERROR = "load_error"  # the built artifact does not load or run in the measuring process
+    PARITY_FAILED = "parity_failed"  # outputs outside the tolerance against fp32 eager (figures kept, never a winner)
 
 
 #: Reasons of a measurement that did not run here rather than one that broke.
-SKIP_REASONS = frozenset({Reason.UNSUPPORTED_MODE, Reason.UNSUPPORTED_PIPELINE, Reason.UNSUPPORTED_STRATEGY})
+SKIP_REASONS = frozenset({Reason.UNSUPPORTED_MODE, Reason.UNSUPPORTED_PIPELINE, Reason.UNSUPPORTED_STRATEGY,
+                          Reason.UNSUPPORTED_BACKEND})

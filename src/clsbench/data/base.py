@@ -17,10 +17,9 @@ from a generator seeded with (data seed, e, i), so they do not depend on which w
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -157,25 +156,6 @@ def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:
         if time.perf_counter() - t0 >= wait_s:
             break
     return dropped
-
-
-@contextlib.contextmanager
-def worker_processes_allowed() -> Iterator[None]:
-    """Let this process start DataLoader workers even when it is a daemonic clsbench worker.
-
-    clsbench's runner starts each measurement in a daemonic process (it dies with the parent), and multiprocessing
-    refuses children to a daemonic process. DataLoader workers are daemonic themselves and exit when their parent
-    disappears (torch's watchdog), so they cannot outlive the measurement: the refusal is lifted while they start.
-    """
-    config = getattr(multiprocessing.current_process(), "_config", None)
-    daemonic = bool(config and config.get("daemon"))
-    if daemonic:
-        config["daemon"] = False
-    try:
-        yield
-    finally:
-        if daemonic:
-            config["daemon"] = True
 
 
 def loader_context() -> object | None:

@@ -1,5 +1,5 @@
-"""Building a run plan: the cross product of models x workloads x modes x batch sizes, validated against the
-registries, with the stop rules the options give."""
+"""Building a run plan: the cross product of models x workloads x modes x batch sizes x inference backends,
+validated against the registries, with the stop rules the options give."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import Cell, RunPlan, default_stop_rules, validate_batch_size
 from clsbench.core.suites import default_suite_name, get_suite, resolve_modes
 from clsbench.errors import InvalidInputError
+from clsbench.results.schema import DEFAULT_BACKEND
 from clsbench.system.machine import bf16_supported, resolve_device
 
 
@@ -28,6 +29,9 @@ def plan_run(
     execution: Execution = Execution(),
     environment: dict[str, Any] | None = None,
     data: DataSettings | None = None,
+    backends: Sequence[str] = (DEFAULT_BACKEND,),
+    no_cache: bool = False,
+    cache_dir: str | None = None,
 ) -> RunPlan:
     """Build the cross product to measure.
 
@@ -44,6 +48,10 @@ def plan_run(
             telemetry.
         execution: ``overlap`` is recorded in the plan; the rest of it applies when the plan runs.
         environment: the recorded environment, to choose amp-fp16 for the suite's amp-bf16 on a GPU without bf16.
+        backends: the inference backends (:data:`clsbench.backends.BACKENDS`) every cell is measured on; a
+            backend other than ``eager`` applies to the inference workloads only (``--backend`` with ``train`` is
+            one error line). A cell a backend cannot express here is recorded as skipped with the reason.
+        no_cache, cache_dir: the backends' artifact cache: build anew, and where it lives (None: its default).
     """
     from clsbench.modes import parse_mode
     from clsbench.workloads import WORKLOADS
@@ -74,12 +82,24 @@ def plan_run(
         chosen_modes = ("fp32",)
     for size in batch_sizes:
         validate_batch_size(size)
+    chosen_backends = tuple(dict.fromkeys(backends)) or (DEFAULT_BACKEND,)
+    if chosen_backends != (DEFAULT_BACKEND,):
+        from clsbench.backends import check_backend_selection
+
+        if data is not None:
+            raise InvalidInputError("--backend applies to inference workloads only, and real data (--data) feeds "
+                                    "train", "drop --backend, or drop --data")
+        if not workloads:  # the default workloads, less the ones no backend applies to
+            chosen_workloads = tuple(w for w in chosen_workloads if WORKLOADS.get(w).kind == "inference")
+        check_backend_selection(chosen_backends, [WORKLOADS.get(w).kind for w in chosen_workloads])
 
     cells = []
     for model, workload, mode in itertools.product(chosen_models, chosen_workloads, chosen_modes):
         sizes = tuple(batch_sizes) or (base.batch_sizes.get(workload) or get_suite("seed").batch_sizes[workload],)
         for size in sizes:
-            cells.append(Cell(model, workload, mode, size, resolved_device, options.input_size))
+            for backend in chosen_backends:
+                cells.append(Cell(model, workload, mode, size, resolved_device, options.input_size,
+                                  backend=backend))
 
     overlap = execution.overlap
     if data is not None:
@@ -93,7 +113,7 @@ def plan_run(
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=options.repeats, stop_rules=rules, seed=options.seed,
                    data_seed=options.seed, timeout_s=options.timeout_s, compile_mode=options.compile_mode,
                    cudnn_benchmark=bool(options.cudnn_benchmark), overlap_prepare=overlap,
-                   telemetry=options.telemetry, suite=suite)
+                   telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir)
     plan.validate()
     return plan
 

@@ -23,7 +23,7 @@ from clsbench.engine.worker import Job
 from clsbench.errors import EXIT_INTERRUPTED, ClsbenchError, ResultFileError
 from clsbench.measure.clock import WallClock
 from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult
 from clsbench.system.machine import run_facts
 
 #: A run's id is this many random bytes, in hex (12 characters: a collision needs about 2^24 runs in one index).
@@ -126,11 +126,12 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         # Overlap only on a GPU: on a CPU, building the next model would steal cores from the measurement.
         executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare)
 
-    skips = {cell.key: static_skip_reason(cell, result.environment, plan.compile_mode) for cell in todo}
+    skips = {cell.key: static_skip(cell, result.environment, plan.compile_mode) for cell in todo}
     jobs = [
         Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
             compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
-            telemetry=plan.telemetry)
+            telemetry=plan.telemetry, timeout_s=plan.timeout_s if execution.isolation != "inline" else None,
+            no_cache=plan.no_cache, cache_dir=plan.cache_dir)
         for cell in todo
         if not skips[cell.key]
         for r in range(plan.repeats)
@@ -142,8 +143,7 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         return executor.run(jobs[index], jobs[index + 1] if index + 1 < len(jobs) else None)
 
     def skip(cell: Cell) -> dict[str, Any] | None:
-        reason = skips[cell.key]
-        return {"status": Status.SKIPPED, "reason": Reason.UNSUPPORTED_MODE, "detail": reason} if reason else None
+        return skips[cell.key]
 
     def interrupted(partial: BenchmarkResult) -> RunInterrupted:
         where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""
@@ -159,6 +159,43 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output),
                            progress=execution.progress)
 
+
+
+def static_skip(cell: Cell, environment: dict[str, Any], compile_mode: str) -> dict[str, Any] | None:
+    """The skipped record of a cell that cannot run here, known without starting a worker, or None.
+
+    The mode first (``unsupported_mode``, :func:`static_skip_reason`), then the cell's inference backend
+    (``unsupported_backend``, :func:`static_backend_skip_reason`): a backend whose library is missing starts no
+    worker, and the record says how to install it.
+    """
+    reason = static_skip_reason(cell, environment, compile_mode)
+    if reason:
+        return {"status": Status.SKIPPED, "reason": Reason.UNSUPPORTED_MODE, "detail": reason}
+    reason = static_backend_skip_reason(cell, environment)
+    if reason:
+        return {"status": Status.SKIPPED, "reason": Reason.UNSUPPORTED_BACKEND, "detail": reason,
+                "backend": {"name": cell.backend}}
+    return None
+
+
+def static_backend_skip_reason(cell: Cell, environment: dict[str, Any]) -> str | None:
+    """Why ``cell``'s inference backend cannot run its request here (a missing library, a mode or device it cannot
+    express), or None; None for ``eager``. The worker asks again with the model's real input size."""
+    if cell.backend == DEFAULT_BACKEND:
+        return None
+    from clsbench.backends import BackendRequest, backend_unsupported_reason
+    from clsbench.models import get_model_spec
+    from clsbench.modes import parse_mode
+    from clsbench.workloads import get_workload
+
+    try:
+        input_size = cell.input_size or get_model_spec(cell.model).input_size
+    except ClsbenchError:
+        return None  # the worker records the model error
+    request = BackendRequest(model=cell.model, mode=parse_mode(cell.mode).name, batch_size=cell.batch_size,
+                             input_size=input_size, device=cell.device,
+                             workload_kind=get_workload(cell.workload).kind)
+    return backend_unsupported_reason(cell.backend, request)
 
 
 def static_skip_reason(cell: Cell, environment: dict[str, Any], compile_mode: str) -> str | None:

@@ -3,8 +3,9 @@
 A job goes through two phases so the parent can overlap them across workers on a GPU:
 
 * **prepare** (CPU only, never touches the GPU): resolve the model and build it with seeded weights;
-* **measure** (exclusive use of the device): configure backend flags, move the model, apply the mode, run the
-  workload, read memory.
+* **measure** (exclusive use of the device): configure backend flags, move the model, apply the mode, apply the
+  cell's inference backend when it is not ``eager`` (:class:`BackendStep`: build or reuse its artifact, load it),
+  run the workload, read memory, and on the first repeat check the backend's outputs against fp32 eager.
 
 With overlap, measure also passes two **gates** (:class:`Gate`): ``device``, after creating the CUDA context and
 before the first kernel, where the parent makes sure the previous worker has exited (its GPU memory is freed);
@@ -13,8 +14,9 @@ nothing but this measurement runs on the host or the device while it is timed.
 
 Every outcome becomes a plain dict (a *repeat record*) with ``status`` ``ok``, ``failed`` or ``skipped`` and, when
 not ok, a ``reason`` code (``oom``, ``nan_loss``, ``compile_error``, ``unsupported_mode``, ``crash``; for real data
-also ``data_error``, ``data_loader_timeout``, ``data_loader_crash``, ``unsupported_pipeline``) and a
-one-line ``detail``. Exceptions never escape :func:`execute`.
+also ``data_error``, ``data_loader_timeout``, ``data_loader_crash``, ``unsupported_pipeline``; for an inference
+backend ``unsupported_backend``, ``export_error``, ``build_error``, ``build_crash``, ``build_timeout``,
+``load_error``) and a one-line ``detail``. Exceptions never escape :func:`execute`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from clsbench.core.plan import Cell, StopRule, TrainSettings
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import ClsbenchError
 from clsbench.measure.clock import Clock, WallClock
+from clsbench.results.schema import DEFAULT_BACKEND
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class Job:
     clock: Clock = field(default_factory=WallClock)
     telemetry: bool = True  # sample NVML over the timed region (GPU only)
     telemetry_interval_s: float = 0.05
+    timeout_s: float | None = None  # the worker's own limit (a backend's build must end well before it)
+    no_cache: bool = False  # inference backends: build the artifact anew
+    cache_dir: str | None = None  # inference backends: the artifact cache (None: its default location)
 
 
 @dataclass
@@ -76,10 +82,13 @@ def failure_record(exc: BaseException) -> dict[str, Any]:
     (single-process workers here, scale's ranks in :mod:`clsbench.procedures.scale.rank`)."""
     import torch
 
+    from clsbench.backends import BackendNotRun
     from clsbench.data.errors import data_failure_record
     from clsbench.workloads import NonFiniteLossError
 
     message = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:500]
+    if isinstance(exc, BackendNotRun):  # export_error, build_error, build_crash, build_timeout, load_error, skipped
+        return exc.record()
     data_record = data_failure_record(exc)  # data_error, data_loader_timeout, data_loader_crash, unsupported_pipeline
     if data_record is not None:
         return data_record
@@ -254,6 +263,12 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             workload = TrainWithData()
         mode, mode_ctx, flags = configure_mode(cell.mode, device, workload.kind, compile_mode=job.compile_mode,
                                                cudnn_benchmark=job.cudnn_benchmark)
+        backend = BackendStep(job, mode.name, prepared.input_size, workload.kind, started) \
+            if cell.backend != DEFAULT_BACKEND else None
+        if backend is not None:
+            skipped = backend.unsupported()
+            if skipped is not None:
+                return skipped
         t0 = time.perf_counter()
         model = prepared.model.to(device)
         if workload.kind == "inference":
@@ -262,6 +277,8 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         setup_s = time.perf_counter() - t0
+        if backend is not None:
+            ready = backend.apply(ready)  # raises BackendNotRun: the record says which step failed
         reset_peak_memory(device)
         from clsbench.system.telemetry import NoneSource, make_source
 
@@ -286,6 +303,11 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             # Compilation is lazy: it happens inside the first call, which is timed on its own.
             timings["compile_s"] = out.timings.get("first_iteration_s")
         memory = memory_readings(device)
+        extra: dict[str, Any] = {}
+        if backend is not None:
+            timings["backend_s"] = backend.seconds
+            # Parity is a property of the artifact, like its FLOPs: checked once, after the first repeat's figures.
+            extra = {"backend": backend.facts, **({"parity": backend.parity(ready)} if job.repeat == 0 else {})}
         timings["measure_s"] = time.perf_counter() - started  # all of measure: what the phases above leave out
         return record(
             Status.OK,
@@ -302,9 +324,68 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             costs=prepared.costs,
             pid=os.getpid(),
             **({"data": out.data} if out.data is not None else {}),
+            **extra,
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
         return failure_record(exc)
+
+
+#: A backend's build must end this long before the worker's own limit, so the worker lives to record the timeout.
+BUILD_MARGIN_S = 60.0
+#: A build is never given less than this, however little of the worker's limit is left.
+MIN_BUILD_S = 30.0
+
+
+class BackendStep:
+    """A non-eager cell's inference backend inside one repeat (:mod:`clsbench.backends.apply`): checked before the
+    model is prepared, applied after the mode prepared it (build or cache, load, wrap), checked for parity after
+    the timed region."""
+
+    def __init__(self, job: Job, mode: str, input_size: int, workload_kind: str, started: float) -> None:
+        from clsbench.backends import BackendRequest
+
+        self.job = job
+        self.name = job.cell.backend
+        self.started = started
+        self.request = BackendRequest(model=job.cell.model, mode=mode, batch_size=job.cell.batch_size,
+                                      input_size=input_size, device=job.cell.device, seed=job.seed,
+                                      num_classes=job.num_classes, workload_kind=workload_kind)
+        self.facts: dict[str, Any] = {"name": self.name}
+        self.seconds: float | None = None
+
+    def unsupported(self) -> dict[str, Any] | None:
+        """A skipped record (``unsupported_backend``) when the backend cannot run this request here, else None."""
+        from clsbench.backends import backend_unsupported_reason
+
+        reason = backend_unsupported_reason(self.name, self.request)
+        if reason is None:
+            return None
+        return record(Status.SKIPPED, Reason.UNSUPPORTED_BACKEND, reason, backend={"name": self.name})
+
+    def build_timeout_s(self) -> float:
+        """The build's limit: the backends' default, or what the worker's own limit leaves, less a margin."""
+        from clsbench.backends.isolate import DEFAULT_BUILD_TIMEOUT_S
+
+        if self.job.timeout_s is None:
+            return DEFAULT_BUILD_TIMEOUT_S
+        left = self.job.timeout_s - (time.perf_counter() - self.started) - BUILD_MARGIN_S
+        return max(MIN_BUILD_S, min(DEFAULT_BUILD_TIMEOUT_S, left))
+
+    def apply(self, prepared: Any) -> Any:
+        """The Prepared that runs the backend; raises :class:`~clsbench.backends.BackendNotRun` when it cannot."""
+        from clsbench.backends import ArtifactCache, apply_backend
+
+        t0 = time.perf_counter()
+        ready, self.facts = apply_backend(self.name, prepared, self.request, cache=ArtifactCache(self.job.cache_dir),
+                                          no_cache=self.job.no_cache, build_timeout_s=self.build_timeout_s())
+        self.seconds = time.perf_counter() - t0
+        return ready
+
+    def parity(self, ready: Any) -> dict[str, Any]:
+        """Outputs against fp32 eager on a fixed batch (:func:`clsbench.backends.check_parity`); never raises."""
+        from clsbench.backends import check_parity
+
+        return check_parity(ready, self.request, data_seed=self.job.data_seed)
 
 
 def execute(job: Job) -> dict[str, Any]:
@@ -316,11 +397,16 @@ def worker_main(conn: Any) -> None:
     """Entry point of a worker process: job -> prepare -> 'ready' -> wait for 'go' -> measure -> result.
 
     The worker ends itself when the run that started it is gone (:func:`clsbench.system.lifetime
-    .exit_with_parent_process`), so a killed run never leaves a worker holding the GPU.
+    .exit_with_parent_process`), so a killed run never leaves a worker holding the GPU. A fatal signal (a native
+    library's SIGSEGV) writes the Python stack to stderr before the process dies, so the run's output says where a
+    ``crash`` record came from.
     """
+    import faulthandler
+
     from clsbench.system.lifetime import exit_with_parent_process
 
     exit_with_parent_process()
+    faulthandler.enable()
     try:
         job, gated, ahead = conn.recv()
         prepared = prepare(job, ahead=ahead)

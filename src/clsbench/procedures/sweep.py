@@ -40,7 +40,7 @@ from clsbench.errors import InvalidInputError
 from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.report.table import fmt_ms, fmt_rate, render_rows
 from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
 from clsbench.system.machine import resolve_device, run_facts
 
 #: Automatic growth continues only while a doubling raises the best throughput seen by at least this fraction.
@@ -163,6 +163,9 @@ def sweep(
     execution: Execution = Execution(),
     knee_fraction: float = DEFAULT_KNEE_FRACTION,
     max_batch: int = DEFAULT_MAX_BATCH,
+    backend: str = DEFAULT_BACKEND,
+    no_cache: bool = False,
+    cache_dir: str | None = None,
 ) -> SweepResult:
     """Measure one model/workload/mode at several batch sizes, each in its own worker processes.
 
@@ -174,6 +177,9 @@ def sweep(
         execution: isolation, clock, progress, the environment to record and the GPU probe (as for ``run``).
         knee_fraction: the knee is the smallest batch reaching this fraction of the best throughput.
         max_batch: the largest size automatic growth may try.
+        backend: the inference backend every point runs on (``eager``: the PyTorch module; another backend builds
+            one artifact per batch size, each cached); inference workloads only.
+        no_cache, cache_dir: the backends' artifact cache (as for ``clsbench run``).
 
     Raises:
         InvalidInputError: bad input (empty or invalid sizes, knee fraction outside (0, 1], unknown names...).
@@ -193,7 +199,8 @@ def sweep(
     resolved = resolve_device(device)
     first = AUTO_START_BATCH if sizes == AUTO else sizes[0]
     plan = plan_run(models=[model], workloads=[workload], modes=[mode], batch_sizes=[first], device=resolved,
-                    options=options, execution=execution, environment=execution.env)
+                    options=options, execution=execution, environment=execution.env, backends=[backend],
+                    no_cache=no_cache, cache_dir=cache_dir)
     canonical = parse_mode(mode).name
     facts: dict[str, Any] = {
         "format": SWEEP_FORMAT,
@@ -206,6 +213,8 @@ def sweep(
         "knee_fraction": knee_fraction,
         "order": [],
     }
+    if backend != DEFAULT_BACKEND:
+        facts["backend"] = backend  # written only when not eager, so eager sweeps read as before
     if sizes == AUTO:
         facts["auto"] = {"start": AUTO_START_BATCH, "factor": AUTO_GROWTH_FACTOR, "min_gain": AUTO_MIN_GAIN,
                          "plateau_patience": AUTO_PLATEAU_PATIENCE, "max_batch": max_batch,
@@ -216,7 +225,7 @@ def sweep(
     run = IncrementalRun(plan, path, environment=environment, key="sweep", facts=facts, execution=execution)
 
     def cell(size: int) -> Cell:
-        return Cell(model, workload, canonical, size, resolved, options.input_size)
+        return Cell(model, workload, canonical, size, resolved, options.input_size, backend=backend)
 
     def measure(batch: list[int]) -> list[Measurement]:
         facts["order"].extend(b for b in batch if b not in facts["order"])
@@ -348,12 +357,15 @@ def _point(m: Measurement) -> dict[str, Any]:
 def _series(result: BenchmarkResult) -> tuple[dict[str, Any], list[Measurement]]:
     facts = result.settings.get("sweep") or {}
     if facts:
-        key = (facts.get("model"), facts.get("workload"), facts.get("mode"), facts.get("device"))
-        return facts, [m for m in result.measurements if (m.model, m.workload, m.mode, m.device) == key]
-    groups = {(m.model, m.workload, m.mode, m.device) for m in result.measurements}
+        key = (facts.get("model"), facts.get("workload"), facts.get("mode"), facts.get("device"),
+               facts.get("backend") or DEFAULT_BACKEND)
+        return facts, [m for m in result.measurements
+                       if (m.model, m.workload, m.mode, m.device, m.backend) == key]
+    groups = {(m.model, m.workload, m.mode, m.device, m.backend) for m in result.measurements}
     if len(groups) > 1:
-        raise InvalidInputError(f"not a sweep: the result holds {len(groups)} model/workload/mode/device series",
-                                "run `clsbench sweep`, or pass a file with one series at several batch sizes")
+        raise InvalidInputError(f"not a sweep: the result holds {len(groups)} model/workload/mode/device/backend "
+                                "series", "run `clsbench sweep`, or pass a file with one series at several batch "
+                                "sizes")
     return facts, list(result.measurements)
 
 
@@ -377,6 +389,7 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
         "model": facts.get("model") or (first.model if first else None),
         "workload": workload,
         "mode": facts.get("mode") or (first.mode if first else None),
+        "backend": facts.get("backend") or (first.backend if first else DEFAULT_BACKEND),
         "device": facts.get("device") or (first.device if first else None),
         "requested": facts.get("batch_sizes"),
         "growth_stopped_by": facts.get("growth_stopped_by"),
@@ -465,7 +478,8 @@ def render_sweep(analysis: dict[str, Any]) -> str:
                      "-" if p["power_avg_w"] is None else f"{p['power_avg_w']:.0f}",
                      "-" if p["joules_per_image"] is None else f"{p['joules_per_image']:.4f}", status,
                      ", ".join(notes)))
-    title = (f"sweep: {analysis.get('model')} {analysis.get('workload')} {analysis.get('mode')} on "
+    title = (f"sweep: {analysis.get('model')} {analysis.get('workload')} {analysis.get('mode')}"
+             f"{backend_suffix(analysis.get('backend'))} on "
              f"{analysis.get('device')} (latency per batch; memory: peak reserved on a GPU, worker RSS on a CPU)")
     lines = [title, ""]
     if not rows:

@@ -14,6 +14,12 @@ ordinary result file, in three phases, and then checks the outputs of the best c
    much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
 3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
    :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
+4. **backends** (inference only): every registered inference backend other than ``eager``
+   (:data:`clsbench.backends.BACKENDS`; or those named) in the weight-cast form of the
+   :data:`MAX_BACKEND_FAMILIES` best eager precisions (``amp-bf16`` becomes ``bf16``: an artifact has fixed
+   dtypes), with and without ``+cl``, and for infer-latency with ``+cudagraph`` too, at the batch size of the best
+   eager result. A combination a backend cannot express here (a missing library, a mode it refuses) is not measured
+   and is listed as pruned with the reason. Builds run in the workers, so their time counts in the search time.
 
 **Objective**: highest ``throughput_img_s`` for infer-throughput and train; lowest p50 request wall latency for
 infer-latency (its score is 1000 / p50 ms, so "lost by 25%" means the same in both).
@@ -25,7 +31,9 @@ reserved by torch's caching allocator on a GPU, or the worker's peak RSS on a CP
 **Correctness guard**: a candidate wins only if its outputs match fp32 eager on a fixed seeded input (same
 weights, same seed) within a documented tolerance (:data:`OUTPUT_RTOL`, :data:`TRAIN_LOSS_RTOL`). The check runs
 :func:`output_errors` in a fresh process (:func:`output_errors_in_subprocess`), top candidate first, until one
-passes; a rejected candidate keeps its figures and carries the reason.
+passes; a rejected candidate keeps its figures and carries the reason. A backend candidate is judged by the parity
+check its own measurement made (:mod:`clsbench.backends.parity`, the same tolerances); one whose parity failed is
+``rejected`` (reason ``parity_failed``) whether the guard is on or not, so it can never win.
 
 Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
 correctness checks, how long the search took); the ranking, the winner and the command that reproduces it are
@@ -45,14 +53,14 @@ from typing import Any
 
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, TrainSettings
-from clsbench.core.vocab import Status
+from clsbench.core.vocab import Reason, Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
 from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.procedures.sweep import AUTO_MIN_GAIN, parse_batch_sizes
 from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
 from clsbench.system.machine import resolve_device, run_facts
 
 #: Precisions explored for every workload, each with and without ``+cl``.
@@ -78,6 +86,12 @@ START_BATCH = {"cuda": 64, "cpu": 8}
 BATCH_DOUBLINGS = 3
 #: infer-latency serves one request at a time: batch 1 only, unless batch sizes are given.
 LATENCY_BATCH = 1
+#: The backend phase tries the weight-cast form of this many of the best eager precisions: each is one artifact
+#: build per backend and layout (AOTInductor and TensorRT take a minute or more on a ResNet-50).
+MAX_BACKEND_FAMILIES = 1
+#: The precision an artifact runs each eager precision in: autocast is a run-time policy of eager PyTorch, so an
+#: exported artifact gets the weights cast instead.
+BACKEND_PRECISION = {"amp-bf16": "bf16", "amp-fp16": "fp16"}
 #: Repeats per candidate: a search ranks candidates; `clsbench run` with the printed command measures the winner
 #: with its own repeats and spread.
 DEFAULT_TUNE_REPEATS = 1
@@ -236,6 +250,7 @@ def candidate_figures(m: Measurement, workload: str) -> dict[str, Any]:
         score = throughput
     return {
         "mode": m.mode,
+        "backend": m.backend,
         "batch_size": m.batch_size,
         "status": m.status,
         "reason": m.reason,
@@ -276,8 +291,28 @@ def _overshoot(figures: dict[str, Any], limits: Mapping[str, float | None]) -> f
 
 
 def rank_key(figures: dict[str, Any]) -> tuple[Any, ...]:
-    """Best score first; candidates without a score (failed, skipped) last; ties by mode and batch."""
-    return (figures["score"] is None, -(figures["score"] or 0.0), figures["mode"], figures["batch_size"])
+    """Best score first; candidates without a score (failed, skipped) last; ties by mode, batch, then eager first."""
+    backend = figures.get("backend") or DEFAULT_BACKEND
+    return (figures["score"] is None, -(figures["score"] or 0.0), figures["mode"], figures["batch_size"],
+            backend != DEFAULT_BACKEND, backend)
+
+
+def candidate_key(figures: dict[str, Any]) -> tuple[str, int, str]:
+    """(mode, batch size, backend): what tells two candidates apart."""
+    return (figures["mode"], figures["batch_size"], figures.get("backend") or DEFAULT_BACKEND)
+
+
+def parity_verdict(m: Measurement) -> dict[str, Any] | None:
+    """A backend measurement's own parity check against fp32 eager as a guard verdict (pure); None when eager or
+    when the measurement has no check (it did not run)."""
+    parity = (m.summary.get("backend") or {}).get("parity") if m.backend != DEFAULT_BACKEND else None
+    if not isinstance(parity, dict):
+        return None
+    passed = parity.get("passed") is True
+    return {"metric": "logits", "error": _num(parity.get("max_abs_err_rel")), "tolerance": parity.get("tolerance"),
+            "error_last": None, "tolerance_last": None, "ok": passed,
+            "reason": None if passed else str(parity.get("detail") or Reason.PARITY_FAILED),
+            "top1_agreement_pct": _num(parity.get("top1_agreement_pct")), "source": "backend parity check"}
 
 
 def tolerance_for(mode: str, tolerances: Mapping[str, float] | None = None) -> float:
@@ -507,6 +542,7 @@ def tune(
     max_autotune: bool = True,
     check_outputs: bool = True,
     tolerances: Mapping[str, float] | None = None,
+    backends: Sequence[str] | None = None,
 ) -> TuneResult:
     """Search execution modes x batch sizes for the fastest configuration within the limits (module docstring).
 
@@ -520,12 +556,15 @@ def tune(
         options: what each candidate's measurement does (``repeats`` defaults to 1 here).
         execution: isolation, clock, progress, environment and probe; with ``isolation="inline"`` the correctness
             check also runs in this process.
-        compile_variants: try phases 2 and 3 (torch.compile, CUDA graphs).
+        compile_variants: try phases 2 to 4 (torch.compile, CUDA graphs, and for inference the compiling
+            backends).
         variants: the phase-2 variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
             :func:`parse_variants`); fewer variants, fewer cold compilations.
         max_autotune: try phase 3 (``+compile:max-autotune``).
         check_outputs: run the correctness guard (off: the winner's outputs are not compared).
         tolerances: per-precision output tolerances replacing :data:`OUTPUT_RTOL` entries.
+        backends: the inference backends phase 4 tries (default: every registered one but ``eager``; empty: no
+            backend phase).
 
     Raises:
         InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names...).
@@ -544,6 +583,7 @@ def tune(
     suffixes = parse_variants(workload, variants)
     resolved = resolve_device(device)
     sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
+    backend_names = _backend_names(workload, backends) if compile_variants else ()
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
@@ -551,13 +591,15 @@ def tune(
                     options=options, execution=execution, environment=execution.env)
     facts = _facts(model, workload, resolved, options.input_size, limits, base_modes, sizes, explicit, suffixes,
                    compile_variants=compile_variants, max_autotune=max_autotune, check_outputs=check_outputs,
-                   tolerances=tolerances)
+                   tolerances=tolerances, backends=backend_names)
     run = IncrementalRun(plan, path, environment=run_facts(resolved, execution.env, probe=execution.probe),
                          key="tune", facts=facts, execution=execution)
     search = _Search(run, model, workload, resolved, options.input_size, limits, base_modes)
     search.eager(sizes, explicit)
     if compile_variants:
         search.compiled(suffixes, max_autotune)
+    if backend_names:
+        search.backends(backend_names)
     # Correctness: the best candidates within the limits, top first, until one passes.
     if check_outputs:
         _guard(run, workload, resolved, limits, tolerances, execution.isolation)
@@ -587,6 +629,23 @@ def _base_modes(workload: str, modes: Sequence[str] | None) -> list[str]:
     return chosen
 
 
+def _backend_names(workload: str, backends: Sequence[str] | None) -> tuple[str, ...]:
+    """The backends of phase 4: the named ones (checked), else every registered one but eager; none for train."""
+    from clsbench.backends import BACKENDS, get_backend
+    from clsbench.workloads import get_workload
+
+    if backends is not None:
+        for name in backends:
+            get_backend(name)  # an unknown name is one error line with the closest names
+    if get_workload(workload).kind != "inference":
+        if backends:
+            raise InvalidInputError("--backends applies to inference workloads only, not train",
+                                    "drop --backends, or tune infer-throughput / infer-latency")
+        return ()
+    names = backends if backends is not None else BACKENDS.names()
+    return tuple(dict.fromkeys(n for n in names if n != DEFAULT_BACKEND))
+
+
 def _batch_sizes(workload: str, device: str, batch_sizes: Sequence[int] | str | None) -> tuple[list[int], bool]:
     """The sizes to try and whether the user named them (then growth does not stop on a plateau)."""
     if batch_sizes is None:
@@ -604,9 +663,9 @@ def _batch_sizes(workload: str, device: str, batch_sizes: Sequence[int] | str | 
 def _facts(model: str, workload: str, device: str, input_size: int | None, limits: dict[str, float | None],
            base_modes: list[str], sizes: list[int], explicit: bool, suffixes: tuple[str, ...], *,
            compile_variants: bool, max_autotune: bool, check_outputs: bool,
-           tolerances: Mapping[str, float] | None) -> dict[str, Any]:
+           tolerances: Mapping[str, float] | None, backends: Sequence[str] = ()) -> dict[str, Any]:
     """What ``settings["tune"]`` records before the search starts (the search appends its phases and decisions)."""
-    return {
+    facts = {
         "format": TUNE_FORMAT,
         "model": model,
         "workload": workload,
@@ -630,6 +689,10 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
         "correctness": [],
         "search_s": None,
     }
+    if backends:  # written only when there is a backend phase, so other searches read as before
+        facts["rules"]["backends"] = list(backends)
+        facts["rules"]["max_backend_families"] = MAX_BACKEND_FAMILIES
+    return facts
 
 
 class _Search:
@@ -644,8 +707,8 @@ class _Search:
         self.base_modes = base_modes
         self.points: dict[str, list[Measurement]] = {mode: [] for mode in base_modes}
 
-    def cell(self, mode: str, batch: int) -> Cell:
-        return Cell(self.model, self.workload, mode, batch, self.device, self.input_size)
+    def cell(self, mode: str, batch: int, backend: str = DEFAULT_BACKEND) -> Cell:
+        return Cell(self.model, self.workload, mode, batch, self.device, self.input_size, backend=backend)
 
     def figures(self, m: Measurement) -> dict[str, Any]:
         return candidate_figures(m, self.workload)
@@ -737,16 +800,79 @@ class _Search:
             self.run.measure(cells)
 
 
+    def backend_modes(self) -> tuple[list[str], int | None]:
+        """The modes of phase 4 and their batch size: the weight-cast form of the best eager precisions, with and
+        without ``+cl`` (and ``+cudagraph`` for infer-latency), at the batch of the best eager result."""
+        from clsbench.modes import parse_mode
+
+        points = [p for p in (self.family_point(fam) for fam in self.base_modes) if p is not None]
+        scored = sorted((p for p in points if self.score_of(p) is not None), key=lambda p: -(self.score_of(p) or 0))
+        if not scored:
+            return [], None
+        precisions: list[str] = []
+        for point in scored:
+            precision = point.mode.split("+", 1)[0]
+            cast = BACKEND_PRECISION.get(precision, precision)
+            if cast not in precisions:
+                precisions.append(cast)
+        modes = []
+        for precision in precisions[:MAX_BACKEND_FAMILIES]:
+            for suffix in ("", "+cl"):
+                modes.append(parse_mode(precision + suffix).name)
+                if self.workload == "infer-latency" and self.device.startswith("cuda"):
+                    modes.append(parse_mode(precision + suffix + "+cudagraph").name)
+        return modes, scored[0].batch_size
+
+    def backends(self, names: Sequence[str]) -> None:
+        """Phase 4: each backend in :meth:`backend_modes`; what a backend cannot express here is pruned with the
+        backend's reason, without starting a worker."""
+        from clsbench.engine.runner import static_backend_skip_reason
+
+        modes, batch = self.backend_modes()
+        if batch is None:
+            return
+        cells = []
+        environment = self.run.result.environment
+        for name in names:
+            refused: dict[str, list[str]] = {}
+            for mode in modes:
+                cell = self.cell(mode, batch, name)
+                reason = static_backend_skip_reason(cell, environment)
+                if reason:
+                    refused.setdefault(reason, []).append(mode)
+                else:
+                    cells.append(cell)
+            for reason, refused_modes in refused.items():
+                self.facts["pruned"].append({"stage": "backend", "mode": name, "variants": refused_modes,
+                                             "reason": reason})
+        if cells:
+            self.facts["phases"].append({"phase": "backend", "batch_size": batch,
+                                         "candidates": [f"{c.mode} @{c.backend}" for c in cells]})
+            self.run.measure(cells)
+
+
 def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str, float | None],
            tolerances: Mapping[str, float] | None, isolation: str) -> None:
     """Check outputs, best allowed candidate first, a group per fresh process, until one passes."""
     plan = run.plan
     facts = run.facts
+    measured = {candidate_key(candidate_figures(m, workload)): m for m in run.result.measurements}
     ranked = [f for f in (candidate_figures(m, workload) for m in run.result.measurements)
               if f["score"] is not None and not limit_violations(f, limits)]
     ranked.sort(key=rank_key)
     done: dict[tuple[str, int], dict[str, Any]] = {}
     for position, figure in enumerate(ranked):
+        if figure["backend"] != DEFAULT_BACKEND:
+            # A backend was checked by its own measurement (repeat 0): that check is its verdict.
+            verdict = parity_verdict(measured[candidate_key(figure)]) or {
+                "metric": "logits", "error": None, "tolerance": tolerance_for(figure["mode"], tolerances),
+                "ok": False, "reason": "the measurement holds no parity check"}
+            facts["correctness"].append({"mode": figure["mode"], "batch_size": figure["batch_size"],
+                                         "backend": figure["backend"], **verdict})
+            run.save()
+            if verdict["ok"]:
+                return
+            continue
         key = (figure["mode"], figure["batch_size"])
         if figure["mode"] == "fp32":
             return  # fp32 eager is the reference itself
@@ -754,7 +880,7 @@ def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str,
             # The top candidate alone first (it usually passes); after a rejection, a few at a time.
             size = CHECK_GROUP if done else 1
             group = [(f["mode"], f["batch_size"]) for f in ranked[position:] if f["mode"] != "fp32"
-                     and (f["mode"], f["batch_size"]) not in done][:size]
+                     and f["backend"] == DEFAULT_BACKEND and (f["mode"], f["batch_size"]) not in done][:size]
             options = {"seed": plan.seed, "data_seed": plan.data_seed, "input_size": facts.get("input_size"),
                        "compile_mode": plan.compile_mode, "cudnn_benchmark": plan.cudnn_benchmark,
                        "train": plan.train}
@@ -789,18 +915,25 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
     workload = facts.get("workload") or (result.measurements[0].workload if result.measurements else None)
     limits = facts.get("limits") or {}
     guard = facts.get("correctness_guard", True)
-    checks = {(c["mode"], c["batch_size"]): c for c in facts.get("correctness") or []}
+    checks = {(c["mode"], c["batch_size"], c.get("backend") or DEFAULT_BACKEND): c
+              for c in facts.get("correctness") or []}
     candidates = []
     for m in result.measurements:
         if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
             continue
         f = candidate_figures(m, workload or m.workload)
         f["violations"] = limit_violations(f, limits) if m.status == Status.OK else []
-        f["correctness"] = checks.get((m.mode, m.batch_size))
-        if m.mode == "fp32" and f["correctness"] is None and guard:
+        f["correctness"] = checks.get(candidate_key(f))
+        parity = parity_verdict(m)
+        if parity is not None and (f["correctness"] is None or not parity["ok"]):
+            f["correctness"] = parity  # a backend's own check, also with the guard off: a failed one never wins
+        if m.mode == "fp32" and m.backend == DEFAULT_BACKEND and f["correctness"] is None and guard:
             f["correctness"] = {"ok": True, "reason": None, "error": 0.0, "reference": True}
         if m.status != Status.OK:
             f["verdict"] = m.status
+        elif parity is not None and not parity["ok"]:
+            f["verdict"] = "rejected"
+            f["reason"] = Reason.PARITY_FAILED
         elif f["violations"]:
             f["verdict"] = "over limit"
         elif f["correctness"] is not None and not f["correctness"].get("ok"):
@@ -813,7 +946,8 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
                    and (not guard or (f["correctness"] or {}).get("ok"))), None)
     if winner is not None:
         winner["verdict"] = "winner"
-    baseline = max((f["score"] for f in candidates if f["mode"] == "fp32" and f["score"] is not None), default=None)
+    baseline = max((f["score"] for f in candidates if f["mode"] == "fp32" and f["backend"] == DEFAULT_BACKEND
+                    and f["score"] is not None), default=None)
     for rank, f in enumerate(candidates, start=1):
         f["rank"] = rank
         f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
@@ -826,7 +960,7 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         if plan is not None:
             command = reproduce_command(plan, Cell(facts.get("model") or "", workload or "", winner["mode"],
                                                    winner["batch_size"], facts.get("device") or "cpu",
-                                                   facts.get("input_size")))
+                                                   facts.get("input_size"), backend=winner["backend"]))
     closest = None
     if winner is None:
         pool = [f for f in candidates if f["status"] == Status.OK and f["verdict"] != "rejected"]
@@ -855,7 +989,8 @@ def _describe(f: dict[str, Any]) -> str:
              is not None else None,
              f"{f['memory_kind']} {f['memory_bytes'] / GB:.3g} GB" if f.get("memory_bytes") is not None else None,
              f"{f['throughput_img_s']:,.1f} img/s" if f.get("throughput_img_s") is not None else None]
-    return f"{f['mode']} at batch {f['batch_size']} ({', '.join(p for p in parts if p)})"
+    figures = ", ".join(p for p in parts if p)
+    return f"{f['mode']}{backend_suffix(f.get('backend'))} at batch {f['batch_size']} ({figures})"
 
 
 def _limits_text(limits: Mapping[str, Any], workload: str | None) -> str:
@@ -912,7 +1047,10 @@ def render_tune(analysis: dict[str, Any]) -> str:
     workload = analysis.get("workload")
     lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
              f"{analysis.get('objective')} | limits: {_limits_text(analysis.get('limits') or {}, workload)}", ""]
-    header = ("rank", "mode", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory", "outputs", "verdict")
+    with_backend = any((f.get("backend") or DEFAULT_BACKEND) != DEFAULT_BACKEND
+                       for f in analysis.get("candidates") or [])
+    header = ("rank", "mode", *(("backend",) if with_backend else ()), "batch", "img/s", "vs fp32", "p50 ms",
+              "p99 ms", "memory", "outputs", "verdict")
     rows = []
     for f in analysis.get("candidates") or []:
         correctness = f.get("correctness")
@@ -932,9 +1070,11 @@ def render_tune(analysis: dict[str, Any]) -> str:
         elif f["verdict"] == "over limit":
             verdict += ": " + "; ".join(f["violations"])
         elif f["verdict"] == "rejected":
-            verdict += ": outputs differ from fp32 eager"
+            verdict += ": " + (f"{Reason.PARITY_FAILED}" if f.get("reason") == Reason.PARITY_FAILED else
+                               "outputs differ from fp32 eager")
         memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
-        rows.append((str(f["rank"]), f["mode"], str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
+        backend = ((f.get("backend") or DEFAULT_BACKEND),) if with_backend else ()
+        rows.append((str(f["rank"]), f["mode"], *backend, str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
                      "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
                      fmt_ms(f.get("latency_p99_ms")), memory, outputs, verdict))
     lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
@@ -960,7 +1100,8 @@ def render_tune(analysis: dict[str, Any]) -> str:
                      f"{pruned['reason']}")
     for f in analysis.get("candidates") or []:
         if f["verdict"] == "rejected":
-            lines.append(f"rejected: {f['mode']} batch {f['batch_size']}: {f['correctness'].get('reason')}")
+            lines.append(f"rejected: {f['mode']}{backend_suffix(f.get('backend'))} batch {f['batch_size']}: "
+                         f"{f['correctness'].get('reason')}")
     checks = analysis.get("checks") or 0
     lines.append(f"search took {_duration(analysis.get('search_s'))} ({analysis.get('measurements')} measurements, "
                  f"{checks} output check{'' if checks == 1 else 's'})")

@@ -51,6 +51,7 @@ COLUMNS: tuple[str, ...] = (
     "model",
     "workload",
     "mode",
+    "backend",
     "batch_size",
     "status",
     "reason",
@@ -74,9 +75,18 @@ COLUMNS: tuple[str, ...] = (
     "mfu_datasheet_pct",
     "bound_by",
     "throttled",
+    "backend_build_s",
+    "backend_load_s",
+    "artifact_bytes",
+    "backend_cache_hit",
+    "parity_max_abs_err_rel",
+    "parity_top1_agreement_pct",
+    "parity_passed",
     "torch",
     "clsbench_version",
 )
+#: Columns that describe an inference backend's artifact and outputs (empty for eager measurements).
+BACKEND_COLUMNS = COLUMNS[COLUMNS.index("backend_build_s"):COLUMNS.index("torch")]
 
 MIB = 1024 * 1024
 
@@ -91,6 +101,8 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
     latency = s.get("latency_ms") or {}
     telemetry = s.get("telemetry") or {}
     eff = s.get("efficiency") or {}
+    backend = s.get("backend") or {}
+    parity = backend.get("parity") or {}
     env = result.environment
     return {
         "result_file": result_file,
@@ -101,6 +113,7 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
         "model": m.model,
         "workload": m.workload,
         "mode": m.mode,
+        "backend": m.backend,
         "batch_size": m.batch_size,
         "status": m.status,
         "reason": m.reason,
@@ -125,6 +138,13 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
         "bound_by": eff.get("bound_by"),
         # None when no telemetry sample could tell (older files store False even without samples).
         "throttled": telemetry.get("throttled") if telemetry.get("samples_n") else None,
+        "backend_build_s": backend.get("build_s"),
+        "backend_load_s": backend.get("load_s"),
+        "artifact_bytes": backend.get("artifact_bytes"),
+        "backend_cache_hit": backend.get("cache_hit"),
+        "parity_max_abs_err_rel": parity.get("max_abs_err_rel"),
+        "parity_top1_agreement_pct": parity.get("top1_agreement_pct"),
+        "parity_passed": parity.get("passed"),
         "torch": get_field(env, "software.torch"),
         "clsbench_version": result.tool.get("version") or get_field(env, "clsbench.version"),
     }
@@ -199,10 +219,13 @@ def to_markdown(table: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     Args:
         table: rows from :func:`rows`.
         columns: the columns to show; default: those of :data:`COLUMNS` that have a value in some row (a CPU
-            run has no power or GPU columns). Floats are shortened for reading; use CSV or JSON for exact values.
+            run has no power or GPU columns, an eager run no backend columns). Floats are shortened for reading;
+            use CSV or JSON for exact values.
     """
     if columns is None:
         columns = [c for c in COLUMNS if any(r.get(c) is not None for r in table)] or list(COLUMNS)
+        if all(r.get("backend") in (None, "eager") for r in table):
+            columns = [c for c in columns if c != "backend"]  # every row eager: the column says nothing
     right = [any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in table)
              for c in columns]
     return markdown_table(columns, [[r.get(c) for c in columns] for r in table], right)
@@ -259,7 +282,7 @@ def export_table(table: Sequence[dict[str, Any]], fmt: str, columns: Sequence[st
 
 #: The long-format rows of a comparison: one per matched row and run.
 COMPARISON_COLUMNS: tuple[str, ...] = (
-    "workload", "metric", "model", "mode", "batch_size", "run", "run_label", "hardware", "device", "status",
+    "workload", "metric", "model", "mode", "backend", "batch_size", "run", "run_label", "hardware", "device", "status",
     "reason", "value", "repeats", "cv_pct", "unstable", "speedup_vs_first", "slowdown_pct", "verdict", "test",
     "p_value", "t", "df", "alpha",
 )
@@ -275,7 +298,7 @@ def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
                 test = ratio.test if ratio else None
                 out.append({
                     "workload": row.workload, "metric": table.metric, "model": row.model, "mode": row.mode,
-                    "batch_size": row.batch_size, "run": run.name, "run_label": run.label,
+                    "backend": row.backend, "batch_size": row.batch_size, "run": run.name, "run_label": run.label,
                     "hardware": run.hardware, "device": cell.device, "status": cell.status, "reason": cell.reason,
                     "value": cell.value, "repeats": len(cell.values) if cell.values else None,
                     "cv_pct": cell.cv_pct, "unstable": cell.unstable if cell.status == Status.OK else None,
@@ -359,16 +382,19 @@ def _table_sections(comparison: Comparison) -> list[tuple[str, list[str], list[l
     runs = comparison.runs
     first = runs[0].label
     sections = []
+    with_backend = any(row.backend != "eager" for row in comparison.rows())
     for table in comparison.tables:
         unit = _METRIC_UNITS.get(table.metric, table.metric)
-        header = ["model", "mode", "batch"] + [f"{r.label} {unit}" for r in runs]
-        right = [False, False, True] + [True] * len(runs)
+        header = ["model", "mode", *(["backend"] if with_backend else []), "batch"]
+        header += [f"{r.label} {unit}" for r in runs]
+        right = [False, False, *([False] if with_backend else []), True] + [True] * len(runs)
         for r in runs[1:]:
             header += [f"{r.label}/{first}", f"{r.label} vs {first}"]
             right += [True, False]
         body = []
         for row in table.rows:
-            line = [row.model, row.mode, str(row.batch_size)] + [_fmt_cell(table.metric, c) for c in row.cells]
+            line = [row.model, row.mode, *([row.backend] if with_backend else []), str(row.batch_size)]
+            line += [_fmt_cell(table.metric, c) for c in row.cells]
             for ratio in row.ratios:
                 line += [_fmt_ratio(ratio), _fmt_verdict(ratio)]
             body.append(line)

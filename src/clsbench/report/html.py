@@ -1,8 +1,9 @@
 """The self-contained HTML report: one file, readable offline, built from stored results alone.
 
-What it holds: a summary table per run, throughput bars by mode, batch-sweep curves with the knee marked, each serve
-run's section (latency against offered load with the bound, the batch-size histogram, its table), latency CDFs,
-power over time, the roofline, warnings in words, and the full environment of every run.
+What it holds: a summary table per run (with a backend column and a table of builds and output parity when a run
+used an inference backend other than eager), throughput bars by mode (and backend), batch-sweep curves with the
+knee marked, each serve run's section (latency against offered load with the bound, the batch-size histogram, its
+table), latency CDFs, power over time, the roofline, warnings in words, and the full environment of every run.
 
 How it stays self-contained and safe:
 
@@ -38,7 +39,7 @@ from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.report import table
 from clsbench.report.table import fmt_ms, fmt_rate
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
 from clsbench.serving.analysis import is_serve_result
 
 #: Most points drawn per curve; longer series are thinned evenly (first and last point kept).
@@ -88,7 +89,12 @@ def _num(value: Any) -> float | None:
 
 
 def _label(m: Measurement) -> str:
-    return f"{m.model} {m.workload} {m.mode} bs{m.batch_size}"
+    return f"{m.model} {m.workload} {m.mode} bs{m.batch_size}{backend_suffix(m.backend)}"
+
+
+def _mode(m: Measurement) -> str:
+    """The mode, and the inference backend when it is not eager (``bf16+cl @export``): one series in a chart."""
+    return m.mode + backend_suffix(m.backend)
 
 
 
@@ -241,7 +247,7 @@ def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]
     for run in runs:
         for m in _bar_measurements(run):
             if _rate(m):
-                colors.setdefault(_series_name(run, m.mode, many), _color(len(colors)))
+                colors.setdefault(_series_name(run, _mode(m), many), _color(len(colors)))
     charts = []
     for workload in workloads:
         # (model, series) -> best measurement; a sweep contributes its best batch size.
@@ -253,7 +259,7 @@ def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]
                 value = _rate(m)
                 if m.workload != workload or value is None:
                     continue
-                name = _series_name(run, m.mode, many)
+                name = _series_name(run, _mode(m), many)
                 key = (m.model, name)
                 if key not in best or value > (_rate(best[key]) or 0.0):
                     best[key] = m
@@ -321,7 +327,7 @@ def _sweeps(runs: list[_Run]) -> list[dict[str, Any]]:
         for m in run.measurements:
             value = _rate(m)
             if value is not None:
-                groups.setdefault((m.model, m.workload, m.mode), {})[m.batch_size] = value
+                groups.setdefault((m.model, m.workload, _mode(m)), {})[m.batch_size] = value
         for (model, workload, mode), by_batch in groups.items():
             if len(by_batch) < 2:
                 continue
@@ -402,7 +408,7 @@ def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
                 continue
             samples = _wall_samples(m)
             if samples:
-                text = m.mode if m.batch_size == 1 else f"{m.mode} bs{m.batch_size}"
+                text = _mode(m) if m.batch_size == 1 else f"{_mode(m)} bs{m.batch_size}"
                 curves.setdefault(m.model, []).append((_series_name(run, text, many), samples))
     charts = []
     for model, entries in curves.items():
@@ -641,7 +647,7 @@ def _environment(run: _Run) -> dict[str, Any]:
     if isinstance(cells, list):
         rows.append(("settings.cells", "; ".join(
             " ".join(str(c.get(k)) for k in ("model", "workload", "mode", "batch_size", "device"))
-            if isinstance(c, dict) else str(c) for c in cells)))
+            + backend_suffix(c.get("backend")) if isinstance(c, dict) else str(c) for c in cells)))
     return {"run": run, "rows": rows, "preflight": preflight}
 
 
@@ -672,15 +678,18 @@ def _serving(runs: list[_Run]) -> list[dict[str, Any]]:
 
 def _summary(run: _Run) -> dict[str, Any]:
     measurements = list(run.measurements)
+    with_backend = table.has_backends(measurements)
     rows = []
     for m in measurements:
-        cells = list(table.row(m))
+        cells = list(table.row(m, with_backend))
         status = cells[-1]
         css = "failed" if m.status == Status.FAILED else "skipped" if m.status == Status.SKIPPED else \
-            "unstable" if m.summary.get("unstable") else "throttled" if m.validity.get("throttled") else "ok"
+            "parity" if table.parity_failed(m) else "unstable" if m.summary.get("unstable") else \
+            "throttled" if m.validity.get("throttled") else "ok"
         rows.append({"cells": cells, "status": status, "css": css})
     measured = [m for m in measurements if _ok(m)]
-    efficiency = [list(table.efficiency_row(m)) for m in measured] if table.has_efficiency(measured) else []
+    efficiency = [list(table.efficiency_row(m, with_backend)) for m in measured] \
+        if table.has_efficiency(measured) else []
     counts = {
         "total": len(measurements),
         "ok": sum(_ok(m) for m in measurements),
@@ -692,8 +701,12 @@ def _summary(run: _Run) -> dict[str, Any]:
     software = software if isinstance(software, dict) else {}
     devices = sorted({m.device for m in measurements}) or [str(run.result.environment.get("device") or "-")]
     return {
-        "run": run, "rows": rows, "columns": table.COLUMNS, "right": table.RIGHT_ALIGNED,
-        "efficiency": efficiency, "efficiency_columns": table.EFFICIENCY_COLUMNS, "counts": counts,
+        "run": run, "rows": rows, "columns": table.columns(measurements), "right": table.RIGHT_ALIGNED,
+        "backends": [list(table.backend_row(m)) for m in measurements
+                     if with_backend and m.backend != DEFAULT_BACKEND and _ok(m)],
+        "backend_columns": table.BACKEND_COLUMNS, "backend_right": table.BACKEND_RIGHT,
+        "efficiency": efficiency, "efficiency_columns": table.columns(measurements, table.EFFICIENCY_COLUMNS),
+        "counts": counts,
         "devices": ", ".join(devices), "torch": str(software.get("torch") or "?"),
         "version": str(run.result.tool.get("version") or "?"), "created": run.result.created_utc or "-",
         "suite": str(run.result.settings.get("suite") or "-"),

@@ -3,7 +3,9 @@
 Columns: img/s is the median over repeats; spread is (max - min) / median over repeats of the stability metric
 (p50 latency for infer-latency, img/s otherwise); p50/p99 are per request (infer-latency, wall clock) or per
 iteration (infer-throughput, train); peak mem is torch's peak allocation on a GPU, the worker's peak RSS on a CPU;
-n is repeats x samples per repeat.
+n is repeats x samples per repeat. A backend column follows the mode when any measurement ran on an inference
+backend other than eager, and a section below says how each backend's artifact was built and how its outputs
+compare with fp32 eager (PARITY_FAILED in the status: outside the tolerance).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from clsbench.analysis.warnings import findings, grouped
 from clsbench.core.vocab import Status
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement
 
 MIB = 1024 * 1024
 COLUMNS = ("model", "workload", "mode", "batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n", "status")
@@ -41,14 +43,37 @@ def _fmt_mem(m: Measurement) -> str:
     return "-"
 
 
+def parity_failed(m: Measurement) -> bool:
+    """Whether an ok measurement's backend computed outputs outside the tolerance against fp32 eager."""
+    parity = (m.summary.get("backend") or {}).get("parity") or {}
+    return m.status == Status.OK and parity.get("passed") is False
+
+
 def _status(m: Measurement) -> str:
     if m.status != Status.OK:
         return f"{m.status.upper()}: {m.reason}"
+    flags = ["PARITY_FAILED"] if parity_failed(m) else []
     if m.summary.get("unstable"):
-        return "UNSTABLE"
+        flags.append("UNSTABLE")
+    if flags:
+        return ", ".join(flags)
     if not m.validity.get("stop_rule_met", True):
         return "ok (stop rule not met)"
     return "ok"
+
+
+def has_backends(measurements: Sequence[Measurement]) -> bool:
+    """Whether any measurement ran on an inference backend other than eager (then tables get a backend column)."""
+    return any(m.backend != DEFAULT_BACKEND for m in measurements)
+
+
+def columns(measurements: Sequence[Measurement], base: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """``base`` (:data:`COLUMNS`), with ``backend`` after ``mode`` when any measurement is not eager."""
+    base = COLUMNS if base is None else base
+    if not has_backends(measurements):
+        return base
+    at = base.index("mode") + 1
+    return (*base[:at], "backend", *base[at:])
 
 
 def workload_text(m: Measurement) -> str:
@@ -60,7 +85,8 @@ def workload_text(m: Measurement) -> str:
     return f"{m.workload} [{data_label(m.data)}]"
 
 
-def row(m: Measurement) -> tuple[str, ...]:
+def row(m: Measurement, backend: bool = False) -> tuple[str, ...]:
+    """The table row of one measurement; ``backend`` adds its backend after the mode (:func:`columns`)."""
     s = m.summary
     latency = s.get("latency_ms") or {}
     spread = s.get("spread_pct")
@@ -70,6 +96,7 @@ def row(m: Measurement) -> tuple[str, ...]:
         m.model,
         workload_text(m),
         m.mode,
+        *((m.backend,) if backend else ()),
         str(m.batch_size),
         fmt_rate(s.get("throughput_img_s")),
         "-" if spread is None else f"{spread:.1f}%",
@@ -107,7 +134,8 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def efficiency_row(m: Measurement) -> tuple[str, ...]:
+def efficiency_row(m: Measurement, backend: bool = False) -> tuple[str, ...]:
+    """The efficiency row of one measurement; ``backend`` adds its backend after the mode."""
     tele = m.summary.get("telemetry") or {}
     eff = m.summary.get("efficiency") or {}
     mfu = eff.get("mfu_datasheet_pct")
@@ -119,6 +147,7 @@ def efficiency_row(m: Measurement) -> tuple[str, ...]:
         m.model,
         workload_text(m),
         m.mode,
+        *((m.backend,) if backend else ()),
         str(m.batch_size),
         _fmt(tele.get("power_avg_w"), ".0f"),
         _fmt(tele.get("joules_per_image"), ".4f"),
@@ -178,7 +207,8 @@ def render(result: BenchmarkResult) -> str:
     if not measurements:
         lines.append("(no measurements)")
         return "\n".join(lines) + "\n"
-    lines.extend(render_rows(COLUMNS, [row(m) for m in measurements]))
+    with_backend = has_backends(measurements)
+    lines.extend(render_rows(columns(measurements), [row(m, with_backend) for m in measurements]))
     ok = sum(m.status == Status.OK for m in measurements)
     unstable = sum(bool(m.summary.get("unstable")) for m in measurements)
     counts = f"{len(measurements)} measurements: {ok} ok, {unstable} unstable, " \
@@ -187,8 +217,9 @@ def render(result: BenchmarkResult) -> str:
     lines += ["", counts]
     measured = [m for m in measurements if m.status == Status.OK]
     if has_efficiency(measured):
-        header, rows = without_empty_columns(EFFICIENCY_COLUMNS, [efficiency_row(m) for m in measured],
-                                             keep=EFFICIENCY_COLUMNS[:4])
+        header, rows = without_empty_columns(columns(measurements, EFFICIENCY_COLUMNS),
+                                             [efficiency_row(m, with_backend) for m in measured],
+                                             keep=columns(measurements, EFFICIENCY_COLUMNS[:4]))
         if "avg W" in header or "MFU %" in header:
             title = "power and efficiency (MFU against the datasheet peak; in brackets against the measured " \
                     "`clsbench probe` peak)"
@@ -198,6 +229,8 @@ def render(result: BenchmarkResult) -> str:
         lines.extend(render_rows(header, rows))
     if any(m.data is not None for m in measured):
         lines += data_section(measured)
+    if with_backend:
+        lines += backend_section(measurements)
     notes = warnings(measurements)
     if notes:
         lines += [""] + notes
@@ -254,4 +287,63 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
             names = ", ".join(d.get("decode_failures") or [])
             lines.append(f"warning: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: "
                          f"{d['decode_failures_n']} image(s) failed to decode and were replaced: {names}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------ inference backends
+
+BACKEND_COLUMNS = ("model", "workload", "mode", "backend", "batch", "build s", "load s", "artifact MB", "cache",
+                   "parity err", "top-1 %", "parity")
+BACKEND_RIGHT = {"batch", "build s", "load s", "artifact MB", "parity err", "top-1 %"}
+
+
+def _cache_text(b: dict[str, Any]) -> str:
+    """Whether the first repeat found the artifact cached (``hit``), or built it (``built``, and why again)."""
+    if b.get("cache_hit") is None:
+        return "-"
+    if b["cache_hit"]:
+        return "hit"
+    if b.get("no_cache"):
+        return "built (--no-cache)"
+    return "rebuilt" if b.get("rebuilt_reason") else "built"
+
+
+def backend_row(m: Measurement) -> tuple[str, ...]:
+    """One row of the backend section: the build, the artifact and the outputs' parity with fp32 eager."""
+    b = m.summary.get("backend") or {}
+    parity = b.get("parity") or {}
+    size = b.get("artifact_bytes")
+    if not parity:
+        verdict = "-"
+    elif parity.get("passed"):
+        verdict = f"ok (<= {parity.get('tolerance'):g})" if parity.get("tolerance") is not None else "ok"
+    else:
+        verdict = "PARITY_FAILED"
+    error = parity.get("max_abs_err_rel")
+    top1 = parity.get("top1_agreement_pct")
+    return (
+        m.model,
+        workload_text(m),
+        m.mode,
+        m.backend,
+        str(m.batch_size),
+        _fmt(b.get("build_s"), ".1f"),
+        _fmt(b.get("load_s"), ".2f"),
+        "-" if not size else f"{size / 1e6:,.1f}" if size >= 1e5 else f"{size / 1e6:.2g}",
+        _cache_text(b),
+        "-" if error is None else f"{float(error):.1e}" if isinstance(error, (int, float)) else str(error),
+        _fmt(top1, ".1f"),
+        verdict,
+    )
+
+
+def backend_section(measurements: Sequence[Measurement]) -> list[str]:
+    """The lines of the table's inference-backend section (empty when every measurement is eager)."""
+    shown = [m for m in measurements if m.backend != DEFAULT_BACKEND and m.status == Status.OK]
+    if not shown:
+        return []
+    lines = ["", "inference backends (build s: export + compile of the artifact, from the cache's record on a hit; "
+             "load s: median over repeats; parity err: max |out - ref| / max |ref| against fp32 eager on a fixed "
+             "batch, top-1 %: arg-max agreement)", ""]
+    lines += render_rows(BACKEND_COLUMNS, [backend_row(m) for m in shown], BACKEND_RIGHT)
     return lines

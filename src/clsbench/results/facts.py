@@ -115,6 +115,13 @@ def environment_lines(env: dict) -> list[tuple[str, str]]:
         ("nvidia-ml-py", "software.nvidia_ml_py"),
     ]
     rows.append(("Libraries", ", ".join(f"{label} {text(path)}" for label, path in libraries)))
+    backends = field("backend_libraries")
+    if isinstance(backends, dict) and backends:
+        rows.append(("Backend libraries", ", ".join(f"{name} {version}" for name, version in backends.items())))
+    elif isinstance(backends, dict):
+        rows.append(("Backend libraries", "none installed (the onnxruntime and tensorrt backends skip)"))
+    else:
+        rows.append(("Backend libraries", _NOT_AVAILABLE))  # a file written before backends were recorded
     rows.append(("Torch flags", _format_torch_flags(env)))
 
     rows.extend(_gpu_lines(env))

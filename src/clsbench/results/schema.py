@@ -13,8 +13,10 @@ History of ``schema_version``:
 * 1 (clsbench 0.1): first version. Repeats may carry ``telemetry``, ``busy`` and ``costs``; summaries
   ``telemetry``, ``efficiency`` and ``flags``; the environment ``preflight`` and ``probe``. Real-data
   measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
-  ``data`` to its repeats and summary. All are optional, so a file without them (an older 0.1 file, a CPU run, a
-  synthetic-data run) reads the same.
+  ``data`` to its repeats and summary. Measurements on an inference backend other than ``eager`` add ``backend``
+  (its name) to the measurement and to its cell, ``backend`` and ``parity`` to their repeats and ``backend`` to
+  their summary; the settings add ``no_cache`` and ``cache_dir`` when not at their defaults. All are optional, so
+  a file without them (an older 0.1 file, a CPU run, a synthetic-data run, an eager run) reads the same.
 * 2 (clsbench 0.1, ``clsbench serve``): a result may be a serve result: ``settings["serve"]`` holds the procedure's
   facts (settings, warm-ups, searches), each measurement is a (mode, scenario) with workload ``serve-<scenario>``,
   its repeats are LoadGen runs (step records: ``loadgen``, ``server``, ``setting``, ``params``, ``error``,
@@ -40,6 +42,19 @@ READABLE_VERSIONS = (1, 2)
 TOOL_NAME = "clsbench"
 
 STATUSES = ("ok", "failed", "skipped")
+
+#: The inference backend of a measurement that names none: the PyTorch module itself (``clsbench.backends``).
+DEFAULT_BACKEND = "eager"
+
+
+def backend_key(backend: str) -> tuple[str, ...]:
+    """What a backend adds to a measurement's key: nothing for eager (so every older key stays as it was)."""
+    return () if backend == DEFAULT_BACKEND else (f"backend:{backend}",)
+
+
+def backend_suffix(backend: str | None) -> str:
+    """What a backend adds to a measurement's label: nothing for eager, else `` @name``."""
+    return "" if not backend or backend == DEFAULT_BACKEND else f" @{backend}"
 
 #: The real-data settings that make two measurements different ones, and their defaults (the fields of
 #: :class:`clsbench.core.data_settings.DataSettings` that its label shows; timeouts and fingerprints are not part
@@ -71,7 +86,8 @@ def data_label(data: dict[str, Any] | None) -> str | None:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One cell (model, workload, mode, batch size, device) measured over its repeats."""
+    """One cell (model, workload, mode, batch size, device, and the backend when not eager) measured over its
+    repeats."""
 
     model: str
     workload: str
@@ -86,17 +102,21 @@ class Measurement:
     summary: dict[str, Any] = field(default_factory=dict)
     validity: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] | None = None  # the cell's real-data settings (DataSettings.to_dict()); None: synthetic
+    backend: str = DEFAULT_BACKEND  # the inference backend (clsbench.backends); eager: the PyTorch module itself
 
     @property
     def key(self) -> tuple[Any, ...]:
         base = (self.model, self.workload, self.mode, self.batch_size, self.device)
-        return base if self.data is None else (*base, data_label(self.data))
+        base = base if self.data is None else (*base, data_label(self.data))
+        return (*base, *backend_key(self.backend))
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["repeats"] = list(self.repeats)
         if self.data is None:
             del data["data"]
+        if self.backend == DEFAULT_BACKEND:
+            del data["backend"]  # eager files read exactly as before
         return data
 
     @classmethod
@@ -123,7 +143,7 @@ MEASUREMENT_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,), "workload": (str,), "mode": (str,), "batch_size": (int,), "device": (str,),
     "status": (str,), "input_size": (int, type(None)), "reason": (str, type(None)), "detail": (str, type(None)),
     "repeats": (list, type(None)), "summary": (dict, type(None)), "validity": (dict, type(None)),
-    "data": (dict, type(None)),
+    "data": (dict, type(None)), "backend": (str, type(None)),
 }
 
 #: The summary figures every reader formats, and their types. A stored NaN or infinity is a string ("nan", "inf":

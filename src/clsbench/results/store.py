@@ -19,6 +19,8 @@ lock.
 History of :data:`INDEX_SCHEMA_VERSION` (kept in the ``meta`` table):
 
 * 1 (clsbench 0.1): tables ``meta``, ``runs`` and ``measurements``.
+* 2: ``measurements.backend``, the inference backend (``eager`` for every measurement of an older file). An index
+  of format 1 is migrated in place when opened (the column is added with ``eager``), in one transaction.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ __all__ = [
     "store_path",
 ]
 
-INDEX_SCHEMA_VERSION = 1
+INDEX_SCHEMA_VERSION = 2
 DB_ENV_VAR = "CLSBENCH_DB"
 DB_FILE_NAME = "index.sqlite3"
 #: How long SQLite waits for another process's lock before giving up. Writes take milliseconds, so a lock held
@@ -80,7 +82,8 @@ RUN_COLUMNS: tuple[str, ...] = (
     "imported_utc",
 )
 MEASUREMENT_COLUMNS: tuple[str, ...] = (
-    "run_id", "ordinal", "model", "workload", "mode", "batch_size", "device", "input_size", "status", "reason",
+    "run_id", "ordinal", "model", "workload", "mode", "backend", "batch_size", "device", "input_size", "status",
+    "reason",
     "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "spread_pct", "unstable",
     "peak_memory_allocated_bytes", "power_avg_w", "joules_per_image", "mfu_datasheet_pct", "bound_by",
 )
@@ -114,6 +117,7 @@ CREATE TABLE measurements (
     model TEXT NOT NULL,
     workload TEXT NOT NULL,
     mode TEXT NOT NULL,
+    backend TEXT NOT NULL DEFAULT 'eager',
     batch_size INTEGER NOT NULL,
     device TEXT NOT NULL,
     input_size INTEGER,
@@ -410,6 +414,7 @@ def _measurement_row(run_id: str, ordinal: int, m: Measurement) -> dict[str, Any
         "model": m.model,
         "workload": m.workload,
         "mode": m.mode,
+        "backend": m.backend,
         "batch_size": m.batch_size,
         "device": m.device,
         "input_size": _integer(m.input_size),
@@ -547,8 +552,30 @@ def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"index {path} has format {version}, newer than this clsbench reads "
                          f"(<= {INDEX_SCHEMA_VERSION})", f"upgrade clsbench, or {_DB_HINT}")
     if version < INDEX_SCHEMA_VERSION:
-        raise StoreError(f"index {path} has the old format {version}",
-                         "delete it and import the result files again with `clsbench import FILE...`")
+        _migrate(conn, path, version)
+
+
+#: Statements that bring an index from the format of the key to the next one (:data:`INDEX_SCHEMA_VERSION`).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE measurements ADD COLUMN backend TEXT NOT NULL DEFAULT 'eager'",),
+}
+
+
+def _migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
+    """Bring an older index up to :data:`INDEX_SCHEMA_VERSION`, one format at a time, in one transaction; an index
+    another process migrated meanwhile is left as it is."""
+    with _transaction(conn):
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        current = int(row[0])
+        while current < INDEX_SCHEMA_VERSION:
+            steps = MIGRATIONS.get(current)
+            if steps is None:
+                raise StoreError(f"index {path} has the old format {current}, which this clsbench cannot migrate",
+                                 "delete it and import the result files again with `clsbench import FILE...`")
+            for statement in steps:
+                conn.execute(statement)
+            current += 1
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(current),))
 
 
 @contextlib.contextmanager

@@ -182,6 +182,7 @@ def collect_environment(device: str = "cpu") -> dict:
         ("os", lambda: _collect_os(collector)),
         ("cpu", lambda: _collect_cpu(collector)),
         ("software", lambda: _collect_software(collector)),
+        ("backend_libraries", _collect_backend_libraries),
         ("torch_flags", lambda: _collect_torch_flags(collector)),
         ("env_vars", _collect_env_vars),
         ("gpu", lambda: _collect_gpu(cuda_index, collector)),
@@ -396,6 +397,27 @@ def _collect_software(c: _Collector) -> dict[str, Any]:
     ):
         c.read(section, f"software.{key}", lambda d=distribution: _distribution_version(d))
     return section
+
+
+#: Distributions the inference backends (:mod:`clsbench.backends`) load, when installed: the ONNX export and ONNX
+#: Runtime (CPU or GPU build), TensorRT and torch-tensorrt. torch and triton, which the other backends use, are in
+#: ``software``.
+BACKEND_DISTRIBUTIONS = ("onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "tensorrt", "tensorrt-cu12",
+                         "tensorrt-cu13", "torch-tensorrt")
+
+
+def _collect_backend_libraries() -> dict[str, str]:
+    """Versions of the inference backends' libraries that are installed, by distribution name (from their
+    metadata, nothing imported). Absent ones are left out: a missing library only skips its backend, and the
+    measurement that skipped says so. Not a resume key (:data:`clsbench.results.facts.KEY_FIELDS`): each backend
+    measurement records the versions its artifact was built with, and its cache key includes them."""
+    found = {}
+    for distribution in BACKEND_DISTRIBUTIONS:
+        try:
+            found[distribution] = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def _torch_cuda_version(torch: Any) -> str:

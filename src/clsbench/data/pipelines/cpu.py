@@ -41,10 +41,10 @@ from clsbench.data.base import (
     drain_ready,
     loader_context,
     shutdown_loader,
-    worker_processes_allowed,
 )
 from clsbench.data.errors import DataError, translate_loader_error
 from clsbench.errors import InvalidInputError
+from clsbench.system.processes import worker_processes_allowed
 
 #: A file that fails to decode is replaced by the next one; after this many failures in a row the batch fails.
 MAX_SUBSTITUTES = 16

@@ -50,9 +50,9 @@ from clsbench.data.base import (
     check_device_pipeline,
     loader_context,
     shutdown_loader,
-    worker_processes_allowed,
 )
 from clsbench.data.errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
+from clsbench.system.processes import worker_processes_allowed
 
 #: Batches ready ahead (after augmentation) when ``prefetch_factor`` is not given.
 DEFAULT_DEPTH = 2

@@ -1,0 +1,128 @@
+"""``export``: ``torch.export.export`` then AOTInductor (``torch._inductor.aoti_compile_and_package``) into one
+``model.pt2`` package, loaded with ``torch._inductor.aoti_load_package`` as a deployment would load it.
+
+The package holds the compiled kernels (Triton on a GPU, C++/OpenMP on a CPU), a C++ wrapper that launches them
+and the weights; loading it needs no Python model code. Build and load are timed apart (``build_s``, ``load_s``).
+
+What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++; on a GPU
+also Triton (shipped with PyTorch's CUDA wheels). The input shape is static (the request's batch), which lets
+Inductor specialise every kernel; another batch size is another package.
+
+The runner is loaded with ``run_single_threaded=True``: it drops the container's locking and per-run CUDA event
+bookkeeping, which a single-threaded benchmark does not need and which costs microseconds at batch 1 and gets in the
+way of CUDA-graph capture (``+cudagraph``, done by :mod:`clsbench.backends.apply` around the loaded runner).
+
+On the H200 image a build of ResNet-50 with bf16 weights and channels_last once killed its process (SIGSEGV).
+Builds run isolated (:mod:`clsbench.backends.isolate`); on a GPU, a build that crashes or fails is retried with the
+``conservative`` variant (:data:`VARIANTS`): Triton kernels compiled in-process instead of in a pool of forked
+workers, Inductor's layout optimisation and freezing off, no autotuning. The record lists every attempt.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from clsbench.backends.base import (
+    BACKENDS,
+    FAILED_EXPORT,
+    BackendRequest,
+    BuildStepError,
+    Loaded,
+    distribution_version,
+    first_line,
+    has_module,
+    torch_versions,
+)
+
+ARTIFACT = "model.pt2"
+#: Inductor settings of each build variant. ``default`` is Inductor's own; ``conservative`` removes the suspects
+#: of a crash at build time: the forked compile-worker pool (``compile_threads``), layout rewriting of convolutions,
+#: constant freezing and autotuning benchmarks.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "conservative": {"compile_threads": 1, "layout_optimization": False, "freezing": False, "max_autotune": False},
+}
+
+
+def _compiler() -> str:
+    """The C++ compiler Inductor will call: ``$CXX``, else ``g++`` (Inductor's default on Linux)."""
+    return os.environ.get("CXX") or "g++"
+
+
+def _known_configs(configs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The settings this torch's Inductor knows (an unknown key would fail the build), and the dropped ones."""
+    from torch._inductor import config
+
+    known = set(config.get_config_copy())
+    kept = {k: v for k, v in configs.items() if k in known}
+    return kept, sorted(set(configs) - set(kept))
+
+
+class Export:
+    name = "export"
+    builds_artifact = True
+    build_imports = ("torch.export", "torch._inductor")
+
+    def unsupported_reason(self, request: BackendRequest) -> str | None:
+        import torch
+
+        if not hasattr(torch, "export") or not has_module("torch._inductor"):
+            return "this torch has no torch.export / AOTInductor (needs torch >= 2.6)"
+        import torch._inductor as inductor
+
+        if not hasattr(inductor, "aoti_compile_and_package"):
+            return "this torch has no torch._inductor.aoti_compile_and_package (needs torch >= 2.6)"
+        if shutil.which(_compiler()) is None:
+            return f"AOTInductor compiles C++ and no compiler {_compiler()!r} is on PATH (install g++, or set CXX)"
+        if request.device_type == "cuda" and not has_module("triton"):
+            return "AOTInductor on a GPU needs Triton (pip install triton, matching your torch)"
+        return None
+
+    def versions(self) -> dict[str, str]:
+        versions = torch_versions()
+        triton = distribution_version("triton", "pytorch-triton")
+        if triton:
+            versions["triton"] = triton
+        return versions
+
+    def variants(self, request: BackendRequest) -> tuple[str, ...]:
+        return ("default", "conservative") if request.device_type == "cuda" else ("default",)
+
+    def build(self, model: Any, example: Any, request: BackendRequest, path: Path, variant: str) -> dict[str, Any]:
+        import torch
+        from torch._inductor import aoti_compile_and_package
+
+        configs, dropped = _known_configs(VARIANTS[variant])
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            try:
+                program = torch.export.export(model, (example,), strict=False)
+            except Exception as exc:  # noqa: BLE001 - the exporter's refusal is the model's export error
+                raise BuildStepError(FAILED_EXPORT, f"torch.export: {first_line(exc)}") from exc
+            export_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            aoti_compile_and_package(program, package_path=str(path / ARTIFACT), inductor_configs=configs)
+        return {"method": "torch.export.export (non-strict) + aoti_compile_and_package", "export_s": export_s,
+                "compile_s": time.perf_counter() - t1, "inductor_configs": configs, "configs_unknown_here": dropped,
+                "compiler": _compiler()}
+
+    def load(self, path: Path, request: BackendRequest, build_facts: dict[str, Any]) -> Loaded:
+        from torch._inductor import aoti_load_package
+
+        params = inspect.signature(aoti_load_package).parameters
+        kwargs: dict[str, Any] = {}
+        if "run_single_threaded" in params:
+            kwargs["run_single_threaded"] = True
+        if "device_index" in params and request.device_type == "cuda":
+            kwargs["device_index"] = request.device_index
+        runner = aoti_load_package(str(path / ARTIFACT), **kwargs)
+        return Loaded(forward=runner, facts={"runner": "torch._inductor.aoti_load_package",
+                                             "run_single_threaded": kwargs.get("run_single_threaded", False)})
+
+
+BACKENDS.register("export", Export())

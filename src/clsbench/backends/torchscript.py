@@ -1,0 +1,90 @@
+"""``torchscript``: ``torch.jit.trace`` then ``torch.jit.freeze``, saved to ``model.pt`` and loaded with
+``torch.jit.load``, as a C++ or Python deployment would load it.
+
+Trace, not script: classification networks are static graphs, and tracing works for every torchvision and timm
+model, where scripting fails on many. Freezing inlines the weights as constants, which lets the JIT fold batch norm
+into the preceding convolution and drop the module hierarchy.
+
+``torch.jit.optimize_for_inference`` (after freezing) was measured and is off by default: on a CPU it converts
+convolutions to MKL-DNN's blocked layout with conversions at the edges, which made ResNet-18 (batch 4, 112x112,
+fp32, 2 threads) 1.6x *slower* than freeze alone (527 ms vs 337 ms per batch; eager 368 ms) and MobileNetV3-Small
+no faster beyond noise (116 ms vs 124 ms, on a shared 2-core machine); on CUDA it adds conv-add-relu fusions whose
+worth against cuDNN's own kernels is not known yet. :data:`OPTIMIZE_FOR_INFERENCE` holds the choice
+per device type, and ``benchmarks/verify_backends.py`` measures both variants on the GPU so the choice there rests on
+a number too. The variant that was used is in the result (``variant``: ``freeze`` or ``freeze+optimize``).
+
+TorchScript is deprecated in recent PyTorch (``torch.jit.trace`` warns); it is measured because deployments still
+run it. Its profiling executor optimises the graph on the second call; the workloads' warm-up covers that.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from clsbench.backends.base import (
+    BACKENDS,
+    FAILED_EXPORT,
+    BackendRequest,
+    BuildStepError,
+    Loaded,
+    first_line,
+    torch_versions,
+)
+
+ARTIFACT = "model.pt"
+FREEZE = "freeze"
+FREEZE_OPTIMIZE = "freeze+optimize"
+#: Whether ``optimize_for_inference`` follows freezing, by device type (see the module's docstring for why).
+OPTIMIZE_FOR_INFERENCE = {"cpu": False, "cuda": False}
+
+
+class TorchScript:
+    name = "torchscript"
+    builds_artifact = True
+    build_imports = ("torch.jit",)
+
+    def unsupported_reason(self, request: BackendRequest) -> str | None:
+        import torch
+
+        if not hasattr(torch, "jit") or not hasattr(torch.jit, "freeze"):
+            return "this torch has no TorchScript (torch.jit.trace / torch.jit.freeze)"
+        return None
+
+    def versions(self) -> dict[str, str]:
+        return torch_versions()
+
+    def variants(self, request: BackendRequest) -> tuple[str, ...]:
+        # The chosen variant first; the other one if it fails (optimize_for_inference has refused models before).
+        if OPTIMIZE_FOR_INFERENCE.get(request.device_type, False):
+            return (FREEZE_OPTIMIZE, FREEZE)
+        return (FREEZE,)
+
+    def build(self, model: Any, example: Any, request: BackendRequest, path: Path, variant: str) -> dict[str, Any]:
+        import torch
+
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the deprecation warning of torch.jit.trace, once per build
+            try:
+                traced = torch.jit.trace(model, example, check_trace=False)
+            except Exception as exc:  # noqa: BLE001 - the tracer's refusal is the model's export error
+                raise BuildStepError(FAILED_EXPORT, f"torch.jit.trace: {first_line(exc)}") from exc
+            frozen = torch.jit.freeze(traced.eval())
+            if variant == FREEZE_OPTIMIZE:
+                frozen = torch.jit.optimize_for_inference(frozen)
+            torch.jit.save(frozen, str(path / ARTIFACT))
+        return {"method": "torch.jit.trace + torch.jit.freeze", "optimize_for_inference": variant == FREEZE_OPTIMIZE,
+                "why": "optimize_for_inference measured slower on CPU (MKL-DNN layout conversions); see docstring"}
+
+    def load(self, path: Path, request: BackendRequest, build_facts: dict[str, Any]) -> Loaded:
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.load's deprecation warning
+            module = torch.jit.load(str(path / ARTIFACT), map_location=torch.device(request.device))
+        module.eval()
+        return Loaded(forward=module, facts={"runner": "torch.jit.load"})
+
+
+BACKENDS.register("torchscript", TorchScript())
