@@ -69,6 +69,26 @@ def test_describe_and_combine_repeats():
     assert combined["n"] == 12
     assert combined["p50"] == 3.0  # median of 2, 3, 10: one disturbed repeat does not drag the figure
     assert combined["max"] == 5.0
+    # Four samples a repeat support a p50 but no tail: a nearest-rank p90/p99/p99.9 of four would be their maximum.
+    assert combined["p90"] is None and combined["p99"] is None and combined["p999"] is None
+    assert combined["withheld"]["p99"] == "needs >= 100 samples in each repeat; the fewest were 4"
+    assert set(combined["withheld"]) == {"p90", "p99", "p999"}
+
+
+def test_percentiles_appear_once_each_repeat_holds_enough_samples():
+    full = stats.describe([float(i) for i in range(1, 101)])  # 100 samples: p99 = the 99th value
+    short = stats.describe([float(i) for i in range(1, 100)])  # 99
+    combined = stats.combine_repeats([full, full])
+    assert combined["p99"] == 99.0 and combined["p90"] == 90.0
+    assert combined["p999"] is None and set(combined["withheld"]) == {"p999"}
+    # The fewest samples in any repeat decide: one short repeat withholds the p99 of all.
+    assert stats.combine_repeats([full, short, full])["p99"] is None
+
+
+def test_tail_latency_falls_back_to_the_maximum():
+    assert stats.tail_latency({"p99": 4.0, "max": 9.0}) == (4.0, "p99")
+    assert stats.tail_latency({"p99": None, "max": 9.0}) == (9.0, "max")
+    assert stats.tail_latency({}) == (None, "p99")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -181,6 +181,17 @@ def test_knee_fraction_comes_from_the_file_and_the_curve_marks_pareto_points() -
     assert "latency-throughput curve" in text
 
 
+def test_a_point_timed_too_briefly_for_a_p99_joins_the_curve_with_its_slowest_batch() -> None:
+    short = _m(4, 300.0)
+    short.summary["latency_ms"] = {"p50": 2.0, "p99": None, "max": 7.5, "withheld": {"p99": "needs >= 100"}}
+    analysis = analyze_sweep(_result([_m(2, 200.0, p99=3.0), short]))
+    curve = {c["batch_size"]: c for c in analysis["latency_throughput_curve"]}
+    assert (curve[4]["latency_p99_ms"], curve[4]["latency_p99_is"]) == (7.5, "max")
+    assert (curve[2]["latency_p99_ms"], curve[2]["latency_p99_is"]) == (3.0, "p99")
+    assert curve[4]["pareto"] and curve[2]["pareto"]  # more img/s at a higher tail: a trade-off, not dominated
+    assert "7.500 (max)" in render_sweep(analysis)
+
+
 def test_train_sweeps_have_no_latency_curve_and_failed_only_sweeps_have_no_knee() -> None:
     train = analyze_sweep(_result([_m(1, 10.0, workload="train"), _m(2, 15.0, workload="train")]))
     assert train["latency_throughput_curve"] is None and train["knee"]["batch_size"] == 2

@@ -115,22 +115,31 @@ def _scale(out: Path) -> None:
 
 
 def generate(directory: Path) -> list[Path]:
-    """Write the five golden files (normalised) into ``directory``; return their paths."""
+    """Write the five golden files (normalised) into ``directory``; return their paths. The raw files, the data set
+    and the index live in a temporary folder that is removed afterwards, so ``directory`` receives the five alone."""
     import os
+    import tempfile
 
     directory.mkdir(parents=True, exist_ok=True)
-    scratch = directory / "scratch"
-    scratch.mkdir(exist_ok=True)
-    os.environ.setdefault("CLSBENCH_DB", str(scratch / "index.sqlite3"))
-    makers = {"run": _run, "sweep": _sweep, "tune": _tune, "diagnose": lambda p: _diagnose(p, scratch),
-              "scale": _scale}
     paths = []
-    for name in NAMES:
-        raw = scratch / f"{name}.raw.json"
-        makers[name](raw)
-        path = directory / f"{name}.json"
-        path.write_text(normalised(raw), encoding="utf-8")
-        paths.append(path)
+    with tempfile.TemporaryDirectory(prefix="clsbench-golden-") as tmp:
+        scratch = Path(tmp)
+        old_db = os.environ.get("CLSBENCH_DB")
+        os.environ["CLSBENCH_DB"] = str(scratch / "index.sqlite3")
+        makers = {"run": _run, "sweep": _sweep, "tune": _tune, "diagnose": lambda p: _diagnose(p, scratch),
+                  "scale": _scale}
+        try:
+            for name in NAMES:
+                raw = scratch / f"{name}.raw.json"
+                makers[name](raw)
+                path = directory / f"{name}.json"
+                path.write_text(normalised(raw), encoding="utf-8")
+                paths.append(path)
+        finally:
+            if old_db is None:
+                os.environ.pop("CLSBENCH_DB", None)
+            else:
+                os.environ["CLSBENCH_DB"] = old_db
     return paths
 
 

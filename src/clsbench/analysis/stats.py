@@ -6,6 +6,9 @@ that at least ``p`` percent of all samples are less than or equal to it. ``p = 0
 is always a value that was actually observed, never an interpolation between two samples, so "p99 = 5.1 ms"
 means a real request took 5.1 ms and 99% of requests took no longer.
 
+A percentile is reported only where each repeat holds enough samples for it (:data:`MIN_SAMPLES`: 100 for p99,
+1,000 for p99.9); otherwise the summary says None and, under ``withheld``, why.
+
 Spread over repeats is ``(max - min) / median`` of the per-repeat figures, in percent; a figure whose spread is
 above :data:`UNSTABLE_SPREAD_PCT` is flagged UNSTABLE.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: Spread over repeats above which a figure is marked UNSTABLE (the product brief: "a loud flag when spread > 10%").
 UNSTABLE_SPREAD_PCT = 10.0
@@ -30,6 +34,12 @@ DRIFT_MIN_PER_SEGMENT = 5
 
 #: Percentiles reported for every latency distribution, keyed by the name used in result files.
 REPORTED_PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+
+#: Samples each repeat needs before a percentile is reported: a p-th percentile means something only when at least
+#: one sample lies above it, i.e. n >= 1 / (1 - p/100): 10 for p90, 100 for p99, 1,000 for p99.9 (MLPerf's
+#: SingleStream minimum of 1,024 queries is set by the same reasoning for its p90 with a margin). With fewer, the
+#: nearest-rank p99 of 5 samples is their maximum, and p90 = p99 = p99.9: reported as None, with the reason.
+MIN_SAMPLES: dict[str, int] = {"p50": 1, "p90": 10, "p99": 100, "p999": 1000}
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -179,7 +189,24 @@ def combine_repeats(distributions: Sequence[Distribution]) -> dict[str, float | 
     """
     if not distributions:
         raise ValueError("no repeats to combine")
-    out: dict[str, float | int] = {"n": sum(d.n for d in distributions)}
+    out: dict[str, Any] = {"n": sum(d.n for d in distributions)}
+    fewest = min(d.n for d in distributions)
+    withheld: dict[str, str] = {}
     for key in ("mean", "std", "min", "p50", "p90", "p99", "p999", "max"):
-        out[key] = median([getattr(d, key) for d in distributions])
+        if fewest < MIN_SAMPLES.get(key, 1):
+            out[key] = None
+            withheld[key] = f"needs >= {MIN_SAMPLES[key]} samples in each repeat; the fewest were {fewest}"
+        else:
+            out[key] = median([getattr(d, key) for d in distributions])
+    if withheld:
+        out["withheld"] = withheld
     return out
+
+
+def tail_latency(latency: dict[str, Any]) -> tuple[float | None, str]:
+    """The tail of a latency summary: its p99 where enough samples support one, else its maximum; with the name."""
+    p99 = latency.get("p99")
+    if isinstance(p99, (int, float)) and not isinstance(p99, bool):
+        return float(p99), "p99"
+    top = latency.get("max")
+    return (float(top), "max") if isinstance(top, (int, float)) and not isinstance(top, bool) else (None, "p99")

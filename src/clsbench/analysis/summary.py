@@ -37,18 +37,19 @@ UNSTABLE_ADVICE = (
 DRIFT_SHARE_OF_SPREAD = 0.5
 
 TIME_VARYING_ADVICE = (
-    "results moved by more than {limit:.0f}% between fresh processes and by up to {drift:.1f}% within a repeat, so "
-    "the cause varies over time (host CPU shared or throttled, other work on the GPU or CPU, clocks moving with "
-    "temperature or power) and fresh processes cannot remove it. Run on a quiet, dedicated host and check clocks "
-    "(`clsbench env`); for a launch-bound cell take the host out of the loop with a `+cudagraph` (inference) or "
-    "`+compile` mode, or raise --min-time so each repeat averages over the changes"
+    "the speed changed while each process ran, so the cause varies over time (host CPU shared or throttled, other "
+    "work on the {device} or CPU{clocks}) and fresh processes cannot remove it. Run on a quiet, dedicated host{check}"
+    "{launch}, or raise --min-time so each repeat averages over the changes"
 )
+#: The GPU-only parts of :data:`TIME_VARYING_ADVICE` (a CPU has neither clocks NVML reads nor kernel launches).
+TIME_VARYING_GPU = {"clocks": ", clocks moving with temperature or power",
+                    "check": " and check clocks (`clsbench env`)",
+                    "launch": "; for a launch-bound cell take the host out of the loop with a `+cudagraph` (inference) "
+                              "or `+compile` mode"}
 
 PER_PROCESS_ADVICE = (
-    "results moved by more than {limit:.0f}% between fresh processes while each repeat was steady (at most "
-    "{drift:.1f}% within a repeat), so the cause is fixed per process (e.g. cuDNN autotuning picking different "
-    "algorithms, memory or CPU placement). Raise --repeats so the median rests on more processes, and rerun with "
-    "--no-cudnn-benchmark to test whether autotuning is the cause"
+    "each repeat was steady but they differed, so the cause is fixed per process ({causes}). Raise --repeats so the "
+    "median rests on more processes{cudnn}"
 )
 
 
@@ -80,14 +81,22 @@ def drift_is_time_varying(drift_max: float, spread: float) -> bool:
     return drift_max >= min(stats.UNSTABLE_SPREAD_PCT, DRIFT_SHARE_OF_SPREAD * spread)
 
 
-def unstable_advice(spread: float | None, drift_max: float | None) -> str:
+def unstable_advice(spread: float | None, drift_max: float | None, device: str = "cuda") -> str:
     """What to do about an UNSTABLE figure: a time-varying cause, a per-process cause, or the generic text when the
-    drift within repeats is unknown (every repeat too short to cut into segments, or an old file)."""
+    drift within repeats is unknown (every repeat too short to cut into segments, or an old file). The text holds no
+    figure of its own cell (the warning says those), so cells with the same cause share one advice; and it offers
+    only what applies to ``device``."""
     limit = stats.UNSTABLE_SPREAD_PCT
     if drift_max is None or spread is None:
         return UNSTABLE_ADVICE.format(limit=limit)
-    template = TIME_VARYING_ADVICE if drift_is_time_varying(drift_max, spread) else PER_PROCESS_ADVICE
-    return template.format(limit=limit, drift=drift_max)
+    gpu = device.startswith("cuda")
+    if drift_is_time_varying(drift_max, spread):
+        extra = TIME_VARYING_GPU if gpu else {"clocks": "", "check": "", "launch": ""}
+        return TIME_VARYING_ADVICE.format(device="GPU" if gpu else "machine", **extra)
+    causes = "e.g. cuDNN autotuning picking different algorithms, memory or CPU placement" if gpu else \
+        "e.g. memory or CPU placement, thread start-up"
+    cudnn = ", and rerun with --no-cudnn-benchmark to test whether autotuning is the cause" if gpu else ""
+    return PER_PROCESS_ADVICE.format(causes=causes, cudnn=cudnn)
 
 
 def stop_rule_text(rule: StopRule | dict[str, Any]) -> str:
@@ -103,7 +112,8 @@ def stop_rule_text(rule: StopRule | dict[str, Any]) -> str:
     return text
 
 
-def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def summarize(records: list[dict[str, Any]], workload: str,
+              device: str = "cuda") -> tuple[dict[str, Any], dict[str, Any]]:
     """Summary and validity of the ``ok`` records of one measurement (empty summary when none is ok)."""
     ok = [r for r in records if r["status"] == Status.OK]
     if not ok:
@@ -147,7 +157,7 @@ def summarize(records: list[dict[str, Any]], workload: str) -> tuple[dict[str, A
         "stable": not summary["unstable"],
     }
     if summary["unstable"]:
-        validity["advice"] = unstable_advice(spread, summary["within_repeat_drift_pct_max"])
+        validity["advice"] = unstable_advice(spread, summary["within_repeat_drift_pct_max"], device)
     return summary, validity
 
 
@@ -332,7 +342,7 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
                       environment: dict[str, Any] | None = None) -> Measurement:
     """Combine the repeat records of ``cell`` into a Measurement; the first non-ok record sets the status."""
     bad = next((r for r in records if r["status"] != Status.OK), None)
-    summary, validity = summarize(records, cell.workload)
+    summary, validity = summarize(records, cell.workload, cell.device)
     ok = [r for r in records if r["status"] == Status.OK]
     if ok:
         summary["flags"] = ok[0].get("flags")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clsbench.analysis import stats
 from clsbench.analysis.knee import DEFAULT_KNEE_FRACTION, knee
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import MAX_BATCH_SIZE, Cell, validate_batch_size
@@ -324,6 +325,7 @@ def _refine_failure(one: Any, last_ok: int, failed: int) -> None:
 def _point(m: Measurement) -> dict[str, Any]:
     s = m.summary
     latency = s.get("latency_ms") or {}
+    tail, tail_is = stats.tail_latency(latency)
     tele = s.get("telemetry") or {}
     memory = s.get("peak_memory_reserved_bytes")
     memory_kind = "reserved"
@@ -338,7 +340,9 @@ def _point(m: Measurement) -> dict[str, Any]:
         "detail": m.detail,
         "throughput_img_s": s.get("throughput_img_s"),
         "latency_p50_ms": latency.get("p50"),
-        "latency_p99_ms": latency.get("p99"),
+        # The slowest batch stands in where too few were timed for a p99 (never below the p99 it replaces).
+        "latency_p99_ms": tail,
+        "latency_p99_is": tail_is,
         "latency_kind": s.get("latency_kind"),
         "peak_memory_bytes": memory if memory is not None else None,
         "peak_memory_kind": memory_kind if memory is not None else None,
@@ -426,7 +430,7 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
                 for q in ok)
             curve.append({"batch_size": p["batch_size"], "throughput_img_s": p["throughput_img_s"],
                           "latency_p50_ms": p["latency_p50_ms"], "latency_p99_ms": p["latency_p99_ms"],
-                          "pareto": not dominated})
+                          "latency_p99_is": p["latency_p99_is"], "pareto": not dominated})
         out["latency_throughput_curve"] = curve
     return out
 
@@ -510,10 +514,12 @@ def render_sweep(analysis: dict[str, Any]) -> str:
         lines.append("automatic growth stopped: " + words.format(gain=100 * AUTO_MIN_GAIN, reason=stopped))
     curve = analysis.get("latency_throughput_curve")
     if curve:
-        lines += ["", "latency-throughput curve (p99 latency per batch against img/s; * = Pareto-optimal):", ""]
+        lines += ["", "latency-throughput curve (p99 latency per batch against img/s; * = Pareto-optimal; "
+                      "(max) = too few batches timed for a p99, the slowest one):", ""]
         table = render_rows(("batch", "p99 ms", "img/s", "pareto"), [
-            (str(c["batch_size"]), fmt_ms(c["latency_p99_ms"]), fmt_rate(c["throughput_img_s"]),
-             "*" if c["pareto"] else "")
+            (str(c["batch_size"]), fmt_ms(c["latency_p99_ms"]) + (" (max)" if c.get("latency_p99_is") == "max" else
+                                                                  ""),
+             fmt_rate(c["throughput_img_s"]), "*" if c["pareto"] else "")
             for c in curve], {"batch", "p99 ms", "img/s"})
         lines += ["  " + line for line in table]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,8 @@ How it stays self-contained and safe:
 
 Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
 every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`),
-which can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile).
+which can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile); the p99
+marker is left out of a pool of fewer than 100 samples, where it would be the maximum.
 """
 
 from __future__ import annotations
@@ -398,7 +399,7 @@ def _wall_samples(m: Measurement) -> list[float]:
 
 def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
     """Per model: the CDF of every repeat's raw per-request wall time pooled, one curve per (run, mode, batch)."""
-    from clsbench.analysis.stats import percentile
+    from clsbench.analysis.stats import MIN_SAMPLES, percentile
 
     many = len(runs) > 1
     curves: dict[str, list[tuple[str, list[float]]]] = {}
@@ -423,17 +424,21 @@ def _latency_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
                 keep = _thin(n)
                 xs = [ordered[k] for k in keep]
                 ys = [(k + 1) / n for k in keep]
-                p50, p99 = percentile(ordered, 50.0), percentile(ordered, 99.0)
+                p50 = percentile(ordered, 50.0)
+                # The p99 marker only where the pool holds enough samples for one (else it is the maximum).
+                p99 = percentile(ordered, 99.0) if n >= MIN_SAMPLES["p99"] else None
                 lows.append(ordered[0])
                 highs.append(ordered[-1])
                 # Straight segments between the kept quantiles: a step drawing would double the vertices for no
                 # visible difference at this size.
                 ax.plot(xs, ys, color=_color(i), linewidth=1.3,
-                        label=f"{name}: p50 {fmt_ms(p50)}, p99 {fmt_ms(p99)} ms (n={n})")
+                        label=f"{name}: p50 {fmt_ms(p50)}" + (f", p99 {fmt_ms(p99)}" if p99 is not None else "")
+                        + f" ms (n={n})")
                 ax.plot([p50], [0.5], marker="o", markersize=5, color=_color(i), markeredgecolor="black",
                         markeredgewidth=0.5, linestyle="none")
-                ax.plot([p99], [0.99], marker="^", markersize=6, color=_color(i), markeredgecolor="black",
-                        markeredgewidth=0.5, linestyle="none")
+                if p99 is not None:
+                    ax.plot([p99], [0.99], marker="^", markersize=6, color=_color(i), markeredgecolor="black",
+                            markeredgewidth=0.5, linestyle="none")
             if max(highs) / max(min(lows), 1e-9) > 20:
                 ax.set_xscale("log")
                 _log_axis(ax.xaxis, min(lows), max(highs))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.analysis.warnings import findings, grouped
 from clsbench.core.vocab import Status
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement
@@ -231,10 +232,22 @@ def render(result: BenchmarkResult) -> str:
         lines += data_section(measured)
     if with_backend:
         lines += backend_section(measurements)
+    withheld = withheld_note(measured)
+    if withheld:
+        lines += ["", withheld]
     notes = warnings(measurements)
     if notes:
         lines += [""] + notes
     return "\n".join(lines) + "\n"
+
+
+def withheld_note(measurements: Sequence[Measurement]) -> str | None:
+    """Why a p99 reads "-" where latency was measured: too few timed iterations in a repeat to support one."""
+    short = [m for m in measurements if "p99" in ((m.summary.get("latency_ms") or {}).get("withheld") or {})]
+    if not short:
+        return None
+    return (f"p99 -: {len(short)} measurement(s) timed fewer than {MIN_SAMPLES['p99']} iterations in a repeat, too "
+            f"few for a p99 (their slowest is in the result file as max); raise --iterations or --min-time for one")
 
 
 # ------------------------------------------------------------------------------------ real-data pipelines

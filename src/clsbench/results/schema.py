@@ -175,8 +175,11 @@ def _check_types(data: dict[str, Any], types: dict[str, tuple[type, ...]], what:
 def _check_summary(summary: dict[str, Any]) -> None:
     _check_types(summary, SUMMARY_TYPES, "summary")
     latency = summary.get("latency_ms") or {}
+    withheld = latency.get("withheld")
+    if withheld is not None and not (isinstance(withheld, dict) and all(isinstance(v, str) for v in withheld.values())):
+        raise ValueError("summary field 'latency_ms.withheld' must map percentiles to reasons")
     for key, value in latency.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, _NUMBER)) \
+        if key != "withheld" and value is not None and (isinstance(value, bool) or not isinstance(value, _NUMBER)) \
                 and not (isinstance(value, str) and value.lower() in NON_FINITE):
             raise ValueError(f"summary field 'latency_ms.{key}' must be a number, not {type(value).__name__}")
 
