@@ -11,7 +11,7 @@ from typing import Any
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import Cell, RunPlan, default_stop_rules, validate_batch_size
-from clsbench.core.suites import default_suite_name, get_suite, resolve_modes
+from clsbench.core.suites import Suite, default_suite_name, get_suite, resolve_modes
 from clsbench.errors import InvalidInputError
 from clsbench.results.schema import DEFAULT_BACKEND
 from clsbench.system.machine import bf16_supported, resolve_device
@@ -53,9 +53,6 @@ def plan_run(
             one error line). A cell a backend cannot express here is recorded as skipped with the reason.
         no_cache, cache_dir: the backends' artifact cache: build anew, and where it lives (None: its default).
     """
-    from clsbench.modes import parse_mode
-    from clsbench.workloads import WORKLOADS
-
     options.validate()
     resolved_device = resolve_device(device)
     if suite is None and not models:
@@ -65,41 +62,13 @@ def plan_run(
     for name in models:
         check_model(name, options.input_size)  # fail fast, once, before any worker: unknown names, bad builders
     chosen_models = tuple(models) or (base.models if suite else ())
-    for name in workloads:
-        WORKLOADS.get(name)  # an unknown name is one error line with the closest names
-    chosen_workloads = tuple(workloads) or (
-        tuple(base.batch_sizes) if suite and data is None else ("train",) if data is not None
-        else tuple(WORKLOADS.names())
-    )
-    if data is not None and set(chosen_workloads) != {"train"}:
-        raise InvalidInputError("real data (--data) feeds the train workload only",
-                                "add --workload train, or drop --data")
-    if modes:
-        chosen_modes = tuple(parse_mode(m).name for m in modes)
-    elif suite:
-        chosen_modes = resolve_modes(base.modes, bf16_supported=bf16_supported(environment or {}, resolved_device))
-    else:
-        chosen_modes = ("fp32",)
+    chosen_workloads = _choose_workloads(workloads, base, suite, data)
+    chosen_modes = _choose_modes(modes, base, suite, environment, resolved_device)
     for size in batch_sizes:
         validate_batch_size(size)
-    chosen_backends = tuple(dict.fromkeys(backends)) or (DEFAULT_BACKEND,)
-    if chosen_backends != (DEFAULT_BACKEND,):
-        from clsbench.backends import check_backend_selection
-
-        if data is not None:
-            raise InvalidInputError("--backend applies to inference workloads only, and real data (--data) feeds "
-                                    "train", "drop --backend, or drop --data")
-        if not workloads:  # the default workloads, less the ones no backend applies to
-            chosen_workloads = tuple(w for w in chosen_workloads if WORKLOADS.get(w).kind == "inference")
-        check_backend_selection(chosen_backends, [WORKLOADS.get(w).kind for w in chosen_workloads])
-
-    cells = []
-    for model, workload, mode in itertools.product(chosen_models, chosen_workloads, chosen_modes):
-        sizes = tuple(batch_sizes) or (base.batch_sizes.get(workload) or get_suite("seed").batch_sizes[workload],)
-        for size in sizes:
-            for backend in chosen_backends:
-                cells.append(Cell(model, workload, mode, size, resolved_device, options.input_size,
-                                  backend=backend))
+    chosen_backends, chosen_workloads = _choose_backends(backends, workloads, chosen_workloads, data)
+    cells = _cells(chosen_models, chosen_workloads, chosen_modes, batch_sizes, chosen_backends, base,
+                   resolved_device, options.input_size)
 
     overlap = execution.overlap
     if data is not None:
@@ -116,6 +85,87 @@ def plan_run(
                    telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir)
     plan.validate()
     return plan
+
+
+def _choose_workloads(workloads: Sequence[str], base: Suite, suite: str | None,
+                      data: DataSettings | None) -> tuple[str, ...]:
+    """The workloads to plan: the ones given (each checked against the registry), else ``train`` alone with real
+    data, else the suite's, else every registered workload.
+
+    Raises:
+        InvalidInputError: a name no workload has (one line with the closest names), or real data with a workload
+            other than ``train`` (the data pipeline feeds nothing else).
+    """
+    from clsbench.workloads import WORKLOADS
+
+    for name in workloads:
+        WORKLOADS.get(name)  # an unknown name is one error line with the closest names
+    chosen = tuple(workloads) or (
+        tuple(base.batch_sizes) if suite and data is None else ("train",) if data is not None
+        else tuple(WORKLOADS.names())
+    )
+    if data is not None and set(chosen) != {"train"}:
+        raise InvalidInputError("real data (--data) feeds the train workload only",
+                                "add --workload train, or drop --data")
+    return chosen
+
+
+def _choose_modes(modes: Sequence[str], base: Suite, suite: str | None, environment: dict[str, Any] | None,
+                  device: str) -> tuple[str, ...]:
+    """The modes to plan, by canonical name: the ones given, else the suite's (amp-bf16 becomes amp-fp16 where
+    the environment says the device lacks bf16), else fp32 alone."""
+    from clsbench.modes import parse_mode
+
+    if modes:
+        return tuple(parse_mode(m).name for m in modes)
+    if suite:
+        return resolve_modes(base.modes, bf16_supported=bf16_supported(environment or {}, device))
+    return ("fp32",)
+
+
+def _choose_backends(backends: Sequence[str], workloads: Sequence[str], chosen_workloads: tuple[str, ...],
+                     data: DataSettings | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The inference backends to plan, deduplicated, and the workloads they leave.
+
+    With a backend other than ``eager``, default workloads (none given in ``workloads``) narrow to the inference
+    ones, since no backend applies to ``train``; workloads given explicitly are kept and the selection is checked
+    against their kinds instead.
+
+    Returns:
+        (backends, workloads).
+
+    Raises:
+        InvalidInputError: a backend with real data, or a selection :func:`check_backend_selection` refuses.
+    """
+    from clsbench.workloads import WORKLOADS
+
+    chosen_backends = tuple(dict.fromkeys(backends)) or (DEFAULT_BACKEND,)
+    if chosen_backends != (DEFAULT_BACKEND,):
+        from clsbench.backends import check_backend_selection
+
+        if data is not None:
+            raise InvalidInputError("--backend applies to inference workloads only, and real data (--data) feeds "
+                                    "train", "drop --backend, or drop --data")
+        if not workloads:  # the default workloads, less the ones no backend applies to
+            chosen_workloads = tuple(w for w in chosen_workloads if WORKLOADS.get(w).kind == "inference")
+        check_backend_selection(chosen_backends, [WORKLOADS.get(w).kind for w in chosen_workloads])
+    return chosen_backends, chosen_workloads
+
+
+def _cells(models: Sequence[str], workloads: Sequence[str], modes: Sequence[str], batch_sizes: Sequence[int],
+           backends: Sequence[str], base: Suite, device: str, input_size: int | None) -> list[Cell]:
+    """The cross product, in plan order (model, workload, mode, batch size, backend; duplicates kept).
+
+    Without explicit batch sizes each workload gets the suite's size for it, or the ``seed`` suite's where the
+    suite names none.
+    """
+    cells = []
+    for model, workload, mode in itertools.product(models, workloads, modes):
+        sizes = tuple(batch_sizes) or (base.batch_sizes.get(workload) or get_suite("seed").batch_sizes[workload],)
+        for size in sizes:
+            for backend in backends:
+                cells.append(Cell(model, workload, mode, size, device, input_size, backend=backend))
+    return cells
 
 
 #: The classes every model must output: the train workload draws labels from ImageNet-1k's range.

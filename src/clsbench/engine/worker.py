@@ -233,34 +233,18 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
     """
     if prepared.error is not None:
         return prepared.error
-    import torch
-
     from clsbench.measure.device import memory_readings, reset_peak_memory
     from clsbench.workloads import WorkloadContext, get_workload
 
     cell = job.cell
     started = time.perf_counter()
     try:
-        device = torch.device(cell.device)
-        context_s = None
-        if device.type == "cuda":
-            # The CUDA context, first and on its own: host-side driver work plus a tiny allocation, no kernel.
-            t0 = time.perf_counter()
-            if device.index is not None:
-                torch.cuda.set_device(device.index)
-            torch.empty(1, device=device)
-            context_s = time.perf_counter() - t0
+        device, context_s = _open_device(cell)
         if gate is not None:
             gate("device")  # returns once the previous worker has exited: the device is ours alone
         workload = get_workload(cell.workload)
         if cell.data is not None:  # real data through a pipeline (train only; checked when planning)
-            from clsbench.workloads.train_data import TrainWithData
-
-            if cell.workload != "train":
-                from clsbench.data.errors import DataError
-
-                raise DataError(f"real data feeds the train workload only, not {cell.workload}")
-            workload = TrainWithData()
+            workload = _real_data_workload(cell)
         mode, mode_ctx, flags = configure_mode(cell.mode, device, workload.kind, compile_mode=job.compile_mode,
                                                cudnn_benchmark=job.cudnn_benchmark)
         backend = BackendStep(job, mode.name, prepared.input_size, workload.kind, started) \
@@ -269,14 +253,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             skipped = backend.unsupported()
             if skipped is not None:
                 return skipped
-        t0 = time.perf_counter()
-        model = prepared.model.to(device)
-        if workload.kind == "inference":
-            model.eval()
-        ready = mode.prepare(model, mode_ctx)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        setup_s = time.perf_counter() - t0
+        ready, setup_s = _set_up(prepared, device, workload.kind, mode, mode_ctx)
         if backend is not None:
             ready = backend.apply(ready)  # raises BackendNotRun: the record says which step failed
         reset_peak_memory(device)
@@ -298,10 +275,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
         with no_gc():
             out = workload.run(ctx)
         flags["gc_disabled_while_running"] = True
-        timings = {"prepare_s": prepared.prepare_s, "context_s": context_s, "setup_s": setup_s, **out.timings}
-        if ctx.compiled:
-            # Compilation is lazy: it happens inside the first call, which is timed on its own.
-            timings["compile_s"] = out.timings.get("first_iteration_s")
+        timings = _timings(prepared, context_s, setup_s, out, ctx.compiled)
         memory = memory_readings(device)
         extra: dict[str, Any] = {}
         if backend is not None:
@@ -328,6 +302,69 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on
         return failure_record(exc)
+
+
+def _open_device(cell: Cell) -> tuple[Any, float | None]:
+    """The cell's torch device and, on a GPU, the seconds its CUDA context took to create (None elsewhere).
+
+    The context comes first and on its own (host-side driver work plus a tiny allocation, no kernel), so that its
+    cost is reported apart and charged neither to moving the model nor to the workload.
+    """
+    import torch
+
+    device = torch.device(cell.device)
+    context_s = None
+    if device.type == "cuda":
+        t0 = time.perf_counter()
+        if device.index is not None:
+            torch.cuda.set_device(device.index)
+        torch.empty(1, device=device)
+        context_s = time.perf_counter() - t0
+    return device, context_s
+
+
+def _real_data_workload(cell: Cell) -> Any:
+    """The train workload fed through the cell's real-data pipeline in place of the resident synthetic batch.
+
+    Raises:
+        DataError: the cell's workload is not ``train``, the only one real data feeds (planning refuses it; a job
+            made by hand may not have been planned).
+    """
+    from clsbench.workloads.train_data import TrainWithData
+
+    if cell.workload != "train":
+        from clsbench.data.errors import DataError
+
+        raise DataError(f"real data feeds the train workload only, not {cell.workload}")
+    return TrainWithData()
+
+
+def _set_up(prepared: Prepared, device: Any, kind: str, mode: Any, mode_ctx: Any) -> tuple[Any, float]:
+    """Move the model to the device (in eval mode for inference) and apply the mode.
+
+    Returns:
+        ``(the mode's prepared model, seconds taken)``; on a GPU the device is synchronised before the clock is
+        read, so the copies queued by the move are counted.
+    """
+    import torch
+
+    t0 = time.perf_counter()
+    model = prepared.model.to(device)
+    if kind == "inference":
+        model.eval()
+    ready = mode.prepare(model, mode_ctx)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return ready, time.perf_counter() - t0
+
+
+def _timings(prepared: Prepared, context_s: float | None, setup_s: float, out: Any, compiled: bool) -> dict[str, Any]:
+    """The repeat's phase durations: preparing, the CUDA context, setting up, then the workload's own; with
+    ``+compile`` also ``compile_s``, the first call's time (compilation is lazy: it happens inside that call)."""
+    timings = {"prepare_s": prepared.prepare_s, "context_s": context_s, "setup_s": setup_s, **out.timings}
+    if compiled:
+        timings["compile_s"] = out.timings.get("first_iteration_s")
+    return timings
 
 
 #: A backend's build must end this long before the worker's own limit, so the worker lives to record the timeout.

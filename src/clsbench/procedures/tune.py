@@ -344,6 +344,38 @@ def _rel(value: float, ref: float) -> float:
     return abs(value - ref) / abs(ref) if ref else (0.0 if value == ref else math.inf)
 
 
+def _free_memory(dev: Any) -> None:
+    """Collect the previous case's network and outputs, and on a GPU hand the cached blocks back, so that every
+    case starts from the same memory (a case must not fail for the memory an earlier one left held)."""
+    import torch
+
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _case_errors(metric: str, got: Any, ref: Any) -> dict[str, Any]:
+    """One case's entry of :func:`output_errors`: how far its outputs lie from fp32 eager's.
+
+    Args:
+        metric: "logits" (inference: ``got`` and ``ref`` are logit tensors) or "loss" (train: lists of losses,
+            one per step).
+        got: the case's outputs, or a string saying why it could not run here (the entry's ``detail``).
+        ref: fp32 eager's outputs on the same input.
+    """
+    import torch
+
+    if isinstance(got, str):
+        return {"metric": metric, "error": None, "error_last": None, "detail": got}
+    if metric == "logits":
+        finite = bool(torch.isfinite(got).all())
+        scale = float(ref.abs().max())
+        diff = float((got - ref).abs().max())
+        error = math.inf if not finite else (diff / scale if scale else (0.0 if diff == 0 else math.inf))
+        return {"metric": metric, "error": error, "error_last": None, "detail": None}
+    return {"metric": metric, "error": _rel(got[0], ref[0]), "error_last": _rel(got[-1], ref[-1]), "detail": None}
+
+
 def output_errors(
     model: str,
     workload: str,
@@ -424,11 +456,6 @@ def output_errors(
                 # would silently fall back to eager after a few cases.
                 importlib.import_module("torch._dynamo").reset()
 
-    def free() -> None:
-        gc.collect()
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-
     references: dict[int, Any] = {}
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for mode_name, batch in cases:
@@ -436,23 +463,13 @@ def output_errors(
         try:
             if batch not in references:
                 references[batch] = run("fp32", batch)
-                free()
+                _free_memory(dev)
             ref = references[batch]
             got = run(mode_name, batch)
-            free()
-            if isinstance(got, str):
-                out[key] = {"metric": metric, "error": None, "error_last": None, "detail": got}
-            elif kind == "inference":
-                finite = bool(torch.isfinite(got).all())
-                scale = float(ref.abs().max())
-                diff = float((got - ref).abs().max())
-                error = math.inf if not finite else (diff / scale if scale else (0.0 if diff == 0 else math.inf))
-                out[key] = {"metric": metric, "error": error, "error_last": None, "detail": None}
-            else:
-                out[key] = {"metric": metric, "error": _rel(got[0], ref[0]), "error_last": _rel(got[-1], ref[-1]),
-                            "detail": None}
+            _free_memory(dev)
+            out[key] = _case_errors(metric, got, ref)
         except Exception as exc:  # noqa: BLE001 - a case that cannot run is reported, the others go on
-            free()
+            _free_memory(dev)
             text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
             out[key] = {"metric": metric, "error": None, "error_last": None, "detail": f"the check failed: {text}"}
     return out
@@ -925,26 +942,7 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
     for m in result.measurements:
         if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
             continue
-        f = candidate_figures(m, workload or m.workload)
-        f["violations"] = limit_violations(f, limits) if m.status == Status.OK else []
-        f["correctness"] = checks.get(candidate_key(f))
-        parity = parity_verdict(m)
-        if parity is not None and (f["correctness"] is None or not parity["ok"]):
-            f["correctness"] = parity  # a backend's own check, also with the guard off: a failed one never wins
-        if m.mode == "fp32" and m.backend == DEFAULT_BACKEND and f["correctness"] is None and guard:
-            f["correctness"] = {"ok": True, "reason": None, "error": 0.0, "reference": True}
-        if m.status != Status.OK:
-            f["verdict"] = m.status
-        elif parity is not None and not parity["ok"]:
-            f["verdict"] = "rejected"
-            f["reason"] = Reason.PARITY_FAILED
-        elif f["violations"]:
-            f["verdict"] = "over limit"
-        elif f["correctness"] is not None and not f["correctness"].get("ok"):
-            f["verdict"] = "rejected"
-        else:
-            f["verdict"] = "allowed"
-        candidates.append(f)
+        candidates.append(_judged_candidate(m, workload or m.workload, limits, checks, guard))
     candidates.sort(key=rank_key)
     winner = next((f for f in candidates if f["verdict"] == "allowed"
                    and (not guard or (f["correctness"] or {}).get("ok"))), None)
@@ -955,21 +953,8 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
     for rank, f in enumerate(candidates, start=1):
         f["rank"] = rank
         f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
-    command = None
-    if winner is not None:
-        try:
-            plan = RunPlan.from_dict(result.settings)
-        except (KeyError, TypeError, ValueError):
-            plan = None
-        if plan is not None:
-            command = reproduce_command(plan, Cell(facts.get("model") or "", workload or "", winner["mode"],
-                                                   winner["batch_size"], facts.get("device") or "cpu",
-                                                   facts.get("input_size"), backend=winner["backend"]))
-    closest = None
-    if winner is None:
-        pool = [f for f in candidates if f["status"] == Status.OK and f["verdict"] != "rejected"]
-        if pool:
-            closest = min(pool, key=lambda f: (_overshoot(f, limits), -(f["score"] or 0.0)))
+    command = _winner_command(result, facts, workload, winner) if winner is not None else None
+    closest = _closest(candidates, limits) if winner is None else None
     return {
         "model": facts.get("model"),
         "workload": workload,
@@ -986,6 +971,58 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         "measurements": len(candidates),
         "checks": len(checks),
     }
+
+
+def _judged_candidate(m: Measurement, workload: str, limits: Mapping[str, Any],
+                      checks: Mapping[tuple[str, int, str], dict[str, Any]], guard: bool) -> dict[str, Any]:
+    """One measurement as a candidate row (pure): its figures, the limits it breaks, its correctness verdict and
+    its verdict before ranking (``allowed``, ``rejected``, ``over limit``, or the status when it did not run ok).
+
+    Correctness comes from the tune's own output check, overridden by a backend's parity check when there is no
+    tune check or the parity check failed; fp32 eager, never checked, is the reference when the guard is on.
+    """
+    f = candidate_figures(m, workload)
+    f["violations"] = limit_violations(f, limits) if m.status == Status.OK else []
+    f["correctness"] = checks.get(candidate_key(f))
+    parity = parity_verdict(m)
+    if parity is not None and (f["correctness"] is None or not parity["ok"]):
+        f["correctness"] = parity  # a backend's own check, also with the guard off: a failed one never wins
+    if m.mode == "fp32" and m.backend == DEFAULT_BACKEND and f["correctness"] is None and guard:
+        f["correctness"] = {"ok": True, "reason": None, "error": 0.0, "reference": True}
+    if m.status != Status.OK:
+        f["verdict"] = m.status
+    elif parity is not None and not parity["ok"]:
+        f["verdict"] = "rejected"
+        f["reason"] = Reason.PARITY_FAILED
+    elif f["violations"]:
+        f["verdict"] = "over limit"
+    elif f["correctness"] is not None and not f["correctness"].get("ok"):
+        f["verdict"] = "rejected"
+    else:
+        f["verdict"] = "allowed"
+    return f
+
+
+def _winner_command(result: BenchmarkResult, facts: Mapping[str, Any], workload: str | None,
+                    winner: dict[str, Any]) -> str | None:
+    """The command that measures the winner again with the tune's settings; None when the file's settings do not
+    make a plan (a hand-edited or partial file)."""
+    try:
+        plan = RunPlan.from_dict(result.settings)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return reproduce_command(plan, Cell(facts.get("model") or "", workload or "", winner["mode"],
+                                        winner["batch_size"], facts.get("device") or "cpu",
+                                        facts.get("input_size"), backend=winner["backend"]))
+
+
+def _closest(candidates: list[dict[str, Any]], limits: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Without a winner: the candidate that ran and was not rejected and lies nearest the limits (the smallest
+    overshoot, then the best score), to say how far the limits would have to move; None when there is none."""
+    pool = [f for f in candidates if f["status"] == Status.OK and f["verdict"] != "rejected"]
+    if not pool:
+        return None
+    return min(pool, key=lambda f: (_overshoot(f, limits), -(f["score"] or 0.0)))
 
 
 def _describe(f: dict[str, Any]) -> str:
@@ -1046,7 +1083,7 @@ def _duration(seconds: float | None) -> str:
 
 def render_tune(analysis: dict[str, Any]) -> str:
     """The runner-up table, the winner, the command that reproduces it and how long the search took."""
-    from clsbench.report.table import fmt_ms, fmt_rate, render_rows
+    from clsbench.report.table import render_rows
 
     workload = analysis.get("workload")
     lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
@@ -1055,50 +1092,10 @@ def render_tune(analysis: dict[str, Any]) -> str:
                        for f in analysis.get("candidates") or [])
     header = ("rank", "mode", *(("backend",) if with_backend else ()), "batch", "img/s", "vs fp32", "p50 ms",
               "p99 ms", "memory", "outputs", "verdict")
-    rows = []
-    for f in analysis.get("candidates") or []:
-        correctness = f.get("correctness")
-        if correctness is None:
-            outputs = "-" if f["status"] == Status.OK else ""
-        elif correctness.get("reference"):
-            outputs = "reference"
-        elif correctness.get("error") is None:
-            outputs = "check failed"
-        else:
-            outputs = f"{correctness['error']:.1e}" + ("" if correctness.get("ok") else " (too far)")
-        verdict = f["verdict"].upper() if f["verdict"] == "winner" else f["verdict"]
-        if f["verdict"] == "failed":
-            verdict += f": {f['reason']}"
-        elif f["verdict"] == "skipped":
-            verdict += f": {f['detail'] or f['reason']}"
-        elif f["verdict"] == "over limit":
-            verdict += ": " + "; ".join(f["violations"])
-        elif f["verdict"] == "rejected":
-            verdict += ": " + (f"{Reason.PARITY_FAILED}" if f.get("reason") == Reason.PARITY_FAILED else
-                               "outputs differ from fp32 eager")
-        memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
-        backend = ((f.get("backend") or DEFAULT_BACKEND),) if with_backend else ()
-        rows.append((str(f["rank"]), f["mode"], *backend, str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
-                     "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
-                     fmt_ms(f.get("latency_p99_ms")), memory, outputs, verdict))
+    rows = [_candidate_row(f, with_backend) for f in analysis.get("candidates") or []]
     lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
     lines.append("")
-    winner = analysis.get("winner")
-    if winner is not None:
-        speed = f", {winner['vs_fp32']:.2f}x fp32 eager" if winner.get("vs_fp32") is not None else ""
-        lines.append(f"winner: {_describe(winner)}{speed}")
-        correctness = winner.get("correctness") or {}
-        if correctness.get("reference"):
-            lines.append("outputs: fp32 eager is the reference")
-        elif correctness.get("error") is not None:
-            lines.append(f"outputs: {correctness['metric']} within {correctness['error']:.2g} of fp32 eager "
-                         f"(tolerance {correctness['tolerance']:g})")
-        elif not analysis.get("correctness_guard", True):
-            lines.append("outputs: not checked (correctness guard off)")
-        lines.append(f"reproduce: {analysis.get('command')}")
-    else:
-        message, hint = no_winner_message(analysis)
-        lines.append(f"no winner: {message}")
+    lines += _outcome_lines(analysis)
     for pruned in analysis.get("pruned") or []:
         lines.append(f"pruned ({pruned['stage']}): {pruned['mode']} -> not tried {', '.join(pruned['variants'])}: "
                      f"{pruned['reason']}")
@@ -1110,6 +1107,66 @@ def render_tune(analysis: dict[str, Any]) -> str:
     lines.append(f"search took {_duration(analysis.get('search_s'))} ({analysis.get('measurements')} measurements, "
                  f"{checks} output check{'' if checks == 1 else 's'})")
     return "\n".join(lines) + "\n"
+
+
+def _candidate_row(f: dict[str, Any], with_backend: bool) -> tuple[str, ...]:
+    """A candidate's row of the tune table (the backend column only when some candidate is not eager)."""
+    from clsbench.report.table import fmt_ms, fmt_rate
+
+    memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
+    backend = ((f.get("backend") or DEFAULT_BACKEND),) if with_backend else ()
+    return (str(f["rank"]), f["mode"], *backend, str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
+            "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
+            fmt_ms(f.get("latency_p99_ms")), memory, _outputs_cell(f), _verdict_cell(f))
+
+
+def _outputs_cell(f: dict[str, Any]) -> str:
+    """The ``outputs`` column: the correctness check's error against fp32 eager, "reference" for fp32 eager
+    itself, "check failed" when the check gave no figure, "-" when a candidate that ran was not checked."""
+    correctness = f.get("correctness")
+    if correctness is None:
+        return "-" if f["status"] == Status.OK else ""
+    if correctness.get("reference"):
+        return "reference"
+    if correctness.get("error") is None:
+        return "check failed"
+    return f"{correctness['error']:.1e}" + ("" if correctness.get("ok") else " (too far)")
+
+
+def _verdict_cell(f: dict[str, Any]) -> str:
+    """The ``verdict`` column: the verdict (WINNER in capitals) and, for the others that lost, why."""
+    verdict = f["verdict"].upper() if f["verdict"] == "winner" else f["verdict"]
+    if f["verdict"] == "failed":
+        verdict += f": {f['reason']}"
+    elif f["verdict"] == "skipped":
+        verdict += f": {f['detail'] or f['reason']}"
+    elif f["verdict"] == "over limit":
+        verdict += ": " + "; ".join(f["violations"])
+    elif f["verdict"] == "rejected":
+        verdict += ": " + (f"{Reason.PARITY_FAILED}" if f.get("reason") == Reason.PARITY_FAILED else
+                           "outputs differ from fp32 eager")
+    return verdict
+
+
+def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
+    """The lines under the table: the winner, how its outputs compare with fp32 eager's and the command that
+    reproduces it; or, without a winner, why (:func:`no_winner_message`)."""
+    winner = analysis.get("winner")
+    if winner is None:
+        message, _hint = no_winner_message(analysis)
+        return [f"no winner: {message}"]
+    speed = f", {winner['vs_fp32']:.2f}x fp32 eager" if winner.get("vs_fp32") is not None else ""
+    lines = [f"winner: {_describe(winner)}{speed}"]
+    correctness = winner.get("correctness") or {}
+    if correctness.get("reference"):
+        lines.append("outputs: fp32 eager is the reference")
+    elif correctness.get("error") is not None:
+        lines.append(f"outputs: {correctness['metric']} within {correctness['error']:.2g} of fp32 eager "
+                     f"(tolerance {correctness['tolerance']:g})")
+    elif not analysis.get("correctness_guard", True):
+        lines.append("outputs: not checked (correctness guard off)")
+    lines.append(f"reproduce: {analysis.get('command')}")
+    return lines
 
 
 __all__ = [

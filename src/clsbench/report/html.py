@@ -243,71 +243,104 @@ def _throughput_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]
         for m in _bar_measurements(run):
             if _rate(m) and m.workload not in workloads:
                 workloads.append(m.workload)
-    # One colour per (run, mode) across every chart, so that a series keeps its colour from chart to chart.
+    colors = _series_colors(runs, many)
+    charts = []
+    for workload in workloads:
+        models, series, bars = _best_bars(runs, workload, many)
+        charts.append(_throughput_chart(workload, models, series, bars, colors, figs))
+    return charts
+
+
+def _series_colors(runs: list[_Run], many: bool) -> dict[str, str]:
+    """One colour per (run, mode) across every chart, so that a series keeps its colour from chart to chart."""
     colors: dict[str, str] = {}
     for run in runs:
         for m in _bar_measurements(run):
             if _rate(m):
                 colors.setdefault(_series_name(run, _mode(m), many), _color(len(colors)))
-    charts = []
-    for workload in workloads:
-        # (model, series) -> best measurement; a sweep contributes its best batch size.
-        best: dict[tuple[str, str], Measurement] = {}
-        models: list[str] = []
-        series: list[str] = []
-        for run in runs:
-            for m in _bar_measurements(run):
-                value = _rate(m)
-                if m.workload != workload or value is None:
-                    continue
-                name = _series_name(run, _mode(m), many)
-                key = (m.model, name)
-                if key not in best or value > (_rate(best[key]) or 0.0):
-                    best[key] = m
-                if m.model not in models:
-                    models.append(m.model)
-                if name not in series:
-                    series.append(name)
-        bars = [(model, name, best[(model, name)]) for model in models for name in series if (model, name) in best]
-        values = [_rate(m) or 0.0 for _, _, m in bars]
-        log = max(values) / max(min(values), 1e-12) > LOG_AXIS_RATIO
-        fig = figs.new(9.0, 1.0 + 0.24 * len(bars) + 0.12 * len(models))
-        ax = fig.add_subplot()
-        y, ticks, labels = 0.0, [], []
-        for model in models:
-            group = [(name, m) for mdl, name, m in bars if mdl == model]
-            start = y
-            for name, m in group:
-                value = _rate(m) or 0.0
-                per_repeat = [v for v in (_num(x) for x in m.summary.get("throughput_img_s_by_repeat") or ()) if v]
-                err = None
-                if len(per_repeat) > 1:
-                    err = [[max(value - min(per_repeat), 0.0)], [max(max(per_repeat) - value, 0.0)]]
-                ax.barh(y, value, height=0.8, color=colors[name], xerr=err,
-                        error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
-                ax.text(max([value, *per_repeat]), y, f"  {fmt_rate(value)} (bs{m.batch_size})", va="center",
-                        ha="left", fontsize=7)
-                y += 1
-            ticks.append((start + y - 1) / 2)
-            labels.append(model)
-            y += 0.6
-        ax.set_yticks(ticks, labels)
-        ax.invert_yaxis()
-        ax.grid(axis="y", visible=False)
-        if log:
-            ax.set_xscale("log")
-            ax.set_xlim(min(values) / 2, max(values) * 8)
-            _log_axis(ax.xaxis, min(values) / 2, max(values) * 8)
-        else:
-            ax.set_xlim(0, max(values) * 1.3)
-        ax.set_xlabel("images per second (median over repeats; whiskers: min-max of repeats)"
-                      + (", log scale" if log else ""))
-        ax.set_title(f"{workload}: throughput by mode")
-        handles = [_patch(colors[name], name) for name in series]
-        fig.legend(handles=handles, loc="outside right upper", frameon=False)
-        charts.append({"title": f"{workload}: throughput by mode", "svg": figs.svg(fig),
-                       "caption": "Each model's best batch size per mode is shown (bs in brackets)."})
-    return charts
+    return colors
+
+
+def _best_bars(
+    runs: list[_Run], workload: str, many: bool
+) -> tuple[list[str], list[str], list[tuple[str, str, Measurement]]]:
+    """The bars of one workload's chart: each (model, series)'s best measurement, so that a sweep contributes its
+    best batch size.
+
+    Returns:
+        ``(models, series, bars)``: models and series in the order first met, and a ``(model, series,
+        measurement)`` bar for every pair measured, grouped by model.
+    """
+    best: dict[tuple[str, str], Measurement] = {}
+    models: list[str] = []
+    series: list[str] = []
+    for run in runs:
+        for m in _bar_measurements(run):
+            value = _rate(m)
+            if m.workload != workload or value is None:
+                continue
+            name = _series_name(run, _mode(m), many)
+            key = (m.model, name)
+            if key not in best or value > (_rate(best[key]) or 0.0):
+                best[key] = m
+            if m.model not in models:
+                models.append(m.model)
+            if name not in series:
+                series.append(name)
+    bars = [(model, name, best[(model, name)]) for model in models for name in series if (model, name) in best]
+    return models, series, bars
+
+
+def _throughput_chart(workload: str, models: list[str], series: list[str],
+                      bars: list[tuple[str, str, Measurement]], colors: dict[str, str],
+                      figs: _Figures) -> dict[str, Any]:
+    """One workload's chart (see :func:`_best_bars` for its bars): a log axis when the rates span more than
+    :data:`LOG_AXIS_RATIO`, a legend of the series."""
+    values = [_rate(m) or 0.0 for _, _, m in bars]
+    log = max(values) / max(min(values), 1e-12) > LOG_AXIS_RATIO
+    fig = figs.new(9.0, 1.0 + 0.24 * len(bars) + 0.12 * len(models))
+    ax = fig.add_subplot()
+    _draw_bar_groups(ax, models, bars, colors)
+    ax.invert_yaxis()
+    ax.grid(axis="y", visible=False)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(min(values) / 2, max(values) * 8)
+        _log_axis(ax.xaxis, min(values) / 2, max(values) * 8)
+    else:
+        ax.set_xlim(0, max(values) * 1.3)
+    ax.set_xlabel("images per second (median over repeats; whiskers: min-max of repeats)"
+                  + (", log scale" if log else ""))
+    ax.set_title(f"{workload}: throughput by mode")
+    handles = [_patch(colors[name], name) for name in series]
+    fig.legend(handles=handles, loc="outside right upper", frameon=False)
+    return {"title": f"{workload}: throughput by mode", "svg": figs.svg(fig),
+            "caption": "Each model's best batch size per mode is shown (bs in brackets)."}
+
+
+def _draw_bar_groups(ax: Any, models: list[str], bars: list[tuple[str, str, Measurement]],
+                     colors: dict[str, str]) -> None:
+    """The bars, a group per model labelled on the y axis, each with min-max whiskers over its repeats (when
+    there are two or more) and its rate and batch size written at its end."""
+    y, ticks, labels = 0.0, [], []
+    for model in models:
+        group = [(name, m) for mdl, name, m in bars if mdl == model]
+        start = y
+        for name, m in group:
+            value = _rate(m) or 0.0
+            per_repeat = [v for v in (_num(x) for x in m.summary.get("throughput_img_s_by_repeat") or ()) if v]
+            err = None
+            if len(per_repeat) > 1:
+                err = [[max(value - min(per_repeat), 0.0)], [max(max(per_repeat) - value, 0.0)]]
+            ax.barh(y, value, height=0.8, color=colors[name], xerr=err,
+                    error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
+            ax.text(max([value, *per_repeat]), y, f"  {fmt_rate(value)} (bs{m.batch_size})", va="center",
+                    ha="left", fontsize=7)
+            y += 1
+        ticks.append((start + y - 1) / 2)
+        labels.append(model)
+        y += 0.6
+    ax.set_yticks(ticks, labels)
 
 
 def _patch(color: str, label: str) -> Any:

@@ -188,11 +188,22 @@ class ServeSettings:
                 for b in self.max_batches for i in self.instances for d in self.max_delays_ms]
 
     def validate(self) -> ServeSettings:
-        """Check every field; raise InvalidInputError naming the option and a valid example."""
+        """Check every field; raise InvalidInputError naming the option and a valid example.
+
+        The checks run in a fixed order (what is served, batching, LoadGen, execution) and the first that fails
+        is the error reported.
+        """
         if not self.modes:
             raise InvalidInputError("no mode given", "e.g. --mode bf16+cl")
         if not self.scenarios:
             raise InvalidInputError("no scenario given", SCENARIO_ORDER_HINT)
+        self._check_batching()
+        self._check_loadgen()
+        self._check_execution()
+        return self
+
+    def _check_batching(self) -> None:
+        """The batching settings tried: max batches, instances, max delays and the bucket sizes."""
         _positive_ints("--max-batch", self.max_batches, "e.g. --max-batch 32,64,128")
         _positive_ints("--instances", self.instances, "e.g. --instances 1,2")
         if not self.max_delays_ms or any(not _finite(d) or d < 0 for d in self.max_delays_ms):
@@ -200,6 +211,10 @@ class ServeSettings:
                                     "e.g. --max-delay-ms 0,1,2")
         if self.buckets is not None:
             _positive_ints("--buckets", self.buckets, "e.g. --buckets 8,16,32,64")
+
+    def _check_loadgen(self) -> None:
+        """What LoadGen is asked for: the latency bound and its percentile, each run's minimum duration and
+        queries, the server-QPS search's resolution and first target, and the samples it draws from."""
         if not _finite(self.latency_bound_ms) or self.latency_bound_ms <= 0:
             raise InvalidInputError(f"--latency-bound-ms must be > 0, got {self.latency_bound_ms:g}",
                                     "e.g. --latency-bound-ms 15 (MLPerf's ResNet-50 Server bound)")
@@ -219,6 +234,10 @@ class ServeSettings:
                                     "e.g. --start-qps 1000")
         if self.sample_count < 1:
             raise InvalidInputError(f"--samples must be >= 1, got {self.sample_count}", "e.g. --samples 1024")
+
+    def _check_execution(self) -> None:
+        """How the serving runs: the input size, the batch timeout, the confirming runs, the most LoadGen runs a
+        search may make, torch's threads, and CUDA graphs (which need a CUDA device)."""
         if self.input_size is not None and not 16 <= self.input_size <= 4096:
             raise InvalidInputError(f"input size {self.input_size} is out of range", "use 16..4096")
         if not _finite(self.batch_timeout_s) or self.batch_timeout_s <= 0:
@@ -236,7 +255,6 @@ class ServeSettings:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads!r}", "e.g. --threads 4")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise InvalidInputError("--cuda-graphs needs a CUDA device", "drop --cuda-graphs, or use --device cuda")
-        return self
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -312,55 +312,17 @@ def _detect(
     reader: _Reader, mounts: list[_Mount] | None, entries: list[_CgroupEntry] | None
 ) -> dict[str, Any]:
     """Container markers, the runtime they point to (most specific first) and the container's id when shown."""
-    markers: list[str] = []
-    runtimes: list[str] = []
-    container_id: str | None = None
-
-    containerenv = reader.text("/run/.containerenv")
-    if containerenv is not None:
-        markers.append("/run/.containerenv")
-        fields = _containerenv(containerenv)
-        engine = fields.get("engine", "")
-        runtimes.append(engine.split("-", 1)[0] if engine else "podman")
-        container_id = fields.get("id") or None
-
-    variable = reader.environ.get("container", "").strip()
-    if variable:
-        markers.append(f"container={variable}")
-        runtimes.append(variable)
-    systemd_file = reader.text("/run/systemd/container")
-    if systemd_file is not None and systemd_file.strip():
-        markers.append(f"/run/systemd/container={systemd_file.strip()}")
-        runtimes.append(systemd_file.strip())
-
-    for name in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"):
-        if reader.environ.get(name):
-            markers.append(name)
-            runtimes.append(name.split("_", 1)[0].lower())
-    if reader.exists("/.singularity.d"):
-        markers.append("/.singularity.d")
-        runtimes.append("apptainer")
-
-    if reader.exists("/.dockerenv"):
-        markers.append("/.dockerenv")
-        runtimes.append("docker")
-
-    for entry in entries or []:
-        for needle, runtime in _CGROUP_RUNTIMES:
-            if needle in entry.path:
-                markers.append(f"cgroup path names {needle}")
-                runtimes.append(runtime)
-                if container_id is None:
-                    match = _CONTAINER_ID.search(entry.path)
-                    container_id = match.group(1) if match else None
-                break
-        else:
-            continue
-        break  # one cgroup line says it; the others repeat it
-
+    found, container_id = _file_and_variable_markers(reader)
+    cgroup = _cgroup_marker(entries)
+    if cgroup is not None:
+        needle, runtime, cgroup_id = cgroup
+        found.append((f"cgroup path names {needle}", runtime))
+        if container_id is None:
+            container_id = cgroup_id
     if reader.environ.get("KUBERNETES_SERVICE_HOST") or reader.exists("/var/run/secrets/kubernetes.io"):
-        markers.append("kubernetes")
-        runtimes.append("kubernetes")
+        found.append(("kubernetes", "kubernetes"))
+    markers = [marker for marker, _ in found]
+    runtimes = [runtime for _, runtime in found]
 
     if container_id is None and markers:
         container_id = _id_from_mounts(mounts or [])
@@ -372,6 +334,58 @@ def _detect(
     # Ordered by what names the runtime best: Podman's own file, then the container variable, then the rest.
     runtime = runtimes[0] if runtimes else None
     return {"in_container": bool(markers), "runtime": runtime, "markers": markers, "id": container_id}
+
+
+def _file_and_variable_markers(reader: _Reader) -> tuple[list[tuple[str, str]], str | None]:
+    """The markers runtimes leave in files and environment variables, each as ``(marker, runtime)``, in the order
+    :func:`_detect` ranks them: Podman's ``/run/.containerenv``, the ``container`` variable, systemd's file,
+    Apptainer's and Singularity's variables and folder, then Docker's ``/.dockerenv``.
+
+    Returns:
+        ``(markers, container id)``: the id from ``/run/.containerenv`` when it shows one (privileged Podman
+        containers only), else None.
+    """
+    found: list[tuple[str, str]] = []
+    container_id: str | None = None
+
+    containerenv = reader.text("/run/.containerenv")
+    if containerenv is not None:
+        fields = _containerenv(containerenv)
+        engine = fields.get("engine", "")
+        found.append(("/run/.containerenv", engine.split("-", 1)[0] if engine else "podman"))
+        container_id = fields.get("id") or None
+
+    variable = reader.environ.get("container", "").strip()
+    if variable:
+        found.append((f"container={variable}", variable))
+    systemd_file = reader.text("/run/systemd/container")
+    if systemd_file is not None and systemd_file.strip():
+        found.append((f"/run/systemd/container={systemd_file.strip()}", systemd_file.strip()))
+
+    for name in ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"):
+        if reader.environ.get(name):
+            found.append((name, name.split("_", 1)[0].lower()))
+    if reader.exists("/.singularity.d"):
+        found.append(("/.singularity.d", "apptainer"))
+
+    if reader.exists("/.dockerenv"):
+        found.append(("/.dockerenv", "docker"))
+    return found, container_id
+
+
+def _cgroup_marker(entries: list[_CgroupEntry] | None) -> tuple[str, str, str | None] | None:
+    """The first ``/proc/self/cgroup`` line whose path names a runtime (one line says it; the others repeat it).
+
+    Returns:
+        ``(the name found in the path, its runtime, the container id in that path or None)``, or None when no
+        line names a runtime.
+    """
+    for entry in entries or []:
+        for needle, runtime in _CGROUP_RUNTIMES:
+            if needle in entry.path:
+                match = _CONTAINER_ID.search(entry.path)
+                return needle, runtime, match.group(1) if match else None
+    return None
 
 
 def _containerenv(text: str) -> dict[str, str]:
@@ -471,15 +485,7 @@ def _cgroup(reader: _Reader, mounts: list[_Mount] | None, entries: list[_CgroupE
         for key in ("cpu_quota_cpus", "cpu_period_us", "cpu_throttled_periods"):
             reader.missing(f"cgroup.{key}", "no cgroup with the cpu controller found for this process")
     else:
-        quota = _cpu_quota(reader, cpu)
-        if quota is not None:
-            out["cpu_quota_cpus"], out["cpu_period_us"] = quota
-        elif "container.cgroup.cpu_quota_cpus" not in reader.unavailable:
-            reader.missing("cgroup.cpu_quota_cpus", NO_LIMIT)
-            reader.missing("cgroup.cpu_period_us", NO_LIMIT)
-        out["cpu_throttled_periods"] = _throttled(reader, cpu)
-        if out["cpu_throttled_periods"] is None:
-            reader.missing("cgroup.cpu_throttled_periods", "no cpu.stat with nr_throttled")
+        _cpu(reader, cpu, out)
 
     cpuset = hierarchy.find("cpuset")
     cpus = _cpuset(reader, cpuset) if cpuset is not None else None
@@ -619,6 +625,20 @@ def _count_cpus(cpus: str) -> int | None:
             return None
         count += int(last) - int(first) + 1 if last else 1
     return count
+
+
+def _cpu(reader: _Reader, place: _Place, out: dict[str, Any]) -> None:
+    """The CPU quota in CPUs and its period (the smallest on the way up; none set is recorded as no limit, not as
+    missing) and the number of periods in which the quota has throttled the cgroup."""
+    quota = _cpu_quota(reader, place)
+    if quota is not None:
+        out["cpu_quota_cpus"], out["cpu_period_us"] = quota
+    elif "container.cgroup.cpu_quota_cpus" not in reader.unavailable:
+        reader.missing("cgroup.cpu_quota_cpus", NO_LIMIT)
+        reader.missing("cgroup.cpu_period_us", NO_LIMIT)
+    out["cpu_throttled_periods"] = _throttled(reader, place)
+    if out["cpu_throttled_periods"] is None:
+        reader.missing("cgroup.cpu_throttled_periods", "no cpu.stat with nr_throttled")
 
 
 def _memory(reader: _Reader, place: _Place, out: dict[str, Any]) -> None:
