@@ -42,10 +42,11 @@ HANG_TIMEOUT_S = 3.0
 
 
 def plan(models: list[str], *, workloads: tuple[str, ...] = ("infer-throughput",), repeats: int = 2,
-         timeout_s: float = TIMEOUT_S):
+         timeout_s: float = TIMEOUT_S, order: str = "round", seed: int = 0):
     return api.plan_run(models=models, workloads=workloads, device="cpu",
                         options=MeasureOptions(repeats=repeats, warmup=1, iterations=2, min_time=0.0,
-                                               timeout_s=timeout_s))
+                                               timeout_s=timeout_s, seed=seed),
+                        execution=Execution(order=order))
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +123,109 @@ def test_oom_runs_one_repeat_only(env: dict, no_strays):
     assert no_strays() == []
 
 
-def test_file_is_saved_after_every_measurement(env: dict, tmp_path: Path):
+WORKLOADS3 = ("infer-latency", "infer-throughput", "train")
+
+
+def test_file_is_saved_after_every_repeat(env: dict, tmp_path: Path):
     out = tmp_path / "run.json"
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
 
     def check(event: ProgressEvent) -> None:
         if event.kind == "start":
             assert result_io.load(out).measurements == ()  # the path is claimed before any measurement
-        if event.kind == "measurement":
+        if event.kind in ("repeat", "measurement"):
             stored = result_io.load(out)
-            seen.append(len(stored.measurements))
-            assert stored.measurements[-1] == event.measurement
+            seen.append((len(stored.measurements), sum(len(p.repeats) for p in stored.pending)))
+        if event.kind == "measurement":
+            assert event.measurement in result_io.load(out).measurements
 
-    workloads = ("infer-latency", "infer-throughput", "train")
-    result = api.run(plan([TINY], workloads=workloads), out,
+    result = api.run(plan([TINY], workloads=WORKLOADS3), out,
                      execution=Execution(env=env, isolation="inline", clock=FakeClock(), progress=check))
-    assert seen == [1, 2, 3]
-    assert result_io.load(out) == result
+    # Round order, 3 cells x 2 repeats: the first round's repeats are saved as pending one by one (0, 1, 2 before
+    # repeats 1-3); the second round finishes each cell, which turns its pending repeat into a measurement.
+    assert [pending for _, pending in seen[:4]] == [0, 1, 2, 3]
+    assert [finished for finished, _ in seen if finished] == [1, 1, 2, 2, 3]
+    assert seen[-1] == (3, 0)
+    stored = result_io.load(out)
+    assert stored == result and stored.pending == ()
+    assert "pending" not in json.loads(out.read_text(encoding="utf-8"))  # a finished file reads as before
+    assert [m.workload for m in stored.measurements] == list(WORKLOADS3)  # plan order, whatever the run order
+
+
+def _run_order(result: BenchmarkResult) -> list[tuple[str, int]]:
+    """(workload, round) of every repeat in the order they ran, from the records' sequence numbers."""
+    records = sorted((r["sequence"], m.workload, r["round"]) for m in result.measurements for r in m.repeats)
+    assert [n for n, _, _ in records] == list(range(len(records)))  # numbered 0, 1, 2... without a gap
+    return [(workload, rnd) for _, workload, rnd in records]
+
+
+def test_round_order_runs_every_cell_once_before_any_twice_shuffled_by_the_seed(env: dict):
+    def order_of(seed: int, order: str = "round") -> list[tuple[str, int]]:
+        result = api.run(plan([TINY], workloads=WORKLOADS3, repeats=3, order=order, seed=seed),
+                         execution=Execution(env=env, isolation="inline", clock=FakeClock()))
+        assert result.settings["order"] == order
+        return _run_order(result)
+
+    runs = {seed: order_of(seed) for seed in range(4)}
+    for ran in runs.values():
+        assert [rnd for _, rnd in ran] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+        for rnd in (1, 2, 3):
+            assert sorted(w for w, r in ran if r == rnd) == sorted(WORKLOADS3)
+    rounds = {tuple(w for w, _ in ran) for ran in runs.values()}
+    assert len(rounds) > 1  # the seed moves the order; the same seed gives the same order
+    assert order_of(2) == runs[2]
+    assert order_of(0, "cell") == [(w, r) for w in WORKLOADS3 for r in (1, 2, 3)]
+
+
+def test_round_order_does_not_depend_on_which_other_cells_are_in_the_plan():
+    from clsbench.engine.loop import shuffled_round
+
+    cells = [Cell(TINY, w, "fp32", b, "cpu") for w in WORKLOADS3 for b in (1, 2, 4)]
+    full = shuffled_round(cells, 7, 1)
+    some = shuffled_round(cells[::2], 7, 1)
+    assert [c for c in full if c in some] == some  # a resumed run (some cells done) keeps the same relative order
+
+
+def test_a_cell_that_fails_drops_out_of_later_rounds(env: dict, tmp_path: Path):
+    result = api.run(plan([CRASH, TINY], repeats=3), tmp_path / "run.json", execution=Execution(env=env))
+    crashed, good = result.measurements  # plan order
+    assert (crashed.status, len(crashed.repeats)) == ("failed", 1)
+    assert (good.status, len(good.repeats)) == ("ok", 3)
+    assert sorted(r["round"] for r in good.repeats) == [1, 2, 3]
+
+
+def test_interrupted_round_keeps_the_repeats_it_finished_and_resume_runs_only_the_rest(env: dict, tmp_path: Path):
+    out = tmp_path / "run.json"
+    calls: list[str] = []
+
+    def interrupt_in_round_two(event: ProgressEvent) -> None:
+        if event.kind == "repeat":
+            calls.append(event.cell.workload)
+            if len(calls) == 5:  # the 5th repeat of 3 cells x 2: round 1 done, one cell finished in round 2
+                raise KeyboardInterrupt
+
+    execution = Execution(env=env, isolation="inline", clock=FakeClock(), progress=interrupt_in_round_two)
+    with pytest.raises(RunInterrupted) as info:
+        api.run(plan([TINY], workloads=WORKLOADS3), out, execution=execution)
+    assert "1 measurement(s) saved, and 2 repeat(s) of 2 more" in info.value.message
+    stored = result_io.load(out)
+    assert len(stored.measurements) == 1 and len(stored.pending) == 2
+    from clsbench.report import table
+
+    assert "2 more measurement(s) unfinished, 2 repeat(s) saved" in table.render(stored)
+
+    resumed_calls: list[str] = []
+
+    def count(event: ProgressEvent) -> None:
+        if event.kind == "repeat":
+            resumed_calls.append(event.cell.workload)
+
+    final = api.resume(out, execution=Execution(env=env, isolation="inline", clock=FakeClock(), progress=count))
+    assert len(resumed_calls) == 2  # one repeat each for the two unfinished cells: nothing measured twice
+    assert final.pending == () and [m.workload for m in final.measurements] == list(WORKLOADS3)
+    assert all(len(m.repeats) == 2 for m in final.measurements)
+    order = _run_order(final)
+    assert [rnd for _, rnd in order] == [1, 1, 1, 2, 2, 2]
 
 
 def test_interrupt_keeps_what_finished_and_names_resume(env: dict, tmp_path: Path, no_strays):
@@ -149,7 +236,7 @@ def test_interrupt_keeps_what_finished_and_names_resume(env: dict, tmp_path: Pat
             raise KeyboardInterrupt
 
     with pytest.raises(RunInterrupted) as info:
-        api.run(plan([TINY], workloads=("infer-latency", "train")), out,
+        api.run(plan([TINY], workloads=("infer-latency", "train"), order="cell"), out,
                 execution=Execution(env=env, progress=interrupt_after_first))
     assert "--resume" in info.value.message
     assert str(out) in info.value.message

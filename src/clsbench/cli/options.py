@@ -19,7 +19,7 @@ from clsbench.cli.common import fake_clock, handle_errors
 from clsbench.core.options import Execution, MeasureOptions
 
 #: Execution fields declared as options (the rest are library hooks: clock, progress, environment).
-EXECUTION_FLAGS = ("isolation", "overlap", "probe")
+EXECUTION_FLAGS = ("isolation", "order", "overlap", "probe")
 
 
 def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_text: str | None) -> Any:
@@ -28,8 +28,8 @@ def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_t
     if meta.get("negative"):
         return click.option(f"{meta['flag']}/{meta['negative']}", field.name, default=default,
                             show_default=default is not None, help=help_text)
-    if field.name == "isolation":
-        return click.option(meta["flag"], field.name, type=click.Choice(["process", "inline"]), default=default,
+    if meta.get("choices"):
+        return click.option(meta["flag"], field.name, type=click.Choice(list(meta["choices"])), default=default,
                             show_default=True, help=help_text)
     base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
     return click.option(meta["flag"], field.name, type=base, default=default, show_default=default is not None,

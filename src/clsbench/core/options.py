@@ -27,9 +27,11 @@ DEFAULT_TIMEOUT_S = 900.0
 DEFAULT_COMPILE_MODE = "default"
 
 
-def _option(flag: str, help: str, *, negative: str | None = None, metavar: str | None = None) -> dict[str, Any]:
-    """Field metadata: the command-line flag, its help text, and for a switch the flag that turns it off."""
-    return {"flag": flag, "help": help, "negative": negative, "metavar": metavar}
+def _option(flag: str, help: str, *, negative: str | None = None, metavar: str | None = None,
+            choices: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Field metadata: the command-line flag, its help text, for a switch the flag that turns it off, and for a
+    choice its values."""
+    return {"flag": flag, "help": help, "negative": negative, "metavar": metavar, "choices": choices}
 
 
 @dataclass(frozen=True)
@@ -121,11 +123,16 @@ class Execution:
     """
 
     isolation: str = field(default="process", metadata=_option(
-        "--isolation", "process: a fresh worker per repeat; inline: this process (debugging only)."))
+        "--isolation", "process: a fresh worker per repeat; inline: this process (debugging only).",
+        choices=("process", "inline")))
     overlap: bool = field(default=True, metadata=_option(
         "--overlap", "On a GPU, fork the next worker and build its model while the current one starts up and warms "
                      "up; it is stopped during the timed region (0.57 s hidden per repeat in the H200 seed suite).",
         negative="--no-overlap"))
+    order: str = field(default="round", metadata=_option(
+        "--order", "round: repeat 1 of every measurement, then repeat 2..., each round shuffled by --seed, so a "
+                   "slow spell of the host hits different measurements; cell: all repeats of one, then the next.",
+        choices=("round", "cell")))
     probe: bool = field(default=True, metadata=_option(
         "--probe", "On a GPU, first measure the matmul and copy ceilings (about 10 s), for MFU against them.",
         negative="--no-probe"))
@@ -136,6 +143,8 @@ class Execution:
     def validate(self) -> Execution:
         if self.isolation not in ("process", "inline"):
             raise InvalidInputError(f"unknown isolation {self.isolation!r}", "use process or inline")
+        if self.order not in ("round", "cell"):
+            raise InvalidInputError(f"unknown order {self.order!r}", "use --order round or --order cell")
         return self
 
     def to_cli_args(self) -> list[str]:
@@ -192,7 +201,7 @@ def reproduce_command(plan: RunPlan, cell: Cell) -> str:
         args += ["--input-size", str(cell.input_size)]
     args += MeasureOptions.of_plan(plan, cell.workload).to_cli_args()
     if cell.data is None:
-        args += Execution(overlap=plan.overlap_prepare).to_cli_args()
+        args += Execution(overlap=plan.overlap_prepare, order=plan.order).to_cli_args()
     else:
         args += data_cli_args(cell.data)
     return " ".join(shlex.quote(a) for a in args)

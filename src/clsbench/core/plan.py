@@ -165,6 +165,7 @@ class RunPlan:
     compile_mode: str = "default"  # torch.compile mode when a mode names +compile without its own
     cudnn_benchmark: bool = True
     overlap_prepare: bool = True  # on a GPU, prepare the next worker while the current one is not timed (runner.py)
+    order: str = "round"  # repeats in rounds over every cell (shuffled per round by the seed), or "cell" by cell
     telemetry: bool = True  # on a GPU, sample NVML (power, clocks, temperature...) over each timed region
     train: TrainSettings = TrainSettings()
     suite: str | None = None
@@ -176,6 +177,8 @@ class RunPlan:
             raise InvalidInputError(f"repeats must be >= 1, got {self.repeats}", "e.g. --repeats 3")
         if self.timeout_s <= 0:
             raise InvalidInputError("timeout must be > 0 seconds", "e.g. --timeout 600")
+        if self.order not in ("round", "cell"):
+            raise InvalidInputError(f"unknown order {self.order!r}", "use --order round or --order cell")
         if not self.cells:
             raise InvalidInputError("nothing to measure", "name a --model or a --suite")
         for rule in self.stop_rules.values():
@@ -199,6 +202,7 @@ class RunPlan:
             "compile_mode": self.compile_mode,
             "cudnn_benchmark": self.cudnn_benchmark,
             "overlap_prepare": self.overlap_prepare,
+            "order": self.order,
             "telemetry": self.telemetry,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
@@ -218,6 +222,7 @@ class RunPlan:
             compile_mode=str(data["compile_mode"]),
             cudnn_benchmark=bool(data["cudnn_benchmark"]),
             overlap_prepare=bool(data.get("overlap_prepare", False)),
+            order=str(data.get("order", "cell")),  # files from before round order ran cell by cell
             telemetry=bool(data.get("telemetry", True)),
             train=TrainSettings(**data["train"]),
             suite=data.get("suite"),

@@ -81,7 +81,7 @@ def plan_run(
              for name, rule in default_stop_rules(resolved_device).items()}
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=options.repeats, stop_rules=rules, seed=options.seed,
                    data_seed=options.seed, timeout_s=options.timeout_s, compile_mode=options.compile_mode,
-                   cudnn_benchmark=bool(options.cudnn_benchmark), overlap_prepare=overlap,
+                   cudnn_benchmark=bool(options.cudnn_benchmark), overlap_prepare=overlap, order=execution.order,
                    telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir)
     plan.validate()
     return plan

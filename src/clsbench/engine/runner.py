@@ -1,8 +1,8 @@
 """Run a plan: one fresh worker per repeat (:mod:`clsbench.engine.executor`) through the one repeat loop
 (:mod:`clsbench.engine.loop`), failure reasons, atomic saves after every measurement, resume.
 
-Each finished measurement is written to the output file at once (atomically), so an interruption loses at most
-the measurement in flight; :func:`resume` measures only the cells the file lacks.
+Each finished repeat is written to the output file at once (atomically), so an interruption loses at most the
+repeat in flight; :func:`resume` measures only the repeats the file lacks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from clsbench.core.options import Execution
 from clsbench.core.plan import Cell, RunPlan
 from clsbench.core.vocab import Reason, Status
 from clsbench.engine.executor import InlineExecutor, ProcessExecutor
-from clsbench.engine.loop import Procedure, measure_all
+from clsbench.engine.loop import Procedure, measure_all, schedule
 from clsbench.engine.worker import Job
 from clsbench.errors import EXIT_INTERRUPTED, ClsbenchError, ResultFileError
 from clsbench.measure.clock import WallClock
@@ -127,14 +127,16 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare)
 
     skips = {cell.key: static_skip(cell, result.environment, plan.compile_mode) for cell in todo}
+    # The jobs in the order they will run, so that overlap prepares the one that really comes next.
+    done = {cell.key: len(result.pending_repeats(cell.key)) for cell in todo}
+    order = schedule([cell for cell in todo if not skips[cell.key]], plan.repeats, order=plan.order, seed=plan.seed,
+                     done=done)
     jobs = [
         Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
             compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
             telemetry=plan.telemetry, timeout_s=plan.timeout_s if execution.isolation != "inline" else None,
             no_cache=plan.no_cache, cache_dir=plan.cache_dir)
-        for cell in todo
-        if not skips[cell.key]
-        for r in range(plan.repeats)
+        for cell, r in order
     ]
     position = {(job.cell.key, job.repeat): index for index, job in enumerate(jobs)}
 
@@ -147,18 +149,21 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
 
     def interrupted(partial: BenchmarkResult) -> RunInterrupted:
         where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""
-        return RunInterrupted(f"interrupted: {len(partial.measurements)} measurement(s) saved{where}", result=partial)
+        started = f", and {sum(len(p.repeats) for p in partial.pending)} repeat(s) of {len(partial.pending)} more" \
+            if partial.pending else ""
+        return RunInterrupted(f"interrupted: {len(partial.measurements)} measurement(s) saved{started}{where}",
+                              result=partial)
 
     procedure = Procedure(
         run_repeat=run_repeat, skip=skip, interrupted=interrupted, close=executor.close,
         build=lambda cell, records: build_measurement(cell, records, plan.stop_rule(cell.workload),
                                                       environment=result.environment))
+    options = {"progress": execution.progress, "order": plan.order, "seed": plan.seed,
+               "placement": [cell.key for cell in plan.cells]}
     if output is None:
-        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: None, progress=execution.progress)
+        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: None, **options)
     with result_io.writer_lock(output):
-        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output),
-                           progress=execution.progress)
-
+        return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output), **options)
 
 
 def static_skip(cell: Cell, environment: dict[str, Any], compile_mode: str) -> dict[str, Any] | None:

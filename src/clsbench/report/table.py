@@ -205,8 +205,10 @@ def render(result: BenchmarkResult) -> str:
     """The whole table for ``show`` and the end of ``run``."""
     measurements = list(result.measurements)
     lines = [header_line(result), ""]
+    unfinished = pending_note(result)
     if not measurements:
         lines.append("(no measurements)")
+        lines += ["", unfinished] if unfinished else []
         return "\n".join(lines) + "\n"
     with_backend = has_backends(measurements)
     lines.extend(render_rows(columns(measurements), [row(m, with_backend) for m in measurements]))
@@ -216,6 +218,8 @@ def render(result: BenchmarkResult) -> str:
              f"{sum(m.status == 'failed' for m in measurements)} failed, " \
              f"{sum(m.status == 'skipped' for m in measurements)} skipped"
     lines += ["", counts]
+    if unfinished:
+        lines.append(unfinished)
     measured = [m for m in measurements if m.status == Status.OK]
     if has_efficiency(measured):
         header, rows = without_empty_columns(columns(measurements, EFFICIENCY_COLUMNS),
@@ -239,6 +243,15 @@ def render(result: BenchmarkResult) -> str:
     if notes:
         lines += [""] + notes
     return "\n".join(lines) + "\n"
+
+
+def pending_note(result: BenchmarkResult) -> str | None:
+    """What an interrupted run left unfinished: measurements with some of their repeats saved."""
+    if not result.pending:
+        return None
+    saved = sum(len(p.repeats) for p in result.pending)
+    return (f"{len(result.pending)} more measurement(s) unfinished, {saved} repeat(s) saved: finish them with "
+            f"`clsbench run --resume` on this file")
 
 
 def withheld_note(measurements: Sequence[Measurement]) -> str | None:

@@ -185,6 +185,26 @@ def _check_summary(summary: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
+class PendingRepeats:
+    """The repeats a measurement in progress has finished: saved as they finish, so that an interrupted run (round
+    order measures every cell's first repeat before any cell's second) keeps them, and ``--resume`` goes on from
+    them. ``key`` is the cell's key (:attr:`Measurement.key`)."""
+
+    key: tuple[Any, ...]
+    repeats: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": list(self.key), "repeats": list(self.repeats)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PendingRepeats:
+        if not isinstance(data, dict) or not isinstance(data.get("key"), list) \
+                or not isinstance(data.get("repeats"), list) or not all(isinstance(r, dict) for r in data["repeats"]):
+            raise ValueError("a pending entry must be an object with a key list and a list of repeat objects")
+        return cls(key=tuple(data["key"]), repeats=tuple(data["repeats"]))
+
+
+@dataclass(frozen=True)
 class BenchmarkResult:
     """Everything one run produced. Immutable: adding a measurement returns a new object."""
 
@@ -195,10 +215,22 @@ class BenchmarkResult:
     tool: dict[str, Any] = field(default_factory=lambda: {"name": TOOL_NAME})
     schema_version: int = SCHEMA_VERSION
     run_id: str = ""  # random, given when the run is created; files from before it have none
+    pending: tuple[PendingRepeats, ...] = ()  # repeats of measurements not finished yet (an interrupted run)
 
     def with_measurement(self, measurement: Measurement) -> BenchmarkResult:
+        """Add (or replace) ``measurement``; its pending repeats, if any, are gone: they are in it now."""
         kept = tuple(m for m in self.measurements if m.key != measurement.key)
-        return dataclasses.replace(self, measurements=kept + (measurement,))
+        pending = tuple(p for p in self.pending if p.key != measurement.key)
+        return dataclasses.replace(self, measurements=kept + (measurement,), pending=pending)
+
+    def with_pending(self, key: tuple[Any, ...], repeats: list[dict[str, Any]]) -> BenchmarkResult:
+        """Record the finished repeats of the measurement ``key``, which is still in progress."""
+        pending = tuple(p for p in self.pending if p.key != key) + (PendingRepeats(tuple(key), tuple(repeats)),)
+        return dataclasses.replace(self, pending=pending)
+
+    def pending_repeats(self, key: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """The saved repeats of the unfinished measurement ``key`` (empty when there are none)."""
+        return next((list(p.repeats) for p in self.pending if p.key == tuple(key)), [])
 
     def find(self, key: tuple[Any, ...]) -> Measurement | None:
         return next((m for m in self.measurements if m.key == key), None)
@@ -212,6 +244,8 @@ class BenchmarkResult:
             "environment": self.environment,
             "settings": self.settings,
             "measurements": [m.to_dict() for m in self.measurements],
+            # Only while a run is unfinished: a finished file reads exactly as before.
+            **({"pending": [p.to_dict() for p in self.pending]} if self.pending else {}),
         }
 
     @classmethod
@@ -241,7 +275,11 @@ class BenchmarkResult:
                 if not isinstance(data[key], dict):
                     raise ValueError(f"{key} must be an object, not {type(data[key]).__name__}")
             measurements = tuple(Measurement.from_dict(m) for m in data["measurements"])
+            pending = data.get("pending") or []
+            if not isinstance(pending, list):
+                raise ValueError("pending must be a list")
             return cls(
+                pending=tuple(PendingRepeats.from_dict(p) for p in pending),
                 environment=dict(data["environment"]),
                 settings=dict(data["settings"]),
                 measurements=measurements,

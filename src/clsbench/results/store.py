@@ -7,9 +7,10 @@ by importing the files again (``clsbench import FILE...``). Nothing here ever wr
 Where the index lives (:func:`store_path`): the ``db`` argument if given, else ``$CLSBENCH_DB``, else
 ``$XDG_DATA_HOME/clsbench/index.sqlite3``, else ``~/.local/share/clsbench/index.sqlite3``.
 
-A run is named by :func:`run_id_of`: 12 hex digits of the SHA-256 of its creation time, host name and settings.
-None of these change when an interrupted run is resumed and grows, so importing the same file again, or its
-finished version, updates the run's rows instead of adding a second run.
+A run is named by :func:`run_id_of`: the random id it was given when it was created (12 hex digits; two runs
+started in the same second on one host get two ids), or for a file from before such ids, 12 hex digits of the
+SHA-256 of its creation time, host name and settings. A resume changes none of these, so importing the same file
+again, or its finished version, updates the run's rows instead of adding a second run.
 
 Every write happens in one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), so a failure leaves the index as
 it was. Every database problem (locked by another process, not a SQLite file, a directory that cannot be
