@@ -374,6 +374,14 @@ def test_models_lists_matches():
     assert re.search(r"^\d+ model\(s\)$", result.stderr, re.MULTILINE)
 
 
+def test_models_long_is_a_table_with_source_and_input_size():
+    result = invoke("models", "-l", "resnet1*")
+    assert result.exit_code == 0, result.output
+    header, rule, *rows = result.stdout.splitlines()
+    assert header.split() == ["model", "source", "input", "px"] and set(rule) == {"-", " "}
+    assert {tuple(r.split()) for r in rows} >= {("resnet18", "torchvision", "224"), ("resnet101", "torchvision", "224")}
+
+
 def test_env_prints_rows():
     result = invoke("env", "--device", "cpu")
     assert result.exit_code == 0, result.output

@@ -196,11 +196,15 @@ def models(pattern: str, long_: bool) -> None:
     names = list_models(pattern)
     if not names:
         raise InvalidInputError(f"no model matches {pattern!r}", "try a wider pattern such as 'resnet*' or '*'")
-    for name in names:
-        if long_:
-            spec = get_model_spec(name)
-            click.echo(f"{name:<48} {spec.source:<12} {spec.input_size}")
-        else:
+    if long_:
+        from clsbench.core.text_table import text_table
+
+        specs = [get_model_spec(name) for name in names]
+        rows = [(name, spec.source, str(spec.input_size)) for name, spec in zip(names, specs, strict=True)]
+        for line in text_table(("model", "source", "input px"), rows, right={2}):
+            click.echo(line)
+    else:
+        for name in names:
             click.echo(name)
     click.echo(f"{len(names)} model(s)", err=True)
 

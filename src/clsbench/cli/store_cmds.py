@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from clsbench.cli.common import handle_errors
+from clsbench.core.text_table import cut, fmt_ms, fmt_rate, text_table
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results import store
 
@@ -90,21 +91,11 @@ def history_command(model: str | None, gpu: str | None, limit: int, db: str | No
 
 
 def render_history(runs: Sequence[dict[str, Any]], width: int = TABLE_WIDTH) -> list[str]:
-    """The history table as lines, from :func:`clsbench.results.store.history`'s dicts."""
-    rows = [_history_row(run) for run in runs]
-    widths = [max(len(r[i]) for r in [HISTORY_HEADER, *rows]) for i in range(len(HISTORY_HEADER))]
-    # The description is the last column: when the line is too long, it is cut at its end.
-    excess = sum(widths) + 2 * (len(widths) - 1) - width
-    if excess > 0:
-        widths[-1] = max(MIN_DESCRIPTION_WIDTH, len(HISTORY_HEADER[-1]), widths[-1] - excess)
-    lines = []
-    for i, r in enumerate([HISTORY_HEADER, *rows]):
-        cells = [_cut(c, w).rjust(w) if HISTORY_HEADER[j] in RIGHT_ALIGNED else _cut(c, w).ljust(w)
-                 for j, (c, w) in enumerate(zip(r, widths, strict=True))]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+    """The history table as lines, from :func:`clsbench.results.store.history`'s dicts. The description is the last
+    column: when a line is too long, it is cut at its end."""
+    right = {i for i, name in enumerate(HISTORY_HEADER) if name in RIGHT_ALIGNED}
+    return text_table(HISTORY_HEADER, [_history_row(run) for run in runs], right=right, width=width,
+                      min_last=MIN_DESCRIPTION_WIDTH)
 
 
 def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
@@ -125,7 +116,7 @@ def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
     return (
         run["run_id"],
         date,
-        _cut(hardware, DEVICE_WIDTH),
+        cut(hardware, DEVICE_WIDTH),
         run.get("torch") or "-",
         run.get("suite") or "-",
         f"{run.get('ok', 0)}/{run.get('failed', 0)}/{run.get('unstable', 0)}",
@@ -143,21 +134,10 @@ def _figure(head: dict[str, Any]) -> str:
     p50 = head.get("latency_p50_ms")
     rate = head.get("throughput_img_s")
     if (head.get("workload") == "infer-latency" or rate is None) and p50 is not None:
-        return f"p50 {_fmt_ms(p50)} ms"
+        return f"p50 {fmt_ms(p50)} ms"
     if rate is None:
         return "-"
-    return f"{_fmt_rate(rate)} {'qps' if head.get('workload') in QPS_WORKLOADS else 'img/s'}"
+    return f"{fmt_rate(rate)} {'qps' if head.get('workload') in QPS_WORKLOADS else 'img/s'}"
 
 
-def _fmt_rate(value: float) -> str:
-    """As the results table prints img/s (clsbench.report.table)."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
 
-
-def _fmt_ms(value: float) -> str:
-    """As the results table prints milliseconds (clsbench.report.table)."""
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 2)] + ".."

@@ -33,6 +33,7 @@ from clsbench.analysis.compare import (
     format_ratio,
 )
 from clsbench.analysis.significance import format_p
+from clsbench.core.text_table import text_table
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results.facts import get_field
@@ -448,15 +449,8 @@ def _env_section(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def _text_table(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    lines = []
-    for r in [header, *body]:
-        cells = [str(c).rjust(w) if right[i] else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths,
-                                                                                                strict=True))]
-        lines.append("  ".join(cells).rstrip())
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
+def _aligned(header: Sequence[str], body: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    return text_table(header, body, right={i for i, flag in enumerate(right) if flag})
 
 
 def comparison_text(comparison: Comparison) -> str:
@@ -468,14 +462,14 @@ def comparison_text(comparison: Comparison) -> str:
     if comparison.env_differences:
         lines.append("environment differences (key facts):")
         header, body = _env_section(comparison)
-        lines += ["  " + line for line in _text_table(header, body, [False] * len(header))]
+        lines += ["  " + line for line in _aligned(header, body, [False] * len(header))]
     else:
         lines.append("environment: the key facts are the same in every run")
     for warning in comparison.warnings:
         lines.append(f"warning: {warning}")
     for title, header, body, right in _table_sections(comparison):
         lines += ["", title, ""]
-        lines += _text_table(header, body, right)
+        lines += _aligned(header, body, right)
     lines.append("")
     lines += _legend_lines(comparison)
     return "\n".join(lines) + "\n"

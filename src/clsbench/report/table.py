@@ -15,24 +15,13 @@ from typing import Any
 
 from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.analysis.warnings import findings, grouped
+from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
 from clsbench.core.vocab import Status
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement
 
 MIB = 1024 * 1024
 COLUMNS = ("model", "workload", "mode", "batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n", "status")
 RIGHT_ALIGNED = {"batch", "img/s", "spread", "p50 ms", "p99 ms", "peak mem", "n"}
-
-
-def fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:.2f}"
-
-
-def fmt_ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
 
 
 def _fmt_mem(m: Measurement) -> str:
@@ -111,19 +100,10 @@ def row(m: Measurement, backend: bool = False) -> tuple[str, ...]:
 
 def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]],
                 right: Collection[str] | None = None) -> list[str]:
-    """Plain columns separated by two spaces, a rule under the header; ``right`` names the right-aligned columns
-    (default: the numeric columns of the results tables)."""
+    """The results tables' layout (:func:`clsbench.core.text_table.text_table`); ``right`` names the right-aligned
+    columns (default: the numeric columns of the results tables)."""
     right = RIGHT_ALIGNED if right is None else right
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = []
-    for r in [header, *rows]:
-        cells = [
-            str(c).rjust(w) if header[i] in right else str(c).ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
+    return text_table(header, rows, right={i for i, name in enumerate(header) if name in right})
 
 
 EFFICIENCY_COLUMNS = ("model", "workload", "mode", "batch", "avg W", "J/img", "img/s/W", "TFLOP/s", "MFU %",

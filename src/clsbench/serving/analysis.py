@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
 from clsbench.core.vocab import Status
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.serving import records
@@ -150,9 +151,9 @@ def _limit_text(row: dict[str, Any]) -> str:
     split = limit.get("split_ms") or {}
     per_batch = (limit.get("per_batch_ms") or {}).get("compute")
     batch = f"batches of {limit['mean_batch']:.1f}/{row.get('max_batch')}" if limit.get("mean_batch") else ""
-    head = f"at {limit['target_qps']:,.0f} qps p99 was {_ms(limit.get('p99_ms'))} ms"
+    head = f"at {limit['target_qps']:,.0f} qps p99 was {fmt_ms(limit.get('p99_ms'))} ms"
     if mean_busy is not None and mean_busy >= SATURATED_BUSY_PCT:
-        return (f"{head} with its instances {mean_busy:.0f}% busy ({batch}, {_ms(per_batch)} ms compute each): "
+        return (f"{head} with its instances {mean_busy:.0f}% busy ({batch}, {fmt_ms(per_batch)} ms compute each): "
                 "out of throughput")
     return (f"{head} with its instances only {mean_busy or 0:.0f}% busy (queue {split.get('queue', 0.0):.2f} ms, "
             f"compute {split.get('compute', 0.0):.2f} ms per request, {batch}): out of latency budget, not throughput")
@@ -268,32 +269,11 @@ def _figure(value: float | None, unit: str) -> str:
     return f"{value:,.0f} {unit}" if value >= 100 else f"{value:,.1f} {unit}"
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
-
-
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
-
-
 def _split_text(split: dict[str, float]) -> str:
     host = split.get("gather", 0.0) + split.get("complete", 0.0)
     copies = split.get("copy_in", 0.0) + split.get("copy_out", 0.0)
     return (f"queue {split.get('queue', 0.0):.2f} ms, compute {split.get('compute', 0.0):.2f} ms, "
             f"copies {copies:.2f} ms, host {host:.2f} ms")
-
-
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> list[str]:
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i]) for i in
-              range(len(header))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "  ".join(padded).rstrip()
-
-    return [line(header), *(line(r) for r in rows)]
 
 
 def _duration_text(seconds: float) -> str:
@@ -320,13 +300,13 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 continue
             best = e["best"] or {}
             answer = f"{e['label']}: {_figure(e['figure'], e['unit'] or '')}"
-            lat = (f"p50 {_ms(best.get('p50_ms'))}  p90 {_ms(best.get('p90_ms'))}  p99 {_ms(best.get('p99_ms'))}"
-                   f"  p99.9 {_ms(best.get('p99.9_ms'))}") if best else ""
+            lat = "  ".join(f"{name} {fmt_ms(best.get(name + '_ms'))}" for name in ("p50", "p90", "p99", "p99.9")) \
+                if best else ""
             verdict = "VALID" if best.get("valid") else ("INVALID: " + (e["note"] or best.get("reason") or "")) \
                 if best else e["note"]
             rows.append((e["scenario"], e["best_setting"] or best.get("setting") or "-", answer, lat, verdict))
-        out += ["  " + line for line in _table(("scenario", "setting", "answer", "latency ms", "result"), rows,
-                                               set())]
+        header = ("scenario", "setting", "answer", "latency ms", "result")
+        out += ["  " + line for line in text_table(header, rows)]
         goal = mode.get("goal")
         if goal:
             out.append(f"  server / offline: {goal['ratio'] * 100:.1f}% (goal >= {goal['goal_fraction'] * 100:.0f}%: "
@@ -338,13 +318,13 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 for s in e["settings"]:
                     b = s["best"] or {}
                     split = b.get("split_ms") or {}
-                    rows.append((s["setting"], _figure(s["figure"], s["unit"] or ""), _ms(b.get("p99_ms")),
+                    rows.append((s["setting"], _figure(s["figure"], s["unit"] or ""), fmt_ms(b.get("p99_ms")),
                                  "-" if b.get("mean_batch") is None else f"{b['mean_batch']:.1f}",
-                                 *(_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
+                                 *(fmt_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
                                  f"{s['valid_runs']}/{s['runs']}"))
                 header = ("setting", "answer", "p99 ms", "batch", "queue", "gather", "copy in", "compute",
                           "copy out", "hand-back", "valid")
-                out += ["    " + line for line in _table(header, rows, set(range(1, len(header))))]
+                out += ["    " + line for line in text_table(header, rows, right=set(range(1, len(header))))]
             if e["why"]:
                 out += ["", f"  {e['scenario']}: which setting, and why:"] + ["    " + line
                                                                            for line in e["why"].splitlines()]
@@ -356,15 +336,16 @@ def render_serve(analysis: dict[str, Any]) -> str:
             for r in sorted(steps, key=lambda r: r["index"] or 0):
                 split = r.get("split_ms") or {}
                 rate = r["target_qps"] if r["target_qps"] is not None else r["samples_per_second"]
-                rows.append((str(r["index"]), r["scenario"], r["setting"], r["role"] or "", _rate(rate),
-                             _rate(r["completed_qps"] if r["completed_qps"] is not None else r["samples_per_second"]),
-                             _ms(r["p50_ms"]), _ms(r["p90_ms"]), _ms(r["p99_ms"]), _ms(r["p99.9_ms"]),
+                rows.append((str(r["index"]), r["scenario"], r["setting"], r["role"] or "", fmt_rate(rate),
+                             fmt_rate(r["samples_per_second"] if r["completed_qps"] is None else r["completed_qps"]),
+                             fmt_ms(r["p50_ms"]), fmt_ms(r["p90_ms"]), fmt_ms(r["p99_ms"]), fmt_ms(r["p99.9_ms"]),
                              "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}",
-                             _ms(split.get("queue")) if split else "-", _ms(split.get("compute")) if split else "-",
+                             fmt_ms(split.get("queue")) if split else "-",
+                             fmt_ms(split.get("compute")) if split else "-",
                              "VALID" if r["valid"] else f"INVALID: {r['reason']}"))
             header = ("#", "scenario", "setting", "role", "target/s", "done/s", "p50", "p90", "p99", "p99.9",
                       "batch", "queue", "compute", "result")
-            out += ["    " + line for line in _table(header, rows, {0, 4, 5, 6, 7, 8, 9, 10, 11, 12})]
+            out += ["    " + line for line in text_table(header, rows, right={0, 4, 5, 6, 7, 8, 9, 10, 11, 12})]
     return "\n".join(out) + "\n"
 
 
@@ -428,7 +409,7 @@ def render_serve_compare(comparison: dict[str, Any]) -> str:
                 verdicts.append(f"{name}: {'significant' if t['significant'] else 'not significant'} (p={t['p']:.3g}, "
                                 f"n={t['n_a']}/{t['n_b']})")
         out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {_figure(r['a'], unit)} -> {_figure(r['b'], unit)} "
-                   f"({ratio}); p99 {_ms(r['a_p99_ms'])} -> {_ms(r['b_p99_ms'])} ms")
+                   f"({ratio}); p99 {fmt_ms(r['a_p99_ms'])} -> {fmt_ms(r['b_p99_ms'])} ms")
         out += ["  " + v for v in verdicts]
     return "\n".join(out) + ("\n" if out else "no (mode, scenario) in common\n")
 
