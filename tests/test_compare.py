@@ -602,6 +602,18 @@ def test_nothing_in_common_exits_2_with_one_error_line(tmp_path: Path):
     assert lines[1].startswith("hint: ") and out.stdout == ""
 
 
+def test_runs_at_different_input_sizes_exit_2_naming_the_size(tmp_path: Path):
+    result_io.save(result([measurement("m", "train", throughput_records([300.0, 301.0, 299.0]), input_size=64)]),
+                   tmp_path / "small.json")
+    result_io.save(result([measurement("m", "train", throughput_records(BASE), input_size=160)]),
+                   tmp_path / "large.json")
+    out = invoke(str(tmp_path / "small.json"), str(tmp_path / "large.json"))
+    assert out.exit_code == 2 and out.stdout == "" and "1.33x" not in out.output
+    error, hint = out.stderr.splitlines()
+    assert "no measurement in common" in error and "input size 64 vs 160" in error
+    assert hint.startswith("hint: ") and "input size" in hint
+
+
 def test_missing_file_exits_3(files: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("CLSBENCH_DB", str(tmp_path / "index.sqlite"))
     out = invoke(files[0], str(tmp_path / "nope.json"))
