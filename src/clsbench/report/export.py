@@ -32,15 +32,18 @@ from clsbench.analysis.compare import (
     Ratio,
     Row,
     RunInfo,
+    default_input_sizes,
     fact_text,
     format_ratio,
+    input_size_of,
+    world_size_of,
 )
 from clsbench.analysis.significance import format_p
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results.facts import get_field
 from clsbench.results.io import check_writable, jsonable, write_text_atomic
-from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, data_label
 
 #: Formats of ``show`` and ``compare``.
 FORMATS = ("table", "json", "csv", "markdown")
@@ -56,6 +59,9 @@ COLUMNS: tuple[str, ...] = (
     "mode",
     "backend",
     "batch_size",
+    "input_size",
+    "data",
+    "world_size",
     "status",
     "reason",
     "throughput_img_s",
@@ -98,8 +104,18 @@ MIB = 1024 * 1024
 # Flat rows of results
 
 
-def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -> dict[str, Any]:
-    """The flat row of one measurement (keys: :data:`COLUMNS`)."""
+def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str,
+                    defaults: dict[str, int] | None = None) -> dict[str, Any]:
+    """The flat row of one measurement (keys: :data:`COLUMNS`).
+
+    ``input_size``, ``data`` and ``world_size`` are what ``compare`` matches on besides the key
+    (:func:`clsbench.analysis.compare.match_key`): the input side (empty: the model's default, whose size the file
+    does not show), ``synthetic`` or the data pipeline's label, and the devices one step ran on (1 but for
+    ``clsbench scale``). ``defaults``: the models' default input sizes as the files show them
+    (:func:`clsbench.analysis.compare.default_input_sizes`; None: as ``result`` alone shows them).
+    """
+    if defaults is None:
+        defaults = default_input_sizes([result])
     s = m.summary or {}
     latency = s.get("latency_ms") or {}
     telemetry = s.get("telemetry") or {}
@@ -118,6 +134,9 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
         "mode": m.mode,
         "backend": m.backend,
         "batch_size": m.batch_size,
+        "input_size": input_size_of(m, defaults),
+        "data": data_label(m.data) or SYNTHETIC,
+        "world_size": world_size_of(m, result.settings),
         "status": m.status,
         "reason": m.reason,
         "throughput_img_s": s.get("throughput_img_s"),
@@ -157,7 +176,11 @@ def rows(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[dict[
     """Flat rows of every measurement of ``results``; ``names`` (one per result) fill ``result_file``."""
     if len(results) != len(names):
         raise InvalidInputError(f"{len(names)} names for {len(results)} results")
-    return [measurement_row(r, m, name) for r, name in zip(results, names, strict=True) for m in r.measurements]
+    out = []
+    for result, name in zip(results, names, strict=True):
+        defaults = default_input_sizes([result])
+        out += [measurement_row(result, m, name, defaults) for m in result.measurements]
+    return out
 
 
 def _csv_value(value: Any) -> Any:
@@ -222,13 +245,14 @@ def to_markdown(table: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     Args:
         table: rows from :func:`rows`.
         columns: the columns to show; default: those of :data:`COLUMNS` that have a value in some row (a CPU
-            run has no power or GPU columns, an eager run no backend columns). Floats are shortened for reading;
-            use CSV or JSON for exact values.
+            run has no power or GPU columns) and say something (an eager, synthetic-data, single-device run has no
+            backend, data or world_size column). Floats are shortened for reading; use CSV or JSON for exact values.
     """
     if columns is None:
         columns = [c for c in COLUMNS if any(r.get(c) is not None for r in table)] or list(COLUMNS)
-        if all(r.get("backend") in (None, "eager") for r in table):
-            columns = [c for c in columns if c != "backend"]  # every row eager: the column says nothing
+        # Every row eager, synthetic or on one device: the column says nothing.
+        plain = {"backend": (None, DEFAULT_BACKEND), "data": (None, SYNTHETIC), "world_size": (None, 1)}
+        columns = [c for c in columns if c not in plain or any(r.get(c) not in plain[c] for r in table)]
     right = [any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in table)
              for c in columns]
     return markdown_table(columns, [[r.get(c) for c in columns] for r in table], right)
