@@ -486,6 +486,17 @@ def test_world_size_is_part_of_the_match():
     assert row.label() == "resnet50 train-ddp fp32 bs64 world 2"
 
 
+def test_a_scale_file_compares_each_world_size_with_the_same_one(data_dir: Path):
+    from clsbench.report import export
+
+    scale = result_io.load(data_dir.parent / "golden" / "expected" / "scale.json")  # 8 images per GPU, on 1 and 2
+    c = compare([scale, scale], ["a.json", "b.json"])
+    assert [(r.workload, r.batch_size, r.world_size) for r in c.rows()] == [
+        ("train-ddp", 8, 1), ("train-ddp", 16, 2), ("train-dp", 8, 1), ("train-dp", 16, 2)]
+    assert c.rows()[1].label() == "clsbench_testmodels:tiny train-ddp fp32 bs16 world 2"
+    assert "world size" in export.export_comparison(c, "table")
+
+
 def test_an_unrecorded_input_size_is_the_models_default_when_the_files_show_it():
     # A measurement that failed before building the model stores no size: it ran at the model's default, which the
     # other file shows (its run asked for no size and measured 224).
