@@ -38,6 +38,7 @@ from clsbench.analysis.significance import (
 )
 from clsbench.analysis.summary import build_measurement
 from clsbench.cli.compare_cmds import EXIT_REGRESSION, parse_percent, register
+from clsbench.core.data_settings import DataSettings
 from clsbench.core.plan import Cell
 from clsbench.errors import InvalidInputError
 from clsbench.results import io as result_io
@@ -203,16 +204,17 @@ def failed(reason: str = "oom") -> list[dict[str, Any]]:
 
 
 def measurement(model: str, workload: str, records: list[dict[str, Any]], mode: str = "fp32", batch: int = 32,
-                device: str = "cuda", power_w: float | None = None) -> Measurement:
-    m = build_measurement(Cell(model, workload, mode, batch, device), records)
+                device: str = "cuda", power_w: float | None = None, input_size: int | None = None,
+                data: DataSettings | None = None) -> Measurement:
+    m = build_measurement(Cell(model, workload, mode, batch, device, input_size, data), records)
     if power_w is not None:
         m = dataclasses.replace(m, summary={**m.summary, "telemetry": {"power_avg_w": power_w}})
     return m
 
 
 def result(measurements: list[Measurement], env: dict[str, Any] | None = None,
-           created: str = "2026-11-30T00:00:00+00:00") -> BenchmarkResult:
-    return BenchmarkResult(environment=env or environment(), settings={}, measurements=tuple(measurements),
+           created: str = "2026-11-30T00:00:00+00:00", settings: dict[str, Any] | None = None) -> BenchmarkResult:
+    return BenchmarkResult(environment=env or environment(), settings=settings or {}, measurements=tuple(measurements),
                            created_utc=created, tool={"name": "clsbench", "version": "0.1.0"})
 
 
@@ -399,6 +401,147 @@ def test_comparison_to_dict_is_standard_json(runs: list[BenchmarkResult]):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Matching: input size, data pipeline and world size are part of the match
+
+
+def requested(*models_and_sizes: tuple[str, int | None]) -> dict[str, Any]:
+    """Settings whose cells asked for these (model, input size) pairs (None: the model's default), as a run stores
+    them."""
+    return {"cells": [{"model": model, "workload": "train", "mode": "fp32", "batch_size": 32, "device": "cuda",
+                       "input_size": size} for model, size in models_and_sizes]}
+
+
+def test_different_input_sizes_are_never_a_speed_up():
+    # The issue: a 64 px run against a 160 px run of the same cell was shown as a 1.33x speed-up.
+    a = result([measurement("resnet50", "train", throughput_records([300.0, 301.0, 299.0]), input_size=64)])
+    b = result([measurement("resnet50", "train", throughput_records([400.0, 401.0, 399.0]), input_size=160)])
+    with pytest.raises(InvalidInputError) as info:
+        compare([a, b], ["small.json", "large.json"])
+    message = str(info.value)
+    assert "no measurement in common" in message and "input size 64 vs 160" in message
+    assert "resnet50 train fp32 bs32 64px" in message and "resnet50 train fp32 bs32 160px" in message
+    assert "input size" in info.value.hint
+
+
+def test_cells_that_differ_in_input_size_are_separate_rows_each_missing_from_the_other_run():
+    a = result([measurement("resnet50", "train", throughput_records(BASE), input_size=64),
+                measurement("vit", "train", throughput_records(BASE), input_size=64)])
+    b = result([measurement("resnet50", "train", throughput_records([80.0, 81.0, 79.0]), input_size=160),
+                measurement("vit", "train", throughput_records([80.0, 81.0, 79.0]), input_size=64)])
+    c = compare([a, b], ["a.json", "b.json"])
+    rows = {(r.model, r.input_size): r for r in c.rows()}
+    assert set(rows) == {("resnet50", 64), ("resnet50", 160), ("vit", 64)}
+    assert [cell.status for cell in rows["resnet50", 64].cells] == ["ok", "missing"]
+    assert [cell.status for cell in rows["resnet50", 160].cells] == ["missing", "ok"]
+    assert rows["resnet50", 64].ratios[0].speedup is None and rows["resnet50", 64].ratios[0].verdict == VERDICT_NA
+    assert rows["vit", 64].ratios[0].verdict == VERDICT_SLOWER
+    assert [r.row.model for r in regressions(c, 5.0)] == ["vit"]  # the size change is no regression
+    (warning,) = c.warnings
+    assert "input size 64 vs 160" in warning and "resnet50 train fp32 bs32" in warning and "separate rows" in warning
+
+
+def test_synthetic_and_real_data_and_different_pipelines_never_pair_up():
+    workers = DataSettings("/data/imagenet", num_workers=8, pin_memory=True, persistent_workers=True)
+    a = result([measurement("m", "train", throughput_records(BASE))])
+    b = result([measurement("m", "train", throughput_records([50.0, 51.0, 49.0]), data=workers)])
+    with pytest.raises(InvalidInputError) as info:
+        compare([a, b], ["synthetic.json", "real.json"])
+    assert "data pipeline synthetic vs folder cpu w8 pin persistent" in str(info.value)
+
+    default = DataSettings("/elsewhere/imagenet")  # another machine's path: the same pipeline settings
+    c = result([measurement("m", "train", throughput_records([40.0, 41.0, 39.0]), data=default),
+                measurement("m", "train", throughput_records(BASE))])
+    d = result([measurement("m", "train", throughput_records([45.0, 46.0, 44.0]), data=workers),
+                measurement("m", "train", throughput_records(BASE), data=default)])
+    comparison = compare([c, d], ["c.json", "d.json"])
+    rows = {r.data: r for r in comparison.rows()}
+    assert set(rows) == {None, "folder cpu w0", "folder cpu w8 pin persistent"}
+    assert [cell.status for cell in rows[None].cells] == ["ok", "missing"]
+    assert [cell.value for cell in rows["folder cpu w0"].cells] == pytest.approx([40.0, 100.0])
+    assert [cell.status for cell in rows["folder cpu w8 pin persistent"].cells] == ["missing", "ok"]
+    assert rows["folder cpu w0"].label() == "m train [folder cpu w0] fp32 bs32"
+    assert not any("several data settings" in w for w in comparison.warnings)
+
+
+def scale_measurement(gpus: int | None, batch_per_gpu: int, world: int, img_s: list[float] | None) -> Measurement:
+    """A ``clsbench scale`` DDP measurement of ``world`` GPUs in total (its batch is the global batch); ``img_s``
+    None: it failed before it had figures (no ``gpus`` in its summary)."""
+    cell = Cell("resnet50", "train-ddp", "fp32", batch_per_gpu * world, "cuda")
+    m = build_measurement(cell, throughput_records(img_s, batch_per_gpu * world) if img_s else failed())
+    return m if gpus is None else dataclasses.replace(m, summary={**m.summary, "gpus": gpus})
+
+
+def test_world_size_is_part_of_the_match():
+    # The same global batch of 64 on one GPU and on two: not the same cell.
+    one = result([scale_measurement(1, 64, 1, [1000.0, 1001.0, 999.0])], settings={"scale": {"batch_size_per_gpu": 64}})
+    two = result([scale_measurement(2, 32, 2, [1800.0, 1801.0, 1799.0])],
+                 settings={"scale": {"batch_size_per_gpu": 32}})
+    with pytest.raises(InvalidInputError) as info:
+        compare([one, two], ["one.json", "two.json"])
+    assert "world size 1 vs 2" in str(info.value)
+    # A measurement that failed before it had figures has its world size from its global batch / the per-GPU batch.
+    broken = result([scale_measurement(None, 32, 2, None)], settings={"scale": {"batch_size_per_gpu": 32}})
+    (row,) = compare([two, broken], ["two.json", "broken.json"]).rows()
+    assert row.world_size == 2 and [cell.status for cell in row.cells] == ["ok", "failed"]
+    assert row.label() == "resnet50 train-ddp fp32 bs64 world 2"
+
+
+def test_a_scale_file_compares_each_world_size_with_the_same_one(data_dir: Path):
+    from clsbench.report import export
+
+    scale = result_io.load(data_dir.parent / "golden" / "expected" / "scale.json")  # 8 images per GPU, on 1 and 2
+    c = compare([scale, scale], ["a.json", "b.json"])
+    assert [(r.workload, r.batch_size, r.world_size) for r in c.rows()] == [
+        ("train-ddp", 8, 1), ("train-ddp", 16, 2), ("train-dp", 8, 1), ("train-dp", 16, 2)]
+    assert c.rows()[1].label() == "clsbench_testmodels:tiny train-ddp fp32 bs16 world 2"
+    assert "world size" in export.export_comparison(c, "table")
+
+
+def test_an_unrecorded_input_size_is_the_models_default_when_the_files_show_it():
+    # A measurement that failed before building the model stores no size: it ran at the model's default, which the
+    # other file shows (its run asked for no size and measured 224).
+    ok = result([measurement("m", "train", throughput_records(BASE), input_size=224)], settings=requested(("m", None)))
+    broken = result([measurement("m", "train", failed())], settings=requested(("m", None)))
+    assert broken.measurements[0].input_size is None
+    (row,) = compare([ok, broken], ["ok.json", "broken.json"]).rows()
+    assert row.input_size == 224 and [cell.status for cell in row.cells] == ["ok", "failed"]
+    assert row.label() == "m train fp32 bs32"  # the model's default size is not spelled out
+
+    # Nothing shows the default: an explicit 224 is not assumed to be it.
+    explicit = result([measurement("m", "train", throughput_records(BASE), input_size=224)],
+                      settings=requested(("m", 224)))
+    with pytest.raises(InvalidInputError) as info:
+        compare([explicit, broken], ["explicit.json", "broken.json"])
+    assert "input size 224 vs default" in str(info.value)
+
+
+def test_outputs_have_input_size_data_and_world_size_columns():
+    from clsbench.report import export
+
+    a = result([measurement("m", "train", throughput_records(BASE), input_size=64),
+                measurement("m", "infer-latency", latency_records([10.0, 10.2, 9.8]), batch=1, input_size=64)])
+    b = result([measurement("m", "train", throughput_records(BASE), input_size=160),
+                measurement("m", "infer-latency", latency_records([5.0, 5.1, 4.9]), batch=1, input_size=64)])
+    c = compare([a, b], ["a.json", "b.json"])
+    csv_lines = export.export_comparison(c, "csv").splitlines()
+    assert csv_lines[0].startswith("workload,metric,model,mode,backend,batch_size,input_size,data,world_size,run,")
+    assert {line.split(",")[6:9] == ["160", "synthetic", "1"] for line in csv_lines[1:]} == {True, False}
+    rows = json.loads(export.export_comparison(c, "json"))["tables"][1]["rows"]
+    assert [(r["input_size"], r["data"], r["world_size"]) for r in rows] == [(64, "synthetic", 1),
+                                                                             (160, "synthetic", 1)]
+    text = export.export_comparison(c, "table")
+    header = next(line for line in text.splitlines() if line.startswith("model") and "img/s" in line)
+    assert "input size" in header and "data" not in header and "world size" not in header
+    assert "input size" in export.export_comparison(c, "markdown")
+    # Every row at one size that is not known to be the model's default: the column says which.
+    assert "input size" in export.export_comparison(compare([a, a], ["a", "b"]), "table")
+    # Every row at the model's default, synthetic, on one device: the text table stays as it was.
+    plain = result([measurement("m", "train", throughput_records(BASE))])
+    same = export.export_comparison(compare([plain, plain], ["a", "b"]), "table")
+    assert "input size" not in same and "data" not in same and "world size" not in same
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The command
 
 
@@ -470,6 +613,18 @@ def test_nothing_in_common_exits_2_with_one_error_line(tmp_path: Path):
     assert lines[1].startswith("hint: ") and out.stdout == ""
 
 
+def test_runs_at_different_input_sizes_exit_2_naming_the_size(tmp_path: Path):
+    result_io.save(result([measurement("m", "train", throughput_records([300.0, 301.0, 299.0]), input_size=64)]),
+                   tmp_path / "small.json")
+    result_io.save(result([measurement("m", "train", throughput_records(BASE), input_size=160)]),
+                   tmp_path / "large.json")
+    out = invoke(str(tmp_path / "small.json"), str(tmp_path / "large.json"))
+    assert out.exit_code == 2 and out.stdout == "" and "1.33x" not in out.output
+    error, hint = out.stderr.splitlines()
+    assert "no measurement in common" in error and "input size 64 vs 160" in error
+    assert hint.startswith("hint: ") and "input size" in hint
+
+
 def test_missing_file_exits_3(files: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("CLSBENCH_DB", str(tmp_path / "index.sqlite"))
     out = invoke(files[0], str(tmp_path / "nope.json"))
@@ -485,7 +640,8 @@ def test_formats_and_output_file(files: tuple[str, str], tmp_path: Path):
     data = json.loads(invoke(*files, "--format", "json").stdout)
     assert data["test"] == TEST_NAME and len(data["runs"]) == 2
     csv_text = invoke(*files, "--format", "csv").stdout
-    assert csv_text.splitlines()[0].startswith("workload,metric,model,mode,backend,batch_size,run,")
+    assert csv_text.splitlines()[0].startswith(
+        "workload,metric,model,mode,backend,batch_size,input_size,data,world_size,run,")
     assert len(csv_text.splitlines()) == 1 + 7 * 2  # 7 matched rows x 2 runs
     markdown = invoke(*files, "--format", "markdown").stdout
     assert "### train: img/s" in markdown and "|---|---|---:|" in markdown

@@ -214,14 +214,16 @@ def test_diagnose_end_to_end_on_the_cpu(tmp_path: Path):
     assert rerun.returncode == 0, rerun.stderr
 
 
-def test_compare_takes_the_synthetic_measurement_of_a_diagnose_file():
+def test_compare_matches_each_data_setting_of_a_diagnose_file_with_the_same_one():
     from clsbench.analysis.compare import compare
 
     a = result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 950.0, 0.02)])
     b = result_of(1100.0, [(DEFAULT, 210.0, 0.8)])
     comparison = compare([a, b], ["a.json", "b.json"])
     (table,) = comparison.tables
-    (row,) = table.rows
-    assert [c.value for c in row.cells] == [1000.0, 1100.0]
-    assert any("several data settings; comparing the synthetic-data one" in w for w in comparison.warnings)
-    assert not any("several devices" in w for w in comparison.warnings)
+    by_data = {row.data: [c.value for c in row.cells] for row in table.rows}
+    assert by_data == {None: [1000.0, 1100.0], DEFAULT.label(): [200.0, 210.0], GPU.label(): [950.0, None]}
+    assert comparison.warnings == ()  # a setting only A measured is a row missing from B, as any other cell
+    # The cross-GPU view is of synthetic data: the ceiling.
+    (cross,) = comparison.cross
+    assert [f.train_img_s for f in cross.runs] == [1000.0, 1100.0]

@@ -17,7 +17,8 @@ from clsbench.results import io as result_io
 
 #: Spelled out here, not imported: a change to the header must be a deliberate change to this test too.
 HEADER = (
-    "result_file,run_created_utc,gpu_name,device,model,workload,mode,backend,batch_size,status,reason,"
+    "result_file,run_created_utc,gpu_name,device,model,workload,mode,backend,batch_size,input_size,data,world_size,"
+    "status,reason,"
     "throughput_img_s,spread_pct,unstable,latency_p50_ms,latency_p90_ms,latency_p99_ms,latency_p999_ms,"
     "latency_mean_ms,latency_n,gpu_latency_p50_ms,peak_memory_allocated_bytes,peak_memory_reserved_bytes,"
     "power_avg_w,energy_j,joules_per_image,images_per_s_per_w,achieved_tflop_s,mfu_datasheet_pct,bound_by,throttled,"
@@ -51,6 +52,23 @@ def test_one_row_per_measurement_with_units_in_the_names(fixture_rows: list[dict
     assert (oom["model"], oom["reason"], oom["throughput_img_s"], oom["unstable"]) == ("resnet152", "oom", None, None)
     unstable = next(r for r in fixture_rows if r["workload"] == "infer-throughput")
     assert unstable["unstable"] is True and unstable["spread_pct"] > 10
+
+
+def test_rows_say_what_compare_matches_on_input_size_data_and_world_size(fixture_rows: list[dict], data_dir: Path):
+    # The fixture's run asked for no input size: resnet50's default is the 224 its measurements recorded, which the
+    # skipped one (no size stored) ran at too; resnet152 failed before recording one, so its size is not known.
+    sizes = {(r["model"], r["workload"], r["mode"]): r["input_size"] for r in fixture_rows}
+    assert sizes[("resnet50", "train", "bf16")] == 224 and sizes[("resnet152", "train", "fp32")] is None
+    assert {r["input_size"] for r in fixture_rows if r["model"] == "resnet50"} == {224}
+    assert {(r["data"], r["world_size"]) for r in fixture_rows} == {("synthetic", 1)}
+    markdown_header = export.to_markdown(fixture_rows).splitlines()[0]
+    assert "input_size" in markdown_header and "| data |" not in markdown_header and "world_size" not in markdown_header
+    # A scale run: the GPUs in total, also for a measurement skipped before it had figures (global batch / per GPU).
+    scale = result_io.load(data_dir.parent / "golden" / "expected" / "scale.json")
+    rows = export.rows([scale], ["scale.json"])
+    assert [(r["workload"], r["status"], r["world_size"]) for r in rows] == [
+        ("train-ddp", "ok", 1), ("train-ddp", "ok", 2), ("train-dp", "skipped", 1), ("train-dp", "skipped", 2)]
+    assert "world_size" in export.to_markdown(rows).splitlines()[0]
 
 
 def test_csv_header_is_exact_and_values_round_trip(fixture_rows: list[dict]):

@@ -876,7 +876,8 @@ def test_compare_of_serve_results_tests_qps_and_p99_and_gates_a_slowdown(tmp_pat
     data = json.loads(out.output)
     assert data["procedure"] == "serve" and data["comparisons"][0]["rows"][1]["tests"]["completed_qps"]["significant"]
     out = _cli(["compare", str(fast), str(slow), "--format", "csv"], tmp_path)
-    assert out.output.splitlines()[0].startswith("run,run_label,mode,scenario,answer,unit,baseline,value,ratio")
+    assert out.output.splitlines()[0].startswith(
+        "run,run_label,mode,scenario,input_size,answer,unit,baseline,value,ratio")
 
 
 def test_compare_without_repeats_says_significance_was_not_assessed(tmp_path: Path) -> None:
@@ -885,6 +886,36 @@ def test_compare_without_repeats_says_significance_was_not_assessed(tmp_path: Pa
     result_io.save(_confirmed(10000, 9990, (12.0,)), b)
     out = _cli(["compare", str(a), str(b), "--fail-if-slower", "5"], tmp_path)
     assert out.exit_code == 0 and "completed_qps: significance not assessed" in out.output
+
+
+def _sized(result: BenchmarkResult, built: int | None, asked: int | None = None) -> BenchmarkResult:
+    """``result`` served at input size ``built`` (as the engine records it per mode; None: the mode was never built)
+    after ``asked`` was asked for (None: the model's default)."""
+    serve = dict(result.settings["serve"])
+    serve["settings"] = {**serve["settings"], "input_size": asked}
+    serve["modes"] = {m.mode: {"input_size": built} for m in result.measurements} if built else {}
+    measurements = tuple(dataclasses.replace(m, input_size=asked) for m in result.measurements)
+    return dataclasses.replace(result, settings={"serve": serve}, measurements=measurements)
+
+
+def test_serve_answers_at_different_input_sizes_are_never_compared(tmp_path: Path) -> None:
+    small = _sized(_confirmed(12000, 11990, (12.0, 12.2, 12.1)), 64, asked=64)
+    large = _sized(_confirmed(10000, 9990, (12.0, 12.1, 11.9)), 160, asked=160)
+    comparison = compare_serve(small, large)
+    assert comparison["rows"] == []
+    assert {(d["scenario"], d["a_input_size"], d["b_input_size"]) for d in comparison["unmatched"]} == {
+        ("server", 64, 160), ("offline", 64, 160)}
+    result_io.save(small, tmp_path / "small.json")
+    result_io.save(large, tmp_path / "large.json")
+    out = _cli(["compare", str(tmp_path / "small.json"), str(tmp_path / "large.json")], tmp_path)
+    assert out.exit_code == 2 and "input size 64 vs 160" in out.output and "qps ->" not in out.output
+    # The model's default, recorded by the engine in one file, is the size of the other that asked for none either.
+    default = _sized(_confirmed(12000, 11990, (12.0,)), 224)
+    unbuilt = _sized(_confirmed(10000, 9990, (12.0,)), None)
+    assert [row["input_size"] for row in compare_serve(default, unbuilt)["rows"]] == [224, 224]
+    explicit = _sized(_confirmed(10000, 9990, (12.0,)), 224, asked=224)
+    assert len(compare_serve(default, explicit)["rows"]) == 2  # the same pixels
+    assert compare_serve(explicit, unbuilt)["rows"] == []  # 224 asked for; the other's default is not known
 
 
 def test_a_serve_result_compares_only_with_serve_results(tmp_path: Path, data_dir: Path) -> None:

@@ -3,9 +3,21 @@
 Reads :class:`~clsbench.results.schema.BenchmarkResult` objects only (files, or runs from the store), so a
 comparison can be redone from files alone on any machine.
 
-* **Matching.** Measurements are matched by ``(model, workload, mode, batch_size)`` and the inference backend
-  (part of the measurement's key; ``eager`` unless a run says otherwise), deliberately *not* by device: comparing
-  an H200 with a CPU or with another GPU is the point.
+* **Matching.** Measurements are matched by ``(model, workload, mode, batch_size)``, the inference backend
+  (``eager`` unless a run says otherwise), the input size, the data pipeline and the world size (:func:`match_key`),
+  deliberately *not* by device: comparing an H200 with a CPU or with another GPU is the point. Measurements that
+  differ in any of these facts are separate rows, each missing from the runs that lack it, and a warning (or, when
+  two runs have nothing in common, the error) says which fact differed.
+
+  - *Input size*: the size the measurement stored, else the size its repeats recorded. A measurement that stores
+    none (it failed before the model was built, or an older file) ran at the model's default; that default is
+    taken from the compared files when one of them shows it (a measurement of the same model, in a run whose
+    settings asked for no input size, that recorded a size; one size across the files). Otherwise it stays
+    "default": it pairs with another unrecorded default, never with a number, since the default is not known.
+  - *Data pipeline*: :func:`clsbench.results.schema.data_label` of the real-data settings (source, pipeline,
+    workers, pinning, ...; not the dataset's folder, which differs from machine to machine), or synthetic.
+  - *World size*: the devices one step ran on: a ``clsbench scale`` measurement's GPUs in total (its summary's
+    ``gpus``, else its global batch / the per-GPU batch), 1 for every other measurement.
 * **The figure.** ``train`` and ``infer-throughput``: img/s (higher is better), one value per repeat from
   ``summary["throughput_img_s_by_repeat"]``. ``infer-latency``: p50 request latency in ms (lower is better), one
   value per repeat: the nearest-rank p50 (:func:`clsbench.analysis.stats.percentile`) of that repeat's raw ``wall_ms``
@@ -36,7 +48,7 @@ from clsbench.core.plan import WORKLOADS
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.results.facts import KEY_FIELDS, get_field
-from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix, data_label
 
 #: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
 LATENCY_WORKLOADS = frozenset({"infer-latency"})
@@ -51,7 +63,14 @@ VERDICT_NOT_SIGNIFICANT = "not significant"
 VERDICT_NOT_TESTABLE = "not testable"
 VERDICT_NA = "n/a"
 
-Key = tuple[str, str, str, int, str]  # model, workload, mode, batch_size, backend
+#: The label of synthetic data in tables and exports (a measurement without real-data settings).
+SYNTHETIC = "synthetic"
+#: What a measurement's key lacks that compare matches on too, in the order of :data:`Key`'s last three entries.
+MATCH_FACTS = ("input size", "data pipeline", "world size")
+
+#: model, workload, mode, batch_size, backend, input size (None: the model's default, size unknown), data label
+#: (None: synthetic), world size (None: a scale measurement whose world size cannot be told).
+Key = tuple[str, str, str, int, str, int | None, str | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -131,7 +150,14 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Row:
-    """One matched (model, workload, mode, batch size): each run's figure and each later run's ratio."""
+    """One matched cell (:data:`Key`): each run's figure and each later run's ratio.
+
+    Attributes:
+        input_size: the input side in pixels; None: the model's default, whose size no compared file shows.
+        input_size_is_default: ``input_size`` is the model's default as the compared files show it.
+        data: the data pipeline's label; None: synthetic data.
+        world_size: the devices one step ran on (1 but for ``clsbench scale``); None: not known.
+    """
 
     model: str
     workload: str
@@ -140,18 +166,27 @@ class Row:
     cells: tuple[CellValue, ...]
     ratios: tuple[Ratio, ...]  # one per run after the first
     backend: str = DEFAULT_BACKEND
+    input_size: int | None = None
+    input_size_is_default: bool = False
+    data: str | None = None
+    world_size: int | None = 1
 
     @property
     def key(self) -> Key:
-        return (self.model, self.workload, self.mode, self.batch_size, self.backend)
+        return (self.model, self.workload, self.mode, self.batch_size, self.backend, self.input_size, self.data,
+                self.world_size)
 
     def label(self) -> str:
-        return f"{self.model} {self.workload} {self.mode} bs{self.batch_size}{backend_suffix(self.backend)}"
+        """E.g. ``resnet50 train fp32 bs32``; a real-data pipeline, an input size other than the model's default, a
+        world size other than 1 and a backend other than eager are added: ``vit train [folder cpu w8] fp32 bs32
+        160px world 2``."""
+        return key_text(self.key, self.input_size_is_default)
 
     def to_dict(self) -> dict[str, Any]:
         backend = {} if self.backend == DEFAULT_BACKEND else {"backend": self.backend}
         return {"model": self.model, "workload": self.workload, "mode": self.mode, **backend,
-                "batch_size": self.batch_size, "cells": [c.to_dict() for c in self.cells],
+                "batch_size": self.batch_size, "input_size": self.input_size, "data": self.data or SYNTHETIC,
+                "world_size": self.world_size, "cells": [c.to_dict() for c in self.cells],
                 "ratios": [r.to_dict() for r in self.ratios]}
 
 
@@ -197,10 +232,12 @@ class CrossRunFigures:
 
 @dataclass(frozen=True)
 class CrossRow:
-    """A row of the cross-GPU view: a model in a mode, its figures per run, the second run against the first.
+    """A row of the cross-GPU view: a model in a mode at one input size, its figures per run, the second run against
+    the first.
 
     The train figure is the training throughput; the latency is the p50 at batch 1; peak memory and average
     power are those of the training measurement (torch's peak allocation on a GPU, the worker's peak RSS on a CPU).
+    Only synthetic-data measurements on one device (world size 1) on the eager backend are in this view.
     """
 
     model: str
@@ -208,9 +245,11 @@ class CrossRow:
     runs: tuple[CrossRunFigures, ...]
     train_ratio: Ratio | None = None
     latency_ratio: Ratio | None = None
+    input_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "mode": self.mode, "runs": [r.to_dict() for r in self.runs],
+        return {"model": self.model, "mode": self.mode, "input_size": self.input_size,
+                "runs": [r.to_dict() for r in self.runs],
                 "train_ratio": self.train_ratio.to_dict() if self.train_ratio else None,
                 "latency_ratio": self.latency_ratio.to_dict() if self.latency_ratio else None}
 
@@ -385,43 +424,189 @@ def same_hardware_warnings(results: Sequence[BenchmarkResult], labels: Sequence[
 
 
 # ----------------------------------------------------------------------------------------------------------
+# What a measurement is matched by
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def recorded_input_size(m: Measurement) -> int | None:
+    """The input side ``m`` stores, else the one its repeats recorded; None: neither (the model's default)."""
+    if _is_size(m.input_size):
+        return m.input_size
+    return next((r["input_size"] for r in m.repeats if _is_size(r.get("input_size"))), None)
+
+
+def _requested_input_sizes(settings: dict[str, Any]) -> dict[str, set[Any]]:
+    """Per model, the input sizes a run's settings asked for (None: the model's default): its cells and any
+    procedure block naming a model (diagnose, sweep, tune, scale)."""
+    out: dict[str, set[Any]] = {}
+    blocks = [*(settings.get("cells") or ()), *settings.values()]
+    for block in blocks:
+        if isinstance(block, dict) and isinstance(block.get("model"), str) and "input_size" in block:
+            out.setdefault(block["model"], set()).add(block["input_size"])
+    return out
+
+
+def default_input_sizes(results: Sequence[BenchmarkResult]) -> dict[str, int]:
+    """Per model, its default input size as ``results`` show it: the size recorded by its measurements in runs whose
+    settings asked for no size for it. A model is left out when no file shows its default, or when the files
+    disagree (one model name, two defaults: e.g. another timm version)."""
+    seen: dict[str, set[int]] = {}
+    for result in results:
+        requested = _requested_input_sizes(result.settings)
+        for m in result.measurements:
+            size = recorded_input_size(m)
+            if size is not None and requested.get(m.model) == {None}:
+                seen.setdefault(m.model, set()).add(size)
+    return {model: next(iter(sizes)) for model, sizes in seen.items() if len(sizes) == 1}
+
+
+def input_size_of(m: Measurement, defaults: dict[str, int]) -> int | None:
+    """The input side ``m`` ran at (:func:`recorded_input_size`, else the model's default from ``defaults``);
+    None: the model's default, whose size is not known."""
+    size = recorded_input_size(m)
+    return size if size is not None else defaults.get(m.model)
+
+
+def world_size_of(m: Measurement, settings: dict[str, Any]) -> int | None:
+    """The devices one step of ``m`` ran on: a ``clsbench scale`` measurement's GPUs in total (its summary's
+    ``gpus``, or, when it failed before it had figures, its global batch / the plan's per-GPU batch), 1 for any
+    other measurement (one process on one device); None for a scale measurement that says neither."""
+    gpus = (m.summary or {}).get("gpus")
+    if _is_size(gpus):
+        return gpus
+    scale = settings.get("scale")
+    if not isinstance(scale, dict):
+        return 1
+    per_gpu = scale.get("batch_size_per_gpu")
+    if _is_size(per_gpu) and m.batch_size % per_gpu == 0:
+        return m.batch_size // per_gpu
+    return None
+
+
+def match_key(m: Measurement, settings: dict[str, Any], defaults: dict[str, int]) -> Key:
+    """What compare matches ``m`` by (:data:`Key`; see the module docstring). ``settings``: its run's settings;
+    ``defaults``: :func:`default_input_sizes` of the compared runs."""
+    return (m.model, m.workload, m.mode, m.batch_size, m.backend, input_size_of(m, defaults), data_label(m.data),
+            world_size_of(m, settings))
+
+
+def fact_text(index: int, value: Any) -> str:
+    """One of :data:`MATCH_FACTS` (by position) as tables print it: ``160``, ``default``, ``synthetic``, ``?``."""
+    if MATCH_FACTS[index] == "input size":
+        return "default" if value is None else str(value)
+    if MATCH_FACTS[index] == "data pipeline":
+        return value or SYNTHETIC
+    return "?" if value is None else str(value)
+
+
+def key_text(key: Key, size_is_default: bool = False) -> str:
+    """A matched cell in words (:meth:`Row.label`); the input size is left out when it is the model's default."""
+    model, workload, mode, batch, backend, size, data, world = key
+    text = f"{model} {workload}" + (f" [{data}]" if data else "") + f" {mode} bs{batch}"
+    if size is not None and not size_is_default:
+        text += f" {size}px"
+    if world != 1:
+        text += f" world {fact_text(2, world)}"
+    return text + backend_suffix(backend)
+
+
+def _differences(a: Key, b: Key) -> list[str]:
+    """The match facts that differ between two keys of the same cell, e.g. ``input size 64 vs 160``."""
+    return [f"{name} {fact_text(i, a[5 + i])} vs {fact_text(i, b[5 + i])}" for i, name in enumerate(MATCH_FACTS)
+            if a[5 + i] != b[5 + i]]
+
+
+def near_misses(base: dict[Key, Measurement], other: dict[Key, Measurement]) -> list[tuple[Key, Key]]:
+    """Pairs (base key, other key) of one cell (model, workload, mode, batch size, backend) that did not pair up
+    because an input size, data pipeline or world size differs; keys that matched elsewhere are not counted."""
+    unmatched: dict[tuple[Any, ...], list[Key]] = {}
+    for key in base:
+        if key not in other:
+            unmatched.setdefault(key[:5], []).append(key)
+    return [(a, key) for key in other if key not in base for a in unmatched.get(key[:5], [])]
+
+
+def _miss_summary(misses: Sequence[tuple[Key, Key]]) -> str:
+    """The distinct differences of ``misses`` in words: ``input size 64 vs 160; data pipeline synthetic vs ...``."""
+    return "; ".join(dict.fromkeys(d for a, b in misses for d in _differences(a, b)))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The comparison
 
 
-def _index(result: BenchmarkResult, label: str, warnings: list[str]) -> dict[Key, Measurement]:
+def _index(result: BenchmarkResult, label: str, warnings: list[str],
+           defaults: dict[str, int]) -> dict[Key, Measurement]:
     """Measurements by matching key; a key measured on several devices in one run keeps the first, with a warning."""
     index: dict[Key, Measurement] = {}
-    with_data: list[Key] = []  # keys held several times because of real-data settings (e.g. a diagnose file)
     for m in result.measurements:
-        key = (m.model, m.workload, m.mode, m.batch_size, m.backend)
-        if key in index and (m.data is not None or index[key].data is not None):
-            if index[key].data is not None and m.data is None:
-                index[key] = m  # compare the synthetic-data measurement when there is one
-            if key not in with_data:
-                with_data.append(key)
-            continue
+        key = match_key(m, result.settings, defaults)
         if key in index:
-            warnings.append(f"{label} has {_describe_keys([key])} on several devices "
+            warnings.append(f"{label} has {_describe_keys([key], defaults)} on several devices "
                             f"({index[key].device}, {m.device}); comparing the one on {index[key].device}")
             continue
         index[key] = m
-    for key in with_data:
-        kept = index[key]
-        which = "the synthetic-data one" if kept.data is None else "the first"
-        warnings.append(f"{label} has {_describe_keys([key])} with several data settings; comparing "
-                        f"{which} (compare does not match data settings)")
     return index
 
 
-def _describe_keys(keys: Sequence[Key], limit: int = 3) -> str:
+def _describe_keys(keys: Sequence[Key], defaults: dict[str, int], limit: int = 3) -> str:
     if not keys:
         return "no measurements"
-    shown = ", ".join(f"{k[0]} {k[1]} {k[2]} bs{k[3]}{backend_suffix(k[4])}" for k in keys[:limit])
+    shown = ", ".join(key_text(k, k[5] is not None and k[5] == defaults.get(k[0])) for k in keys[:limit])
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def _workload_order(workload: str) -> tuple[int, str]:
     return (WORKLOADS.index(workload) if workload in WORKLOADS else len(WORKLOADS), workload)
+
+
+MATCHED_BY = "model, workload, mode, batch size, backend, input size, data pipeline and world size"
+
+
+def _check_common(indexes: Sequence[dict[Key, Measurement]], names: Sequence[str], labels: Sequence[str],
+                  defaults: dict[str, int], warnings: list[str]) -> None:
+    """Raise when a run has nothing in common with the first; warn about cells that did not pair up only because
+    an input size, data pipeline or world size differs (they are separate rows)."""
+    for i in range(1, len(indexes)):
+        misses = near_misses(indexes[0], indexes[i])
+        if not set(indexes[i]) & set(indexes[0]):
+            why = (f"; the same cells differ in {_miss_summary(misses)} ({names[0]} vs {names[i]})" if misses else "")
+            raise InvalidInputError(
+                f"{names[i]} and {names[0]} have no measurement in common (matched by {MATCHED_BY}){why}: "
+                f"{names[0]} has {_describe_keys(list(indexes[0]), defaults)}; {names[i]} has "
+                f"{_describe_keys(list(indexes[i]), defaults)}",
+                "compare runs measured with the same input size, data pipeline and world size (each is part of the "
+                "match): re-run one with the other's settings" if misses else
+                "compare runs of the same suite, e.g. `clsbench run --suite seed` on each machine",
+            )
+        if misses:
+            by_cell: dict[tuple[Any, ...], list[tuple[Key, Key]]] = {}
+            for a, b in misses:
+                by_cell.setdefault(a[:5], []).append((a, b))
+            shown = [f"{key_text((*cell, None, None, 1))} ({_miss_summary(pairs)})" for cell, pairs in by_cell.items()]
+            more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+            warnings.append(f"{labels[i]} measured {len(shown)} cell(s) of {labels[0]} with another input size, data "
+                            f"pipeline or world size ({labels[0]} vs {labels[i]}): {', '.join(shown[:3])}{more}; not "
+                            "the same measurements, so they are separate rows, each missing from the other run")
+
+
+def _tables(keys: Sequence[Key], indexes: Sequence[dict[Key, Measurement]], defaults: dict[str, int],
+            alpha: float) -> list[WorkloadTable]:
+    tables = []
+    for workload in sorted({k[1] for k in keys}, key=_workload_order):
+        metric, higher = metric_of(workload)
+        rows = []
+        for key in (k for k in keys if k[1] == workload):
+            cells = tuple(cell_of(index.get(key)) for index in indexes)
+            ratios = tuple(ratio_of(cells[0], cell, higher, alpha) for cell in cells[1:])
+            rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios, backend=key[4], input_size=key[5],
+                            input_size_is_default=key[5] is not None and key[5] == defaults.get(key[0]),
+                            data=key[6], world_size=key[7]))
+        tables.append(WorkloadTable(workload, metric, higher, tuple(rows)))
+    return tables
 
 
 def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float = DEFAULT_ALPHA) -> Comparison:
@@ -437,7 +622,8 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
 
     Raises:
         InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha``, or a run
-            that has no measurement in common with the first.
+            that has no measurement in common with the first (naming the input size, data pipeline or world size
+            that kept the same cells apart, if one did).
     """
     if len(results) < 2:
         raise InvalidInputError("compare needs at least two runs", "e.g. clsbench compare baseline.json new.json")
@@ -449,29 +635,16 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         raise InvalidInputError(f"alpha must lie between 0 and 1, got {alpha:g}", "e.g. --alpha 0.05")
     labels = [RUN_LABELS[i] for i in range(len(results))]
     warnings: list[str] = []
-    indexes = [_index(r, label, warnings) for r, label in zip(results, labels, strict=True)]
-
-    for i in range(1, len(results)):
-        if not set(indexes[i]) & set(indexes[0]):
-            raise InvalidInputError(
-                f"{names[i]} and {names[0]} have no measurement in common (matched by model, workload, mode, "
-                f"batch size and backend): {names[0]} has {_describe_keys(list(indexes[0]))}; {names[i]} has "
-                f"{_describe_keys(list(indexes[i]))}",
-                "compare runs of the same suite, e.g. `clsbench run --suite seed` on each machine",
-            )
+    defaults = default_input_sizes(results)
+    indexes = [_index(r, label, warnings, defaults) for r, label in zip(results, labels, strict=True)]
+    _check_common(indexes, names, labels, defaults, warnings)
 
     keys: list[Key] = []
     for index in indexes:
         keys.extend(k for k in index if k not in keys)
-    tables = []
-    for workload in sorted({k[1] for k in keys}, key=_workload_order):
-        metric, higher = metric_of(workload)
-        rows = []
-        for key in (k for k in keys if k[1] == workload):
-            cells = tuple(cell_of(index.get(key)) for index in indexes)
-            ratios = tuple(ratio_of(cells[0], cell, higher, alpha) for cell in cells[1:])
-            rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios, backend=key[4]))
-        tables.append(WorkloadTable(workload, metric, higher, tuple(rows)))
+    first_seen = {cell: i for i, cell in enumerate(dict.fromkeys(k[:5] for k in keys))}
+    keys.sort(key=lambda k: first_seen[k[:5]])  # rows of one cell that did not pair up stand together
+    tables = _tables(keys, indexes, defaults, alpha)
 
     runs = tuple(_run_info(r, n, label) for r, n, label in zip(results, names, labels, strict=True))
     warnings.extend(same_hardware_warnings(results, labels))
@@ -493,24 +666,29 @@ def _pick_train(rows: list[Row]) -> Row | None:
 
 
 def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, Measurement]]) -> list[CrossRow]:
-    """The seed articles' table: per model and mode, training img/s, p50 latency at batch 1, peak memory and power.
+    """The seed articles' table: per model, mode and input size, training img/s, p50 latency at batch 1, peak memory
+    and power.
 
-    Rows exist for every (model, mode) with an ok training or batch-1 latency measurement in some run.
+    Rows exist for every (model, mode, input size) with an ok training or batch-1 latency measurement in some run.
     """
     by_workload = {t.workload: t for t in tables}
-    # Eager only: the articles' view is of the PyTorch module itself (a backend is in the workload tables).
-    train_rows = [r for r in by_workload["train"].rows if r.backend == DEFAULT_BACKEND] \
-        if "train" in by_workload else []
+
+    def plain(row: Row) -> bool:
+        # The articles' view is of the PyTorch module itself on synthetic data on one device (a backend, a data
+        # pipeline and a world size are in the workload tables).
+        return row.backend == DEFAULT_BACKEND and row.data is None and row.world_size == 1
+
+    train_rows = [r for r in by_workload["train"].rows if plain(r)] if "train" in by_workload else []
     latency_rows = [r for r in by_workload["infer-latency"].rows
-                    if r.batch_size == 1 and r.backend == DEFAULT_BACKEND] if "infer-latency" in by_workload else []
-    order: list[tuple[str, str]] = []
+                    if r.batch_size == 1 and plain(r)] if "infer-latency" in by_workload else []
+    order: list[tuple[str, str, int | None]] = []
     for r in train_rows + latency_rows:
-        if (r.model, r.mode) not in order:
-            order.append((r.model, r.mode))
+        if (r.model, r.mode, r.input_size) not in order:
+            order.append((r.model, r.mode, r.input_size))
     out = []
-    for model, mode in order:
-        train = _pick_train([r for r in train_rows if (r.model, r.mode) == (model, mode)])
-        latency = next((r for r in latency_rows if (r.model, r.mode) == (model, mode)), None)
+    for model, mode, size in order:
+        train = _pick_train([r for r in train_rows if (r.model, r.mode, r.input_size) == (model, mode, size)])
+        latency = next((r for r in latency_rows if (r.model, r.mode, r.input_size) == (model, mode, size)), None)
         figures = []
         for i, index in enumerate(indexes):
             m_train = index.get(train.key) if train else None
@@ -529,6 +707,7 @@ def cross_gpu_rows(tables: Sequence[WorkloadTable], indexes: Sequence[dict[Key, 
             model=model, mode=mode, runs=tuple(figures),
             train_ratio=train.ratios[0] if train and train.ratios else None,
             latency_ratio=latency.ratios[0] if latency and latency.ratios else None,
+            input_size=size,
         ))
     return out
 

@@ -67,11 +67,13 @@ def register(group: click.Group) -> None:
                 alpha: float, db: str | None) -> None:
         """Compare runs A B [C ...] (result files or run ids) against the first.
 
-        Measurements are matched by model, workload, mode and batch size (not device: comparing GPUs is the
-        point). Each ratio is a speed-up against A (> 1 is faster; latency inverted), with Welch's two-sided
-        t-test on the per-repeat figures deciding whether it is faster, slower or not significant. Serve results
-        are compared by each scenario's answer (server QPS, offline samples/s, ...) and p99, tested where both
-        runs repeated their answer (serve --confirm N); otherwise significance is not assessed.
+        Measurements are matched by model, workload, mode, batch size, backend, input size, data pipeline and
+        world size (not device: comparing GPUs is the point); cells that differ in input size, data pipeline or
+        world size are separate rows, and a warning says which differed. Each ratio is a speed-up against A (> 1
+        is faster; latency inverted), with Welch's two-sided t-test on the per-repeat figures deciding whether it
+        is faster, slower or not significant. Serve results are compared by each scenario's answer (server QPS,
+        offline samples/s, ...) and p99, tested where both runs repeated their answer (serve --confirm N);
+        otherwise significance is not assessed.
         """
         from clsbench.analysis.compare import compare as build_comparison
         from clsbench.analysis.compare import lost_measurements, regressions

@@ -44,6 +44,7 @@ from clsbench.serving.analysis import (
     render_serve,
     render_serve_compare,
     scenario_summary,
+    unmatched_text,
 )
 from clsbench.serving.config import ServerConfig, ServeSettings, default_threads
 from clsbench.serving.scenario import ScenarioContext
@@ -445,12 +446,18 @@ def compare_runs(results: Sequence[BenchmarkResult], names: Sequence[str], alpha
     slowdowns: list[tuple[str, float]] = []
     for label, name, result in zip(labels[1:], names[1:], results[1:], strict=True):
         comparison = compare_serve(results[0], result, alpha=alpha)
+        apart = unmatched_text(comparison)
         if not comparison["rows"]:
-            raise InvalidInputError(f"{name} and {names[0]} have no (mode, scenario) in common",
-                                    "compare serve results of the same modes and scenarios")
+            raise InvalidInputError(
+                f"{name} and {names[0]} have no (mode, scenario) in common"
+                + (f" at one input size ({names[0]} vs {name}): {apart}" if apart else ""),
+                "serve both at the same --input-size" if apart else
+                "compare serve results of the same modes and scenarios")
         data["comparisons"].append({"run": label, "against": labels[0], **comparison})
         lines += ["", f"{label} against {labels[0]} (Welch's t-test at alpha {alpha:g} on the runs at each answer):",
                   *("  " + line for line in render_serve_compare(comparison).splitlines())]
+        if apart:
+            lines.append(f"  warning: not compared, served at another input size ({labels[0]} vs {label}): {apart}")
         for row in comparison["rows"]:
             slower = slowdown_pct(row)
             rows.append(_flat_row(label, name, row, slower))
@@ -461,9 +468,10 @@ def compare_runs(results: Sequence[BenchmarkResult], names: Sequence[str], alpha
 
 
 def _flat_row(label: str, name: str, row: dict[str, Any], slower: float | None) -> dict[str, Any]:
-    flat = {"run": name, "run_label": label, "mode": row["mode"], "scenario": row["scenario"], "answer": row["label"],
-            "unit": row["unit"], "baseline": row["a"], "value": row["b"], "ratio": row["ratio"],
-            "slowdown_pct": slower, "baseline_p99_ms": row["a_p99_ms"], "p99_ms": row["b_p99_ms"]}
+    flat = {"run": name, "run_label": label, "mode": row["mode"], "scenario": row["scenario"],
+            "input_size": row.get("input_size"), "answer": row["label"], "unit": row["unit"], "baseline": row["a"],
+            "value": row["b"], "ratio": row["ratio"], "slowdown_pct": slower, "baseline_p99_ms": row["a_p99_ms"],
+            "p99_ms": row["b_p99_ms"]}
     for test_name, test in (row.get("tests") or {}).items():
         flat[f"{test_name}_p"] = test.get("p")
         flat[f"{test_name}_significant"] = test.get("significant") if test.get("p") is not None else None

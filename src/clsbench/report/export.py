@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.analysis.compare import (
+    SYNTHETIC,
     VERDICT_FASTER,
     VERDICT_NA,
     VERDICT_NOT_TESTABLE,
@@ -29,8 +30,13 @@ from clsbench.analysis.compare import (
     Comparison,
     CrossRunFigures,
     Ratio,
+    Row,
     RunInfo,
+    default_input_sizes,
+    fact_text,
     format_ratio,
+    input_size_of,
+    world_size_of,
 )
 from clsbench.analysis.significance import format_p
 from clsbench.core.text_table import text_table
@@ -38,7 +44,7 @@ from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.results.facts import get_field
 from clsbench.results.io import check_writable, jsonable, write_text_atomic
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, data_label
 
 #: Formats of ``show`` and ``compare``.
 FORMATS = ("table", "json", "csv", "markdown")
@@ -54,6 +60,9 @@ COLUMNS: tuple[str, ...] = (
     "mode",
     "backend",
     "batch_size",
+    "input_size",
+    "data",
+    "world_size",
     "status",
     "reason",
     "throughput_img_s",
@@ -96,8 +105,18 @@ MIB = 1024 * 1024
 # Flat rows of results
 
 
-def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -> dict[str, Any]:
-    """The flat row of one measurement (keys: :data:`COLUMNS`)."""
+def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str,
+                    defaults: dict[str, int] | None = None) -> dict[str, Any]:
+    """The flat row of one measurement (keys: :data:`COLUMNS`).
+
+    ``input_size``, ``data`` and ``world_size`` are what ``compare`` matches on besides the key
+    (:func:`clsbench.analysis.compare.match_key`): the input side (empty: the model's default, whose size the file
+    does not show), ``synthetic`` or the data pipeline's label, and the devices one step ran on (1 but for
+    ``clsbench scale``). ``defaults``: the models' default input sizes as the files show them
+    (:func:`clsbench.analysis.compare.default_input_sizes`; None: as ``result`` alone shows them).
+    """
+    if defaults is None:
+        defaults = default_input_sizes([result])
     s = m.summary or {}
     latency = s.get("latency_ms") or {}
     telemetry = s.get("telemetry") or {}
@@ -116,6 +135,9 @@ def measurement_row(result: BenchmarkResult, m: Measurement, result_file: str) -
         "mode": m.mode,
         "backend": m.backend,
         "batch_size": m.batch_size,
+        "input_size": input_size_of(m, defaults),
+        "data": data_label(m.data) or SYNTHETIC,
+        "world_size": world_size_of(m, result.settings),
         "status": m.status,
         "reason": m.reason,
         "throughput_img_s": s.get("throughput_img_s"),
@@ -155,7 +177,11 @@ def rows(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[dict[
     """Flat rows of every measurement of ``results``; ``names`` (one per result) fill ``result_file``."""
     if len(results) != len(names):
         raise InvalidInputError(f"{len(names)} names for {len(results)} results")
-    return [measurement_row(r, m, name) for r, name in zip(results, names, strict=True) for m in r.measurements]
+    out = []
+    for result, name in zip(results, names, strict=True):
+        defaults = default_input_sizes([result])
+        out += [measurement_row(result, m, name, defaults) for m in result.measurements]
+    return out
 
 
 def _csv_value(value: Any) -> Any:
@@ -220,13 +246,14 @@ def to_markdown(table: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     Args:
         table: rows from :func:`rows`.
         columns: the columns to show; default: those of :data:`COLUMNS` that have a value in some row (a CPU
-            run has no power or GPU columns, an eager run no backend columns). Floats are shortened for reading;
-            use CSV or JSON for exact values.
+            run has no power or GPU columns) and say something (an eager, synthetic-data, single-device run has no
+            backend, data or world_size column). Floats are shortened for reading; use CSV or JSON for exact values.
     """
     if columns is None:
         columns = [c for c in COLUMNS if any(r.get(c) is not None for r in table)] or list(COLUMNS)
-        if all(r.get("backend") in (None, "eager") for r in table):
-            columns = [c for c in columns if c != "backend"]  # every row eager: the column says nothing
+        # Every row eager, synthetic or on one device: the column says nothing.
+        plain = {"backend": (None, DEFAULT_BACKEND), "data": (None, SYNTHETIC), "world_size": (None, 1)}
+        columns = [c for c in columns if c not in plain or any(r.get(c) not in plain[c] for r in table)]
     right = [any(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in table)
              for c in columns]
     return markdown_table(columns, [[r.get(c) for c in columns] for r in table], right)
@@ -281,11 +308,13 @@ def export_table(table: Sequence[dict[str, Any]], fmt: str, columns: Sequence[st
 # Comparisons
 
 
-#: The long-format rows of a comparison: one per matched row and run.
+#: The long-format rows of a comparison: one per matched row and run. ``input_size``, ``data`` and ``world_size`` are
+#: part of the match (:func:`clsbench.analysis.compare.match_key`): ``input_size`` empty when the row ran at the
+#: model's default and no compared file shows its size, ``data`` ``synthetic`` or the pipeline's label.
 COMPARISON_COLUMNS: tuple[str, ...] = (
-    "workload", "metric", "model", "mode", "backend", "batch_size", "run", "run_label", "hardware", "device", "status",
-    "reason", "value", "repeats", "cv_pct", "unstable", "speedup_vs_first", "slowdown_pct", "verdict", "test",
-    "p_value", "t", "df", "alpha",
+    "workload", "metric", "model", "mode", "backend", "batch_size", "input_size", "data", "world_size", "run",
+    "run_label", "hardware", "device", "status", "reason", "value", "repeats", "cv_pct", "unstable",
+    "speedup_vs_first", "slowdown_pct", "verdict", "test", "p_value", "t", "df", "alpha",
 )
 
 
@@ -299,8 +328,10 @@ def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
                 test = ratio.test if ratio else None
                 out.append({
                     "workload": row.workload, "metric": table.metric, "model": row.model, "mode": row.mode,
-                    "backend": row.backend, "batch_size": row.batch_size, "run": run.name, "run_label": run.label,
-                    "hardware": run.hardware, "device": cell.device, "status": cell.status, "reason": cell.reason,
+                    "backend": row.backend, "batch_size": row.batch_size, "input_size": row.input_size,
+                    "data": row.data or SYNTHETIC, "world_size": row.world_size, "run": run.name,
+                    "run_label": run.label, "hardware": run.hardware, "device": cell.device, "status": cell.status,
+                    "reason": cell.reason,
                     "value": cell.value, "repeats": len(cell.values) if cell.values else None,
                     "cv_pct": cell.cv_pct, "unstable": cell.unstable if cell.status == Status.OK else None,
                     "speedup_vs_first": ratio.speedup if ratio else None,
@@ -378,23 +409,48 @@ _METRIC_TITLES = {
 _METRIC_UNITS = {"throughput_img_s": "img/s", "latency_p50_ms": "p50 ms"}
 
 
+#: The match columns of the text tables that are numbers (right-aligned).
+_RIGHT_MATCH_COLUMNS = frozenset({"input size", "world size"})
+
+
+def match_columns(comparison: Comparison) -> list[str]:
+    """The columns of the text tables that tell matched rows apart beyond model, mode and batch, as ``clsbench show``
+    adds a backend: ``backend`` when a row is not eager, ``input size`` when rows differ in it or one is not at its
+    model's default, ``data`` when a row has real data, ``world size`` when a row ran on more than one device."""
+    rows = comparison.rows()
+    shown = {
+        "backend": any(row.backend != DEFAULT_BACKEND for row in rows),
+        "input size": len({row.input_size for row in rows}) > 1
+        or any(row.input_size is not None and not row.input_size_is_default for row in rows),
+        "data": any(row.data is not None for row in rows),
+        "world size": any(row.world_size != 1 for row in rows),
+    }
+    return [name for name, show in shown.items() if show]
+
+
+def _match_values(row: Row, columns: Sequence[str]) -> list[str]:
+    values = {"backend": row.backend, "input size": fact_text(0, row.input_size), "data": fact_text(1, row.data),
+              "world size": fact_text(2, row.world_size)}
+    return [values[c] for c in columns]
+
+
 def _table_sections(comparison: Comparison) -> list[tuple[str, list[str], list[list[str]], list[bool]]]:
     """(title, header, body, right-aligned) of every workload table and of the cross-GPU view."""
     runs = comparison.runs
     first = runs[0].label
     sections = []
-    with_backend = any(row.backend != "eager" for row in comparison.rows())
+    extra = match_columns(comparison)
     for table in comparison.tables:
         unit = _METRIC_UNITS.get(table.metric, table.metric)
-        header = ["model", "mode", *(["backend"] if with_backend else []), "batch"]
+        header = ["model", "mode", *extra, "batch"]
         header += [f"{r.label} {unit}" for r in runs]
-        right = [False, False, *([False] if with_backend else []), True] + [True] * len(runs)
+        right = [False, False, *(c in _RIGHT_MATCH_COLUMNS for c in extra), True] + [True] * len(runs)
         for r in runs[1:]:
             header += [f"{r.label}/{first}", f"{r.label} vs {first}"]
             right += [True, False]
         body = []
         for row in table.rows:
-            line = [row.model, row.mode, *([row.backend] if with_backend else []), str(row.batch_size)]
+            line = [row.model, row.mode, *_match_values(row, extra), str(row.batch_size)]
             line += [_fmt_cell(table.metric, c) for c in row.cells]
             for ratio in row.ratios:
                 line += [_fmt_ratio(ratio), _fmt_verdict(ratio)]
@@ -402,27 +458,35 @@ def _table_sections(comparison: Comparison) -> list[tuple[str, list[str], list[l
         title = f"{table.workload}: {_METRIC_TITLES.get(table.metric, table.metric)}"
         sections.append((title, header, body, right))
     if comparison.cross:
-        header = ["model", "mode", "train bs"]
-        right = [False, False, True]
-        for r in runs:
-            header += [f"{r.label} train img/s", f"{r.label} p50 ms bs1", f"{r.label} peak mem", f"{r.label} avg W"]
-            right += [True, True, True, True]
-        second = runs[1].label
-        header += [f"{second}/{first} train", f"{second}/{first} p50"]
-        right += [True, True]
-        body = []
-        for cross in comparison.cross:
-            batch = next((f.train_batch_size for f in cross.runs if f.train_batch_size), None)
-            line = [cross.model, cross.mode, str(batch) if batch else "-"]
-            for f in cross.runs:
-                line += [_fmt_figure("throughput_img_s", f.train_img_s),
-                         _fmt_figure("latency_p50_ms", f.latency_p50_ms), _fmt_memory(f),
-                         "-" if f.power_avg_w is None else f"{f.power_avg_w:.0f}"]
-            line += [_fmt_cross_ratio(cross.train_ratio), _fmt_cross_ratio(cross.latency_ratio)]
-            body.append(line)
-        sections.append(("cross-GPU view: training img/s, p50 latency at batch 1, peak memory and average power "
-                         "(of the training measurement)", header, body, right))
+        sections.append(_cross_section(comparison, "input size" in extra))
     return sections
+
+
+def _cross_section(comparison: Comparison, with_size: bool) -> tuple[str, list[str], list[list[str]], list[bool]]:
+    """The cross-GPU view's (title, header, body, right-aligned); ``with_size`` adds the input size after the mode."""
+    runs = comparison.runs
+    first = runs[0].label
+    header = ["model", "mode", *(["input size"] if with_size else []), "train bs"]
+    right = [False, False, *([True] if with_size else []), True]
+    for r in runs:
+        header += [f"{r.label} train img/s", f"{r.label} p50 ms bs1", f"{r.label} peak mem", f"{r.label} avg W"]
+        right += [True, True, True, True]
+    second = runs[1].label
+    header += [f"{second}/{first} train", f"{second}/{first} p50"]
+    right += [True, True]
+    body = []
+    for cross in comparison.cross:
+        batch = next((f.train_batch_size for f in cross.runs if f.train_batch_size), None)
+        line = [cross.model, cross.mode, *([fact_text(0, cross.input_size)] if with_size else []),
+                str(batch) if batch else "-"]
+        for f in cross.runs:
+            line += [_fmt_figure("throughput_img_s", f.train_img_s),
+                     _fmt_figure("latency_p50_ms", f.latency_p50_ms), _fmt_memory(f),
+                     "-" if f.power_avg_w is None else f"{f.power_avg_w:.0f}"]
+        line += [_fmt_cross_ratio(cross.train_ratio), _fmt_cross_ratio(cross.latency_ratio)]
+        body.append(line)
+    return ("cross-GPU view: training img/s, p50 latency at batch 1, peak memory and average power "
+            "(of the training measurement)", header, body, right)
 
 
 def _legend_lines(comparison: Comparison) -> list[str]:

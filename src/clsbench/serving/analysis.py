@@ -367,17 +367,57 @@ def _answer_samples(entry: dict[str, Any], key: str) -> list[float]:
 NO_ANSWER_RUNS = "no run at the answer with this figure"
 
 
+def _size(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _asked_input_size(result: BenchmarkResult) -> int | None:
+    """The input size a serve run asked for (None: the model's default)."""
+    return _size(((result.settings.get("serve") or {}).get("settings") or {}).get("input_size"))
+
+
+def _built_input_sizes(result: BenchmarkResult) -> dict[str, int | None]:
+    """Per mode, the input size the serving engine was built at (recorded once the mode was built)."""
+    modes = (result.settings.get("serve") or {}).get("modes") or {}
+    return {mode: _size((facts or {}).get("input_size")) for mode, facts in modes.items() if isinstance(mode, str)}
+
+
+def serve_input_sizes(results: list[BenchmarkResult]) -> list[dict[tuple[str, str], int | None]]:
+    """Per result, the input size of each (mode, scenario): the size its engine was built at, else the size asked
+    for, else the model's default as the results show it (a result that asked for none and built a mode at some
+    size; one size across them); None: the model's default, whose size no result shows. ``compare`` pairs answers
+    of one input size only."""
+    defaults = {size for r in results if _asked_input_size(r) is None for size in _built_input_sizes(r).values()
+                if size is not None}
+    default = next(iter(defaults)) if len(defaults) == 1 else None
+    out = []
+    for result in results:
+        built, asked = _built_input_sizes(result), _asked_input_size(result)
+        sizes = {}
+        for m in serve_measurements(result):
+            size = built.get(m.mode) or asked or _size(m.input_size)
+            sizes[(m.mode, scenario_of(m))] = size if size is not None else default
+        out.append(sizes)
+    return out
+
+
 def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05) -> dict[str, Any]:
-    """Two serve results' answers side by side per (mode, scenario) present in both, with the ratio and, where
-    both have at least two runs at their answer (``--confirm``), Welch's t-test on completed QPS and on p99."""
+    """Two serve results' answers side by side per (mode, scenario) present in both at the same input size
+    (:func:`serve_input_sizes`), with the ratio and, where both have at least two runs at their answer
+    (``--confirm``), Welch's t-test on completed QPS and on p99. ``unmatched`` lists the (mode, scenario) that both
+    answered at different input sizes: never compared."""
     from clsbench.analysis.significance import welch_t_test
 
     ea = {(m["mode"], e["scenario"]): e for m in analyze_serve(a)["modes"] for e in m["scenarios"]}
     eb = {(m["mode"], e["scenario"]): e for m in analyze_serve(b)["modes"] for e in m["scenarios"]}
+    size_a, size_b = serve_input_sizes([a, b])
     rows = []
-    for key in [k for k in ea if k in eb]:
+    unmatched = [{"mode": k[0], "scenario": k[1], "a_input_size": size_a.get(k), "b_input_size": size_b.get(k)}
+                 for k in ea if k in eb and size_a.get(k) != size_b.get(k)]
+    for key in [k for k in ea if k in eb and size_a.get(k) == size_b.get(k)]:
         x, y = ea[key], eb[key]
-        row: dict[str, Any] = {"mode": key[0], "scenario": key[1], "label": x["label"] or y["label"],
+        row: dict[str, Any] = {"mode": key[0], "scenario": key[1], "input_size": size_a.get(key),
+                               "label": x["label"] or y["label"],
                                "unit": x["unit"] or y["unit"], "a": x["figure"], "b": y["figure"],
                                "a_p99_ms": (x["best"] or {}).get("p99_ms"), "b_p99_ms": (y["best"] or {}).get("p99_ms"),
                                "ratio": (y["figure"] / x["figure"]) if x["figure"] and y["figure"] is not None
@@ -392,7 +432,17 @@ def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05
                            "note": (test.reason if test else NO_ANSWER_RUNS) or ""}
         row["tests"] = tests
         rows.append(row)
-    return {"rows": rows, "alpha": alpha}
+    return {"rows": rows, "unmatched": unmatched, "alpha": alpha}
+
+
+def unmatched_text(comparison: dict[str, Any]) -> str:
+    """The answers :func:`compare_serve` did not compare because their input sizes differ, in words, e.g.
+    ``bf16+cl server, bf16+cl offline (input size 64 vs 160)``; empty when there are none."""
+    by_sizes: dict[tuple[Any, Any], list[str]] = {}
+    for d in comparison.get("unmatched") or ():
+        by_sizes.setdefault((d["a_input_size"], d["b_input_size"]), []).append(f"{d['mode']} {d['scenario']}")
+    return "; ".join(f"{', '.join(names)} (input size {'default' if a is None else a} vs "
+                     f"{'default' if b is None else b})" for (a, b), names in by_sizes.items())
 
 
 def render_serve_compare(comparison: dict[str, Any]) -> str:
