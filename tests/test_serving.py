@@ -918,6 +918,18 @@ def test_serve_answers_at_different_input_sizes_are_never_compared(tmp_path: Pat
     assert compare_serve(explicit, unbuilt)["rows"] == []  # 224 asked for; the other's default is not known
 
 
+def test_serve_results_of_different_models_are_not_compared(tmp_path: Path) -> None:
+    resnet = _confirmed(12000, 11990, (12.0,))
+    other = dataclasses.replace(resnet, measurements=tuple(dataclasses.replace(m, model="mobilenet_v3_large")
+                                                           for m in resnet.measurements))
+    result_io.save(resnet, tmp_path / "a.json")
+    result_io.save(other, tmp_path / "b.json")
+    out = _cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], tmp_path)
+    assert out.exit_code == 2 and "qps ->" not in out.output
+    assert out.output.splitlines()[0].endswith("serve results of different models are not compared")
+    assert "mobilenet_v3_large" in out.output.splitlines()[0]
+
+
 def test_a_serve_result_compares_only_with_serve_results(tmp_path: Path, data_dir: Path) -> None:
     serve_file = tmp_path / "serve.json"
     result_io.save(_confirmed(12000, 11990, (12.0,)), serve_file)

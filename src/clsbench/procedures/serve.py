@@ -44,6 +44,7 @@ from clsbench.serving.analysis import (
     render_serve,
     render_serve_compare,
     scenario_summary,
+    serve_model,
     unmatched_text,
 )
 from clsbench.serving.config import ServerConfig, ServeSettings, default_threads
@@ -444,7 +445,13 @@ def compare_runs(results: Sequence[BenchmarkResult], names: Sequence[str], alpha
                             "comparisons": []}
     rows: list[dict[str, Any]] = []
     slowdowns: list[tuple[str, float]] = []
-    for label, name, result in zip(labels[1:], names[1:], results[1:], strict=True):
+    models = [serve_model(result) for result in results]
+    for label, name, result, model in zip(labels[1:], names[1:], results[1:], models[1:], strict=True):
+        if model != models[0]:
+            # Answers of two networks are not one configuration measured twice: a ratio would read as a speed-up.
+            raise InvalidInputError(f"{name} served {model} and {names[0]} served {models[0]}: serve results of "
+                                    "different models are not compared",
+                                    "compare serve results of one model (show prints each on its own)")
         comparison = compare_serve(results[0], result, alpha=alpha)
         apart = unmatched_text(comparison)
         if not comparison["rows"]:

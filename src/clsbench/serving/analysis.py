@@ -401,6 +401,11 @@ def serve_input_sizes(results: list[BenchmarkResult]) -> list[dict[tuple[str, st
     return out
 
 
+def serve_model(result: BenchmarkResult) -> str | None:
+    """The model a serve result served (one per file)."""
+    return analyze_serve(result)["model"]
+
+
 def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05) -> dict[str, Any]:
     """Two serve results' answers side by side per (mode, scenario) present in both at the same input size
     (:func:`serve_input_sizes`), with the ratio and, where both have at least two runs at their answer
