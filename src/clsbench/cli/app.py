@@ -20,7 +20,7 @@ import click
 
 from clsbench.cli.common import Progress, emit, fail, handle_errors, load_result, reader_went_away, saved
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -83,13 +83,13 @@ def _ints(values: list[str], option: str) -> list[int]:
 
 @main.command()
 @click.option("--suite", help="Named suite: seed (GPU default) or quick (CPU default).")
-@click.option("--model", "models", multiple=True, help="Model name(s); repeat or comma-separate. See `models`.")
-@click.option("--workload", "workloads", multiple=True, help="infer-latency, infer-throughput, train.")
-@click.option("--mode", "modes", multiple=True, help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
-@click.option("--batch-size", "batch_sizes", multiple=True, help="Batch size(s); default per workload.")
-@click.option("--backend", "backends", multiple=True,
-              help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
-                   "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
+@list_option("--model", "models", help="Model name(s); repeat or comma-separate. See `models`.")
+@list_option("--workload", "workloads", help="infer-latency, infer-throughput, train.")
+@list_option("--mode", "modes", help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
+@list_option("--batch-size", "batch_sizes", help="Batch size(s); default per workload.")
+@list_option("--backend", "backends",
+             help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
+                  "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
 @click.option("--no-cache", is_flag=True,
               help="Build every backend artifact anew (the new build replaces the cached one).")
 @click.option("--backend-cache", "backend_cache", metavar="DIR",
