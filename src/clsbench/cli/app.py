@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.version import __version__
+
+if TYPE_CHECKING:
+    from clsbench.core.suites import Suite
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -82,7 +85,8 @@ def _ints(values: list[str], option: str) -> list[int]:
 
 
 @main.command()
-@click.option("--suite", help="Named suite: seed (GPU default) or quick (CPU default).")
+@click.option("--suite", help="Named suite: seed (GPU default) or quick (CPU default); or a suite file (FILE.yaml). "
+                             "`clsbench suites` lists them and shows how to write one.")
 @list_option("--model", "models", help="Model name(s); repeat or comma-separate. See `models`.")
 @list_option("--workload", "workloads", help="infer-latency, infer-throughput, train.")
 @list_option("--mode", "modes", help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
@@ -203,6 +207,38 @@ def models(pattern: str, long_: bool) -> None:
         else:
             click.echo(name)
     click.echo(f"{len(names)} model(s)", err=True)
+
+
+@main.command()
+@click.argument("files", nargs=-1)
+@handle_errors
+def suites(files: tuple[str, ...]) -> None:
+    """List the named suites and how to write your own; with FILE(S), check each suite file and show what it
+    measures."""
+    from clsbench import api
+    from clsbench.core.suites import SUITE_FILE_EXAMPLE, SUITES
+
+    if files:
+        for name in files:
+            for line in suite_lines(api.get_suite(name)):
+                click.echo(line)
+        return
+    for suite in SUITES.values():
+        for line in suite_lines(suite):
+            click.echo(line)
+    click.echo("Your own suite: a YAML file with these keys, measured by `clsbench run --suite FILE.yaml` "
+               "(check it with `clsbench suites FILE.yaml`):\n")
+    for line in SUITE_FILE_EXAMPLE.splitlines():
+        click.echo(f"    {line}")
+
+
+def suite_lines(suite: Suite) -> list[str]:
+    """What ``clsbench suites`` prints of one suite."""
+    sizes = ", ".join(f"{workload} bs{size}" for workload, size in suite.batch_sizes.items())
+    lines = [suite.label + (f": {suite.description}" if suite.description else "")]
+    lines += [f"    models     {', '.join(suite.models)}", f"    workloads  {sizes}",
+              f"    modes      {', '.join(suite.modes)}", ""]
+    return lines
 
 
 @main.command()
