@@ -630,8 +630,8 @@ def test_cli_run_with_a_real_pipeline_show_and_resume_check(copy: Path, tmp_path
     (["data", "check", "missing-dir"], 2, "does not exist"),
     (["run", "--model", TINY, "--normalize-on", "device", "--device", "cpu"], 2, "--normalize-on needs --data"),
     (["diagnose", TINY, "--data", "empty", "--device", "cpu"], 2, "is empty"),
-    (["diagnose", TINY, "--data", "{ds}", "--workers", "0,x", "--device", "cpu"], 2, "not a whole number"),
-    (["diagnose", TINY, "--data", "{ds}", "--pipelines", "cpu,fpga", "--device", "cpu"], 2, "unknown pipeline"),
+    (["diagnose", TINY, "--data", "{ds}", "--num-workers", "0,x", "--device", "cpu"], 2, "not a whole number"),
+    (["diagnose", TINY, "--data", "{ds}", "--pipeline", "cpu,fpga", "--device", "cpu"], 2, "unknown pipeline"),
 ])
 def test_cli_bad_input_is_one_error_line(dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         args: list[str], code: int, fragment: str):

@@ -314,7 +314,7 @@ def test_cli_sweep_in_worker_processes_survives_out_of_memory_and_show_reads_the
 
 def test_cli_sweep_inline_prints_the_knee(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
-    result = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-sizes", "1,2,4", "--repeats", "1",
+    result = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-size", "1,2,4", "--repeats", "1",
                           "--warmup", "1", "--iterations", "2", "--min-time", "0", "--isolation", "inline",
                           "--clock", "fake:1ms", "-q", "-o", str(path))
     assert result.exit_code == 0, result.output
@@ -323,14 +323,14 @@ def test_cli_sweep_inline_prints_the_knee(tmp_path: Path) -> None:
     from clsbench.results import store
 
     assert len(store.history()) == 1  # indexed in the (private) history, as `run` does
-    again = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-sizes", "1", "-o", str(path))
+    again = invoke_group("sweep", "--model", TINY, "--device", "cpu", "--batch-size", "1", "-o", str(path))
     assert again.exit_code == 3 and "already exists" in again.stderr
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--batch-sizes", ""], "empty"),
-    (["--batch-sizes", "0,2"], "batch size must be >= 1"),
-    (["--batch-sizes", "two"], "not a whole number"),
+    (["--batch-size", ""], "empty"),
+    (["--batch-size", "0,2"], "batch size must be >= 1"),
+    (["--batch-size", "two"], "not a whole number"),
     (["--knee", "0"], "knee fraction"),
     (["--knee", "1.5"], "knee fraction"),
 ])

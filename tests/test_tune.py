@@ -250,7 +250,7 @@ def invoke_group(*args: str) -> Any:
 
 def test_cli_tune(tmp_path: Path) -> None:
     path = tmp_path / "t.json"
-    result = invoke_group("tune", "--model", TINY, "--workload", "infer-latency", "--device", "cpu", "--modes",
+    result = invoke_group("tune", "--model", TINY, "--workload", "infer-latency", "--device", "cpu", "--mode",
                           "fp32,fp32+cl", "--no-compile", "--warmup", "1", "--iterations", "3", "--min-time", "0",
                           "--isolation", "inline", "--clock", "fake:1ms", "-q", "-o", str(path))
     assert result.exit_code == 0, result.output
@@ -261,7 +261,7 @@ def test_cli_tune(tmp_path: Path) -> None:
         in result.stdout
     assert "search took" in result.stdout and path.exists()
     conflicting = invoke_group("tune", "--model", TINY, "--workload", "infer-latency", "--device", "cpu",
-                               "--modes", "fp32", "--no-compile", "--warmup", "1", "--iterations", "3",
+                               "--mode", "fp32", "--no-compile", "--warmup", "1", "--iterations", "3",
                                "--min-time", "0", "--isolation", "inline", "--clock", "fake:1ms", "-q",
                                "--max-latency-ms", "0.5", "-o", str(tmp_path / "c.json"))
     assert conflicting.exit_code == 2
@@ -275,9 +275,9 @@ def test_cli_tune(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "words"), [
     (["--max-latency-ms", "0"], "max_latency_ms must be a number > 0"),
     (["--max-memory-gb", "-1"], "max_memory_gb must be a number > 0"),
-    (["--batch-sizes", ""], "empty"),
-    (["--batch-sizes", "4,x"], "not a whole number"),
-    (["--modes", ","], "names no mode"),
+    (["--batch-size", ""], "empty"),
+    (["--batch-size", "4,x"], "not a whole number"),
+    (["--mode", ","], "names no mode"),
 ])
 def test_cli_tune_bad_input(args: list[str], words: str) -> None:
     result = invoke_group("tune", "--model", TINY, "--device", "cpu", *args)

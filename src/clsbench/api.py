@@ -6,11 +6,17 @@ The functions live where they belong (planning and running in :mod:`clsbench.eng
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from clsbench.core import suites
 from clsbench.core.options import Execution, MeasureOptions
-from clsbench.engine.planning import data_preflight, plan_run
+from clsbench.core.plan import RunPlan
+from clsbench.core.suites import Suite
+from clsbench.engine import planning
+from clsbench.engine.planning import data_preflight
 from clsbench.engine.runner import resume, run
 from clsbench.errors import InvalidInputError
 from clsbench.results import io as result_io
@@ -26,6 +32,7 @@ __all__ = [
     "data_preflight",
     "default_output_path",
     "environment",
+    "get_suite",
     "list_models",
     "load",
     "plan_run",
@@ -35,6 +42,55 @@ __all__ = [
     "run",
     "split_list",
 ]
+
+
+def plan_run(*, suite: str | None = None, **kwargs: Any) -> RunPlan:
+    """Build the cross product to measure: :func:`clsbench.engine.planning.plan_run`, whose keyword arguments
+    this takes, with suite files.
+
+    ``suite`` names a suite (``seed``, ``quick``) or a suite file (``my.yaml``; see :func:`get_suite`), whose names
+    are checked against the registries before anything is planned. The plan records a file's suite by its name and
+    the file's absolute path (``edge (/home/me/edge.yaml)``): the file is not needed again, and ``resume`` reads
+    the cells from the result file.
+    """
+    if suite is None or not suites.is_suite_file(suite):
+        return planning.plan_run(suite=suite, **kwargs)
+    options = kwargs.get("options") or MeasureOptions()
+    chosen = get_suite(suite, input_size=options.input_size)
+    plan = planning.plan_run(suite=chosen.source, **kwargs)
+    return dataclasses.replace(plan, suite=chosen.label)
+
+
+def get_suite(name: str, *, input_size: int | None = None) -> Suite:
+    """The suite ``run --suite NAME`` measures: a named one, or a suite file (a name ending in .yaml or .yml, or an
+    existing file; the format is :data:`clsbench.core.suites.SUITE_FILE_EXAMPLE`).
+
+    A file's contents are checked as ``run`` checks the same names given as options: each workload is registered,
+    each mode parses and is written as clsbench writes it, each model is one a source knows (a custom builder is
+    built on the meta device at ``input_size``).
+
+    Raises:
+        InvalidInputError: one line naming the file (see :func:`clsbench.core.suites.load_suite_file` for the
+            structural errors).
+    """
+    from clsbench.modes import parse_mode
+    from clsbench.workloads import WORKLOADS
+
+    suite = suites.get_suite(name)
+    if suite.source is None:
+        return suite
+    try:
+        for workload in suite.batch_sizes:
+            WORKLOADS.get(workload)  # an unknown name is one error line with the closest names
+        for mode in suite.modes:
+            canonical = parse_mode(mode).name
+            if canonical != mode:
+                raise InvalidInputError(f"mode {mode!r} is written {canonical!r}", f"write {canonical} in modes")
+        for model in suite.models:
+            planning.check_model(model, input_size)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"suite file {name}: {exc.message}", exc.hint) from None
+    return suite
 
 
 def load(path: str | Path) -> BenchmarkResult:

@@ -14,17 +14,20 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clsbench.cli.common import Progress, emit, fail, handle_errors, load_result, reader_went_away, saved
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.version import __version__
+
+if TYPE_CHECKING:
+    from clsbench.core.suites import Suite
 
 
 def _terminated(signum: int, frame: Any) -> None:
@@ -82,14 +85,15 @@ def _ints(values: list[str], option: str) -> list[int]:
 
 
 @main.command()
-@click.option("--suite", help="Named suite: seed (GPU default) or quick (CPU default).")
-@click.option("--model", "models", multiple=True, help="Model name(s); repeat or comma-separate. See `models`.")
-@click.option("--workload", "workloads", multiple=True, help="infer-latency, infer-throughput, train.")
-@click.option("--mode", "modes", multiple=True, help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
-@click.option("--batch-size", "batch_sizes", multiple=True, help="Batch size(s); default per workload.")
-@click.option("--backend", "backends", multiple=True,
-              help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
-                   "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
+@click.option("--suite", help="Named suite: seed (GPU default) or quick (CPU default); or a suite file (FILE.yaml). "
+                             "`clsbench suites` lists them and shows how to write one.")
+@list_option("--model", "models", help="Model name(s); repeat or comma-separate. See `models`.")
+@list_option("--workload", "workloads", help="infer-latency, infer-throughput, train.")
+@list_option("--mode", "modes", help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
+@list_option("--batch-size", "batch_sizes", help="Batch size(s); default per workload.")
+@list_option("--backend", "backends",
+             help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
+                  "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
 @click.option("--no-cache", is_flag=True,
               help="Build every backend artifact anew (the new build replaces the cached one).")
 @click.option("--backend-cache", "backend_cache", metavar="DIR",
@@ -207,6 +211,38 @@ def models(pattern: str, long_: bool) -> None:
         for name in names:
             click.echo(name)
     click.echo(f"{len(names)} model(s)", err=True)
+
+
+@main.command()
+@click.argument("files", nargs=-1)
+@handle_errors
+def suites(files: tuple[str, ...]) -> None:
+    """List the named suites and how to write your own; with FILE(S), check each suite file and show what it
+    measures."""
+    from clsbench import api
+    from clsbench.core.suites import SUITE_FILE_EXAMPLE, SUITES
+
+    if files:
+        for name in files:
+            for line in suite_lines(api.get_suite(name)):
+                click.echo(line)
+        return
+    for suite in SUITES.values():
+        for line in suite_lines(suite):
+            click.echo(line)
+    click.echo("Your own suite: a YAML file with these keys, measured by `clsbench run --suite FILE.yaml` "
+               "(check it with `clsbench suites FILE.yaml`):\n")
+    for line in SUITE_FILE_EXAMPLE.splitlines():
+        click.echo(f"    {line}")
+
+
+def suite_lines(suite: Suite) -> list[str]:
+    """What ``clsbench suites`` prints of one suite."""
+    sizes = ", ".join(f"{workload} bs{size}" for workload, size in suite.batch_sizes.items())
+    lines = [suite.label + (f": {suite.description}" if suite.description else "")]
+    lines += [f"    models     {', '.join(suite.models)}", f"    workloads  {sizes}",
+              f"    modes      {', '.join(suite.modes)}", ""]
+    return lines
 
 
 @main.command()

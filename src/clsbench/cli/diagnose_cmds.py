@@ -13,7 +13,7 @@ import sys
 import click
 
 from clsbench.cli.common import Progress, saved, start
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
@@ -27,10 +27,12 @@ from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
 @click.option("--batch-size", type=int, help="Training batch size (default: run's train default, 32).")
 @click.option("--data-source", default="folder", show_default=True,
               help="folder: read files while training; memory: read them into RAM first.")
-@click.option("--workers", help="num_workers values to sweep, e.g. 0,4,8,16 (default: 0, 2, 4, 8, ... up to the "
-                                "CPU count; with --quick: 0 and the CPU count).")
-@click.option("--pipelines", help="Pipelines to try besides PyTorch's default, comma list (default: every pipeline: "
-                                  "cpu, gpu and dali where they can run).")
+@list_option("--num-workers", "workers",
+             help="DataLoader num_workers values to sweep (repeat or comma-separate), e.g. 0,4,8,16 (default: 0, 2, "
+                  "4, 8, ... up to the CPU count; with --quick: 0 and the CPU count).")
+@list_option("--pipeline", "pipelines",
+             help="Pipelines to try besides PyTorch's default (repeat or comma-separate; default: every pipeline: "
+                  "cpu, gpu and dali where they can run).")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke tests, CI).")
 @click.option("--data-timeout", type=float, help="Seconds one batch may take (default 120).")
 @measure_options(DIAGNOSE_OPTIONS, execution=("isolation",), helps={
@@ -40,7 +42,7 @@ from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
     "min_time": "Minimum timed seconds per setting (default: 3 on a GPU, 1 on a CPU).",
     "seed": "Seed for weights, data order and crops."})
 def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | None, data_source: str,
-                     workers: str | None, pipelines: str | None, quick: bool, data_timeout: float | None,
+                     workers: tuple[str, ...], pipelines: tuple[str, ...], quick: bool, data_timeout: float | None,
                      measure: MeasureOptions, execution: Execution, device: str, output: str | None,
                      quiet: bool) -> None:
     """Find what limits training MODEL on the images in DIR: synthetic ceiling vs real pipelines, best setting."""
@@ -48,8 +50,8 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
     from clsbench.report import table
     from clsbench.version import __version__
 
-    sizes = parse_workers(workers) if workers is not None else None
-    chosen = parse_pipelines(pipelines) if pipelines is not None else None
+    sizes = parse_workers(",".join(workers)) if workers else None
+    chosen = parse_pipelines(",".join(pipelines)) if pipelines else None
     resolved, env, path = start(device, output)
     if not quiet:
         click.echo(f"clsbench {__version__}: diagnose {model} {mode} on {resolved} with the images in {data_dir}; "

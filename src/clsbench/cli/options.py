@@ -1,5 +1,6 @@
-"""The measurement and execution options, declared once for every command from the fields of
-:class:`~clsbench.core.options.MeasureOptions` and :class:`~clsbench.core.options.Execution`.
+"""The options commands share: the measurement and execution options, declared once for every command from the
+fields of :class:`~clsbench.core.options.MeasureOptions` and :class:`~clsbench.core.options.Execution`, and the
+options that name several values of one axis (:func:`list_option`), spelt the same in every command.
 
 A command decorated with :func:`measure_options` receives ``measure`` (a ``MeasureOptions``), ``execution`` (an
 ``Execution`` with the clock of the hidden ``--clock`` hook), and the plain ``device``, ``output`` and ``quiet``.
@@ -10,16 +11,60 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from clsbench.cli.common import fake_clock, handle_errors
 from clsbench.core.options import Execution, MeasureOptions
 
 #: Execution fields declared as options (the rest are library hooks: clock, progress, environment).
 EXECUTION_FLAGS = ("isolation", "order", "overlap", "probe")
+
+#: The other spellings of the options that name several values, accepted wherever the option takes several values
+#: but hidden from --help. The canonical spelling is ``run``'s singular one; the others are the names ``sweep``,
+#: ``tune`` and ``diagnose`` once used, kept so that existing scripts still work.
+HIDDEN_ALIASES: dict[str, tuple[str, ...]] = {
+    "--model": ("--models",),
+    "--workload": ("--workloads",),
+    "--mode": ("--modes",),
+    "--batch-size": ("--batch-sizes",),
+    "--backend": ("--backends",),
+    "--pipeline": ("--pipelines",),
+    "--num-workers": ("--workers",),
+}
+
+
+def list_option(flag: str, dest: str, *, help: str, default: Sequence[str] = (),
+                metavar: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare ``flag``, an option naming several values: it may repeat and each value may be a comma list
+    (``--mode fp32 --mode amp-bf16,bf16``). The command receives ``dest``: the raw values as a tuple of strings, in
+    the order given (split them with :func:`clsbench.api.split_list` or the procedure's own parser), or
+    ``default`` when the option is not given.
+
+    The spellings :data:`HIDDEN_ALIASES` lists for ``flag`` work too, hidden from --help. Given together with
+    ``flag``, every value counts: the canonical option's values first, then each alias's.
+    """
+    aliases = HIDDEN_ALIASES.get(flag, ())
+    alias_dests = [f"{dest}_alias_{alias.lstrip('-').replace('-', '_')}" for alias in aliases]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = tuple(kwargs.pop(dest))
+            aliased = tuple(value for name in alias_dests for value in kwargs.pop(name))
+            if aliased and click.get_current_context().get_parameter_source(dest) == ParameterSource.DEFAULT:
+                given = ()  # only an alias was given: its values replace the default
+            return func(*args, **{dest: given + aliased}, **kwargs)
+
+        for alias, name in zip(aliases, alias_dests, strict=True):
+            wrapper = click.option(alias, name, multiple=True, hidden=True, metavar=metavar)(wrapper)
+        return click.option(flag, dest, multiple=True, default=tuple(default), show_default=bool(default),
+                            metavar=metavar, help=help)(wrapper)
+
+    return decorate
 
 
 def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_text: str | None) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from clsbench.cli.common import saved, start
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
@@ -86,8 +86,8 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 
 @click.command("serve")
 @click.option("--model", required=True, help="Model name (see `clsbench models`).")
-@click.option("--mode", "modes", multiple=True, default=("fp32",), show_default=True,
-              help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
+@list_option("--mode", "modes", default=("fp32",),
+             help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
 @click.option("--scenario", "scenarios", multiple=True, default=("offline,single-stream,server",),
               show_default=True, help="Scenarios (comma list): offline, single-stream, multi-stream, server.")
 @click.option("--latency-bound-ms", type=float, default=15.0, show_default=True,

@@ -14,7 +14,7 @@ import sys
 import click
 
 from clsbench.cli.common import Progress, saved, start
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -26,8 +26,9 @@ from clsbench.procedures.tune import TUNE_OPTIONS
 @click.option("--workload", default="infer-throughput", show_default=True,
               help="infer-throughput, train or infer-latency.")
 @click.option("--mode", default="fp32", show_default=True, help="Execution mode, e.g. amp-bf16+cl.")
-@click.option("--batch-sizes", "batch_sizes", default="auto", show_default=True,
-              help="Comma list (1,2,4,8) or auto: double from 1 until out of memory or throughput stops rising.")
+@list_option("--batch-size", "batch_sizes", default=("auto",),
+             help="Batch sizes (repeat or comma-separate: 1,2,4,8), or auto: double from 1 until out of memory or "
+                  "throughput stops rising.")
 @click.option("--knee", "knee_fraction", type=float, default=0.9, show_default=True,
               help="The knee is the smallest batch reaching this fraction of the best throughput.")
 @click.option("--max-batch", type=int, default=4096, show_default=True, help="Largest batch auto may try.")
@@ -36,15 +37,15 @@ from clsbench.procedures.tune import TUNE_OPTIONS
 @click.option("--no-cache", is_flag=True, help="Build every backend artifact anew.")
 @click.option("--backend-cache", "backend_cache", metavar="DIR", help="Where backend artifacts are cached.")
 @measure_options()
-def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_fraction: float, max_batch: int,
-                  backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
+def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, ...], knee_fraction: float,
+                  max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
                   execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Measure one model/workload/mode at several batch sizes: the knee, the largest fit, the latency curve."""
     from clsbench.procedures.sweep import parse_batch_sizes, render_sweep, sweep, validate_knee_fraction
     from clsbench.report import table
     from clsbench.version import __version__
 
-    sizes = parse_batch_sizes(batch_sizes)  # bad input fails here, before anything is read or started
+    sizes = parse_batch_sizes(",".join(batch_sizes))  # bad input fails here, before anything is read or started
     validate_knee_fraction(knee_fraction)
     resolved, env, path = start(device, output)
     if not quiet:
@@ -76,16 +77,17 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
               help="Limit: p50 request latency (infer-latency) or p99 latency per batch (otherwise), in ms.")
 @click.option("--max-memory-gb", type=float,
               help="Limit: peak reserved GPU memory (worker peak RSS on a CPU), in GB (10^9 bytes).")
-@click.option("--modes", "modes", multiple=True,
-              help="Eager modes to explore first (repeat or comma-separate); default: every precision +/- cl.")
-@click.option("--batch-sizes", "batch_sizes",
-              help="Batch sizes to try (comma list); default: 1 for infer-latency, a short doubling otherwise.")
+@list_option("--mode", "modes",
+             help="Eager modes to explore first (repeat or comma-separate); default: every precision +/- cl.")
+@list_option("--batch-size", "batch_sizes",
+             help="Batch sizes to try (repeat or comma-separate); default: 1 for infer-latency, a short doubling "
+                  "otherwise.")
 @click.option("--compile/--no-compile", "compile_variants", default=True, show_default=True,
               help="Also try torch.compile and CUDA graphs for the best eager modes, and for inference the "
-                   "inference backends (--backends).")
-@click.option("--backends", "backends", multiple=True,
-              help="Inference backends the backend phase tries (repeat or comma-separate), e.g. export,tensorrt; "
-                   "default: every one but eager (those that cannot run here are listed as pruned).")
+                   "inference backends (--backend).")
+@list_option("--backend", "backends",
+             help="Inference backends the backend phase tries (repeat or comma-separate), e.g. export,tensorrt; "
+                  "default: every one but eager (those that cannot run here are listed as pruned).")
 @click.option("--variants", "variants", multiple=True,
               help="Which compile-phase variants to try (repeat or comma-separate): compile, cudagraph, "
                    "compile+cudagraph (train: compile); default: all.")
@@ -95,9 +97,9 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: str, knee_f
               help="Reject candidates whose outputs differ from fp32 eager beyond the documented tolerance.")
 @measure_options(TUNE_OPTIONS)
 def tune_command(model: str, workload: str, max_latency_ms: float | None, max_memory_gb: float | None,
-                 modes: tuple[str, ...], batch_sizes: str | None, compile_variants: bool, backends: tuple[str, ...],
-                 variants: tuple[str, ...], max_autotune: bool, check_outputs: bool, measure: MeasureOptions,
-                 execution: Execution, device: str, output: str | None, quiet: bool) -> None:
+                 modes: tuple[str, ...], batch_sizes: tuple[str, ...], compile_variants: bool,
+                 backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool, check_outputs: bool,
+                 measure: MeasureOptions, execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits."""
     from clsbench import api
@@ -107,10 +109,10 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
 
     validate_limit("max_latency_ms", max_latency_ms)
     validate_limit("max_memory_gb", max_memory_gb)
-    sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None
+    sizes = parse_batch_sizes(",".join(batch_sizes)) if batch_sizes else None
     chosen_modes = api.split_list(modes) or None
     if modes and not chosen_modes:
-        raise InvalidInputError("--modes names no mode", "e.g. --modes fp32,amp-bf16+cl")
+        raise InvalidInputError("--mode names no mode", "e.g. --mode fp32,amp-bf16+cl")
     chosen_variants = api.split_list(variants) or None
     if variants and not chosen_variants:
         raise InvalidInputError("--variants names no variant", "e.g. --variants compile+cudagraph")
@@ -120,7 +122,7 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
         parse_variants(workload, chosen_variants)
     chosen_backends = api.split_list(backends) or None
     if backends and not chosen_backends:
-        raise InvalidInputError("--backends names no backend", "e.g. --backends export,tensorrt")
+        raise InvalidInputError("--backend names no backend", "e.g. --backend export,tensorrt")
     resolved, env, path = start(device, output)
     if not quiet:
         click.echo(f"clsbench {__version__}: tune {model} {workload} on {resolved}; results -> {path}", err=True)

@@ -94,12 +94,13 @@ def parse_workers(text: str | Sequence[int]) -> list[int]:
         try:
             value = int(part)
         except (TypeError, ValueError):
-            raise InvalidInputError(f"worker count {part!r} is not a whole number", "e.g. --workers 0,4,8") from None
+            raise InvalidInputError(f"worker count {part!r} is not a whole number",
+                                    "e.g. --num-workers 0,4,8") from None
         if value < 0:
-            raise InvalidInputError(f"worker count {value} is negative", "e.g. --workers 0,4,8")
+            raise InvalidInputError(f"worker count {value} is negative", "e.g. --num-workers 0,4,8")
         out.append(value)
     if not out:
-        raise InvalidInputError("the worker list is empty", "e.g. --workers 0,4,8")
+        raise InvalidInputError("the worker list is empty", "e.g. --num-workers 0,4,8")
     return sorted(set(out))
 
 
@@ -109,7 +110,7 @@ def parse_pipelines(text: str | Sequence[str]) -> list[str]:
 
     names = [p.strip() for p in text.split(",") if p.strip()] if isinstance(text, str) else list(text)
     if not names:
-        raise InvalidInputError("the pipeline list is empty", "e.g. --pipelines cpu,gpu")
+        raise InvalidInputError("the pipeline list is empty", "e.g. --pipeline cpu,gpu")
     for name in names:
         PIPELINES.get(name)
     return list(dict.fromkeys(names))

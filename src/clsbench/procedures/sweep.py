@@ -87,22 +87,25 @@ def parse_batch_sizes(text: str | Sequence[int | str]) -> list[int] | str:
         parts: list[int | str] = [p.strip() for p in text.split(",")]
     else:
         parts = list(text)
+    if len(parts) > 1 and any(isinstance(p, str) and p.lower() == AUTO for p in parts):
+        raise InvalidInputError("batch size auto goes alone, not in a list",
+                                "give --batch-size auto, or a list such as --batch-size 1,2,4")
     if not parts or all(isinstance(p, str) and not p for p in parts):
-        raise InvalidInputError("the batch-size list is empty", "e.g. --batch-sizes 1,2,4,8 or --batch-sizes auto")
+        raise InvalidInputError("the batch-size list is empty", "e.g. --batch-size 1,2,4,8 or --batch-size auto")
     sizes: list[int] = []
     for part in parts:
         if isinstance(part, bool):
-            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-sizes 1,2,4")
+            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-size 1,2,4")
         if isinstance(part, str):
             if not part:
-                raise InvalidInputError("the batch-size list has an empty entry", "e.g. --batch-sizes 1,2,4")
+                raise InvalidInputError("the batch-size list has an empty entry", "e.g. --batch-size 1,2,4")
             try:
                 part = int(part)
             except ValueError:
                 raise InvalidInputError(f"batch size {part!r} is not a whole number",
-                                        "e.g. --batch-sizes 1,2,4 or --batch-sizes auto") from None
+                                        "e.g. --batch-size 1,2,4 or --batch-size auto") from None
         if not isinstance(part, int):
-            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-sizes 1,2,4")
+            raise InvalidInputError(f"batch size {part!r} is not a whole number", "e.g. --batch-size 1,2,4")
         validate_batch_size(part)
         sizes.append(part)
     return sorted(set(sizes))

@@ -646,7 +646,7 @@ def _base_modes(workload: str, modes: Sequence[str] | None) -> list[str]:
 
     chosen = list(dict.fromkeys(parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))))
     if not chosen:
-        raise InvalidInputError("no modes to explore", "leave out --modes, or name some, e.g. --modes fp32,amp-bf16")
+        raise InvalidInputError("no modes to explore", "leave out --mode, or name some, e.g. --mode fp32,amp-bf16")
     return chosen
 
 
@@ -660,8 +660,8 @@ def _backend_names(workload: str, backends: Sequence[str] | None) -> tuple[str, 
             get_backend(name)  # an unknown name is one error line with the closest names
     if get_workload(workload).kind != "inference":
         if backends:
-            raise InvalidInputError("--backends applies to inference workloads only, not train",
-                                    "drop --backends, or tune infer-throughput / infer-latency")
+            raise InvalidInputError("--backend applies to inference workloads only, not train",
+                                    "drop --backend, or tune infer-throughput / infer-latency")
         return ()
     names = backends if backends is not None else BACKENDS.names()
     return tuple(dict.fromkeys(n for n in names if n != DEFAULT_BACKEND))
@@ -677,7 +677,7 @@ def _batch_sizes(workload: str, device: str, batch_sizes: Sequence[int] | str | 
     parsed = parse_batch_sizes(batch_sizes if isinstance(batch_sizes, str) else list(batch_sizes))
     if parsed == "auto":
         raise InvalidInputError("tune chooses its batch sizes itself; give a list or leave it out",
-                                "e.g. --batch-sizes 32,64,128")
+                                "e.g. --batch-size 32,64,128")
     return list(parsed), True
 
 
@@ -1071,7 +1071,7 @@ def no_winner_message(analysis: dict[str, Any]) -> tuple[str, str]:
         return (f"no checked configuration meets {text}; the closest is {_describe(closest)}",
                 "see the table")
     return (f"no configuration meets {text}; the closest is {_describe(closest)}",
-            "raise " + " and ".join(needed) + ", or try a smaller batch with --batch-sizes")
+            "raise " + " and ".join(needed) + ", or try a smaller batch with --batch-size")
 
 
 def _duration(seconds: float | None) -> str:
