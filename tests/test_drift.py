@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from clsbench.analysis.summary import (
+    ADVICE_WORDS,
     TIME_VARYING_ADVICE,
     TIME_VARYING_GPU,
     UNSTABLE_ADVICE,
@@ -41,7 +42,7 @@ def test_speed_switching_within_repeats_gets_the_time_varying_advice():
     assert summary["spread_pct"] == 100.0 and summary["unstable"] is True
     assert summary["within_repeat_drift_pct"] == 50.0  # median over repeats
     assert summary["within_repeat_drift_pct_max"] == 100.0  # the largest, which picks the advice
-    assert validity["advice"] == TIME_VARYING_ADVICE.format(device="GPU", **TIME_VARYING_GPU)
+    assert validity["advice"] == TIME_VARYING_ADVICE.format(where="the GPU and its host", **TIME_VARYING_GPU)
     assert "fresh processes cannot remove it" in validity["advice"]
     assert "+cudagraph" in validity["advice"] and "--min-time" in validity["advice"]
 
@@ -54,7 +55,7 @@ def test_one_repeat_slowing_down_while_it_ran_is_enough():
     assert summary["spread_pct"] == pytest.approx(100 * (2000 - 1920 / 1.12) / 2000)
     assert summary["within_repeat_drift_pct"] == 0.0  # the median alone would call the repeats steady
     assert summary["within_repeat_drift_pct_max"] == 50.0
-    assert validity["advice"] == TIME_VARYING_ADVICE.format(device="GPU", **TIME_VARYING_GPU)
+    assert validity["advice"] == TIME_VARYING_ADVICE.format(where="the GPU and its host", **TIME_VARYING_GPU)
 
 
 def test_steady_but_different_repeats_get_the_per_process_advice():
@@ -72,7 +73,7 @@ def test_advice_on_a_cpu_offers_only_what_a_cpu_has():
     # The same two causes on a CPU: no clocks to check, no kernel launches to capture, no cuDNN autotuning.
     time_varying = unstable_advice(100.0, 100.0, "cpu")
     per_process = unstable_advice(100.0, 3.0, "cpu")
-    for text in (time_varying, per_process):
+    for text in (time_varying, per_process, unstable_advice(100.0, None, "cpu")):
         assert "GPU" not in text and "cudagraph" not in text and "cudnn" not in text.lower()
     assert "fresh processes cannot remove it" in time_varying and "--min-time" in time_varying
     assert "--repeats" in per_process
@@ -97,7 +98,7 @@ def test_repeats_too_short_for_segments_keep_the_generic_advice():
     summary, validity = summarize(records, "infer-latency")
     assert summary["unstable"] is True
     assert summary["within_repeat_drift_pct"] is None and summary["within_repeat_drift_pct_max"] is None
-    assert validity["advice"] == UNSTABLE_ADVICE.format(limit=10.0)
+    assert validity["advice"] == UNSTABLE_ADVICE.format(limit=10.0, **ADVICE_WORDS["gpu"])
 
 
 def test_drift_ignores_repeats_too_short_to_cut():
@@ -118,7 +119,8 @@ def test_rule_limit_or_half_the_spread(drift, spread, time_varying):
 
 
 def test_unknown_drift_gives_the_generic_advice():
-    assert unstable_advice(25.0, None) == UNSTABLE_ADVICE.format(limit=10.0)
+    assert unstable_advice(25.0, None) == UNSTABLE_ADVICE.format(limit=10.0, **ADVICE_WORDS["gpu"])
+    assert "GPU" not in unstable_advice(25.0, None, "cpu") and "this machine" in unstable_advice(25.0, None, "cpu")
 
 
 def test_table_prints_the_specific_advice():

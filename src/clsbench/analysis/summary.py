@@ -24,9 +24,14 @@ from clsbench.core.vocab import Status
 from clsbench.results.schema import DEFAULT_BACKEND, Measurement
 
 UNSTABLE_ADVICE = (
-    "results moved by more than {limit:.0f}% between fresh processes: stop other work on this GPU/CPU, check clocks "
-    "and temperature (`clsbench env`), and raise --min-time or --repeats"
+    "results moved by more than {limit:.0f}% between fresh processes: stop other work on {where}{check}, and raise "
+    "--min-time or --repeats"
 )
+#: What the advice names on a GPU and on a CPU: where other work competes, and what to check.
+ADVICE_WORDS = {
+    "gpu": {"where": "the GPU and its host", "check": ", check clocks and temperature (`clsbench env`)"},
+    "cpu": {"where": "this machine", "check": ""},
+}
 
 #: An UNSTABLE spread is put down to a time-varying cause when the largest drift within any one repeat
 #: (``within_repeat_drift_pct_max``) reaches the UNSTABLE limit itself or this share of the spread between repeats:
@@ -37,8 +42,8 @@ UNSTABLE_ADVICE = (
 DRIFT_SHARE_OF_SPREAD = 0.5
 
 TIME_VARYING_ADVICE = (
-    "the speed changed while each process ran, so the cause varies over time (host CPU shared or throttled, other "
-    "work on the {device} or CPU{clocks}) and fresh processes cannot remove it. Run on a quiet, dedicated host{check}"
+    "the speed changed while a process ran, so the cause varies over time (host CPU shared or throttled, other "
+    "work on {where}{clocks}) and fresh processes cannot remove it. Run on a quiet, dedicated host{check}"
     "{launch}, or raise --min-time so each repeat averages over the changes"
 )
 #: The GPU-only parts of :data:`TIME_VARYING_ADVICE` (a CPU has neither clocks NVML reads nor kernel launches).
@@ -87,12 +92,13 @@ def unstable_advice(spread: float | None, drift_max: float | None, device: str =
     figure of its own cell (the warning says those), so cells with the same cause share one advice; and it offers
     only what applies to ``device``."""
     limit = stats.UNSTABLE_SPREAD_PCT
-    if drift_max is None or spread is None:
-        return UNSTABLE_ADVICE.format(limit=limit)
     gpu = device.startswith("cuda")
+    words = ADVICE_WORDS["gpu" if gpu else "cpu"]
+    if drift_max is None or spread is None:
+        return UNSTABLE_ADVICE.format(limit=limit, **words)
     if drift_is_time_varying(drift_max, spread):
         extra = TIME_VARYING_GPU if gpu else {"clocks": "", "check": "", "launch": ""}
-        return TIME_VARYING_ADVICE.format(device="GPU" if gpu else "machine", **extra)
+        return TIME_VARYING_ADVICE.format(where=words["where"], **extra)
     causes = "e.g. cuDNN autotuning picking different algorithms, memory or CPU placement" if gpu else \
         "e.g. memory or CPU placement, thread start-up"
     cudnn = ", and rerun with --no-cudnn-benchmark to test whether autotuning is the cause" if gpu else ""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clsbench.analysis.summary import drift_is_time_varying
+from clsbench.analysis.summary import drift_is_time_varying, unstable_advice
 from clsbench.core.vocab import Status
 from clsbench.results.schema import Measurement, backend_suffix, data_label
 
@@ -22,8 +22,7 @@ ADVICE: dict[str, str] = {
     "SKIPPED": "the mode, pipeline or strategy does not apply to this workload or device; nothing was measured",
     "PARITY": "the backend's outputs differ from fp32 eager beyond its precision's tolerance: its figures are kept "
               "but not valid, and `clsbench tune` never picks it; try another mode (fp32, or +cl off) or backend",
-    "UNSTABLE": "results moved by more than 10% between fresh processes: stop other work on this GPU/CPU, check "
-                "clocks and temperature (`clsbench env`), and raise --min-time or --repeats",
+    "UNSTABLE": "a figure moved by more than 10% between fresh processes (each measurement's advice says why)",
     "THROTTLED": "the figure is what a throttled card delivers: check cooling and the power limit (`clsbench env`)",
     "NOTE": "a repeat stopped at its maximum before the stop rule held: raise --max-time",
     "PRE-FLIGHT": "the machine was not in a clean state before measuring: see the pre-flight checks of the run",
@@ -96,7 +95,9 @@ def measurement_finding(m: Measurement, *, label: Callable[[Measurement], str] =
     if m.status == Status.SKIPPED:
         return Finding("SKIPPED", label(m), f"{m.reason}: {m.detail or ''}", ADVICE["SKIPPED"], run)
     if m.summary.get("unstable"):
-        return Finding("UNSTABLE", label(m), _unstable_text(m), str(v.get("advice") or ADVICE["UNSTABLE"]), run)
+        # A file from before per-cell advice: the generic advice for its device.
+        advice = v.get("advice") or unstable_advice(None, None, m.device)
+        return Finding("UNSTABLE", label(m), _unstable_text(m), str(advice), run)
     if v.get("throttled"):
         return Finding("THROTTLED", label(m), str(v.get("throttle_summary") or "throttling seen"),
                        ADVICE["THROTTLED"], run)
