@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from clsbench.core.plan import ORDERS
 from clsbench.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class Execution:
     order: str = field(default="round", metadata=_option(
         "--order", "round: repeat 1 of every measurement, then repeat 2..., each round shuffled by --seed, so a "
                    "slow spell of the host hits different measurements; cell: all repeats of one, then the next.",
-        choices=("round", "cell")))
+        choices=ORDERS))
     probe: bool = field(default=True, metadata=_option(
         "--probe", "On a GPU, first measure the matmul and copy ceilings (about 10 s), for MFU against them.",
         negative="--no-probe"))
@@ -143,7 +144,7 @@ class Execution:
     def validate(self) -> Execution:
         if self.isolation not in ("process", "inline"):
             raise InvalidInputError(f"unknown isolation {self.isolation!r}", "use process or inline")
-        if self.order not in ("round", "cell"):
+        if self.order not in ORDERS:
             raise InvalidInputError(f"unknown order {self.order!r}", "use --order round or --order cell")
         return self
 

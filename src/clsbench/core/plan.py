@@ -153,6 +153,10 @@ class TrainSettings:
     weight_decay: float = 1e-4
 
 
+#: The orders a run's repeats can take (:func:`clsbench.engine.loop.schedule`); the first is the default.
+ORDERS = ("round", "cell")
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """Everything one ``clsbench run`` will do; stored in the result file so ``--resume`` can finish it."""
@@ -178,7 +182,7 @@ class RunPlan:
             raise InvalidInputError(f"repeats must be >= 1, got {self.repeats}", "e.g. --repeats 3")
         if self.timeout_s <= 0:
             raise InvalidInputError("timeout must be > 0 seconds", "e.g. --timeout 600")
-        if self.order not in ("round", "cell"):
+        if self.order not in ORDERS:
             raise InvalidInputError(f"unknown order {self.order!r}", "use --order round or --order cell")
         if not self.cells:
             raise InvalidInputError("nothing to measure", "name a --model or a --suite")

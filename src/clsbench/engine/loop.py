@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from clsbench.core.plan import ORDERS
 from clsbench.core.vocab import Status
 from clsbench.engine.events import ProgressCallback, ProgressEvent
 from clsbench.errors import ClsbenchError
@@ -67,10 +68,6 @@ class _Progress:
         return self.spent_s / self.measured * (self.total - self.done) if self.measured else None
 
 
-#: The orders :func:`schedule` knows; ``round`` is the default for ``run``.
-ORDERS = ("round", "cell")
-
-
 def shuffled_round(cells: Sequence[Any], seed: int, round_index: int) -> list[Any]:
     """``cells`` in the order of round ``round_index`` (0-based): sorted by a hash of the seed, the round and each
     cell's key, so the order is fixed by the seed and does not depend on which other cells are present (a resumed run
@@ -87,7 +84,7 @@ def schedule(cells: Sequence[Any], repeats: int, *, order: str = "cell", seed: i
     """The (cell, repeat) pairs in the order they run, repeats 0-based, leaving out those ``done`` already holds
     (cell key -> repeats finished). A cell whose repeat fails drops out of the rest at run time."""
     if order not in ORDERS:
-        raise ValueError(f"unknown order {order!r}; use one of {ORDERS}")
+        raise ValueError(f"unknown order {order!r}; use one of {', '.join(ORDERS)}")
     done = done or {}
     if order == "cell":
         return [(cell, r) for cell in cells for r in range(done.get(cell.key, 0), repeats)]
@@ -119,6 +116,7 @@ def measure_all(cells: Sequence[Any], repeats: int, result: BenchmarkResult, pro
         ClsbenchError: ``procedure.interrupted(result)`` on Ctrl-C, once what finished is saved.
     """
     records = {cell.key: result.pending_repeats(cell.key) for cell in cells}
+    finished: set[tuple[Any, ...]] = set()  # cells whose measurement is built (skipped, failed or all repeats run)
     plan_order = {key: index for index, key in enumerate(placement or [cell.key for cell in cells])}
     state = _State(result, procedure, save, plan_order, repeats,
                    _Progress(total=len(cells) * repeats, notify=progress or (lambda event: None)),
@@ -130,14 +128,16 @@ def measure_all(cells: Sequence[Any], repeats: int, result: BenchmarkResult, pro
             skipped = procedure.skip(cell)
             if skipped is not None:  # known before any process starts: no worker needed to say so
                 state.counts.done += repeats - len(records[cell.key])
-                records[cell.key] = None  # type: ignore[assignment]
+                finished.add(cell.key)
                 state.finish(cell, [skipped])
-        runnable = [cell for cell in cells if records[cell.key] is not None]
+        runnable = [cell for cell in cells if cell.key not in finished]
         done = {cell.key: len(records[cell.key]) for cell in runnable}
         for cell, repeat in schedule(runnable, repeats, order=order, seed=seed, done=done):
-            if records[cell.key] is None:
-                continue  # an earlier repeat of this cell failed: its measurement is finished
-            records[cell.key] = state.run(cell, repeat, records[cell.key])
+            if cell.key in finished:
+                continue  # an earlier repeat of this cell failed: its measurement is built
+            records[cell.key].append(state.run(cell, repeat))
+            if state.ended(cell, records[cell.key]):
+                finished.add(cell.key)
     except KeyboardInterrupt:
         procedure.close()
         raise procedure.interrupted(state.result) from None
@@ -166,8 +166,8 @@ class _State:
     counts: _Progress
     sequence: int
 
-    def run(self, cell: Any, repeat: int, records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """Run one repeat; return the cell's records, or None once its measurement is finished."""
+    def run(self, cell: Any, repeat: int) -> dict[str, Any]:
+        """Run one repeat (0-based); its record says where in the run it ran."""
         counts = self.counts
         counts.notify(ProgressEvent("repeat", counts.done, counts.total, cell, repeat + 1, self.repeats,
                                     counts.eta()))
@@ -176,16 +176,19 @@ class _State:
         counts.spent_s += time.monotonic() - t0
         counts.measured += 1
         counts.done += 1
-        self.sequence += 1
-        records = [*records, {**record, "sequence": self.sequence, "round": repeat + 1}]
         if record["status"] != Status.OK:
             counts.done += self.repeats - 1 - repeat  # the repeats it leaves out count as done
-        if record["status"] != Status.OK or len(records) >= self.repeats:
+        self.sequence += 1
+        return {**record, "sequence": self.sequence, "round": repeat + 1}
+
+    def ended(self, cell: Any, records: list[dict[str, Any]]) -> bool:
+        """After a repeat: build the measurement when it failed or was the last (True), else save it as pending."""
+        if records[-1]["status"] != Status.OK or len(records) >= self.repeats:
             self.finish(cell, records)
-            return None
+            return True
         self.result = self.result.with_pending(cell.key, records)
         self.save(self.result)
-        return records
+        return False
 
     def finish(self, cell: Any, records: list[dict[str, Any]]) -> None:
         """Build the cell's measurement, put it in plan order among the others, save and tell the display."""
