@@ -432,7 +432,7 @@ def test_sigterm_ends_a_run_like_ctrl_c(tmp_path: Path) -> None:
 
     out = tmp_path / "run.json"
     command = [sys.executable, "-m", "clsbench", "run", "--model", f"{TINY},clsbench_testmodels:hang_model",
-               "--workload", "infer-throughput", *SHORT, "--repeats", "1", "-q", "-o", str(out)]
+               "--workload", "infer-throughput", *SHORT, "--repeats", "1", "--order", "cell", "-q", "-o", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=_subprocess_env(tmp_path), cwd=tmp_path)
     try:

@@ -42,6 +42,9 @@ DROPPED = frozenset({"host_cpu_contention"})
 #: Temporary folders named in stored commands (scale's job files).
 TEMP_PATH = re.compile(r"/[^\s\"]*clsbench-scale-[^/\s\"]+")
 
+#: The interpreter named in stored commands (scale's launch line): it depends on where the checkout lives.
+PYTHON = sys.executable
+
 
 def mask(value: Any) -> Any:
     if isinstance(value, dict):
@@ -49,7 +52,7 @@ def mask(value: Any) -> Any:
     if isinstance(value, list):
         return [mask(v) for v in value]
     if isinstance(value, str):
-        return TEMP_PATH.sub("<tmp>", value)
+        return "<python>" if value == PYTHON else TEMP_PATH.sub("<tmp>", value)
     return value
 
 
