@@ -43,6 +43,7 @@ class _Worker:
     def __init__(self, ctx: Any, job: Job, gated: bool, ahead: bool = False) -> None:
         self.job = job
         self.stopped = False
+        self.timed_out = False  # the last wait ended at its deadline with no message
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=worker_main, args=(child,), daemon=True,
                                    name=f"clsbench-{job.cell.label()}-r{job.repeat}")
@@ -52,12 +53,15 @@ class _Worker:
         self.conn.send((job, gated, ahead))
 
     def wait(self, deadline: float) -> tuple[str, Any] | None:
-        """Next message, or None when the deadline passes or the process dies first."""
+        """Next message, or None when the deadline passes (then :attr:`timed_out` is set) or the process dies first."""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 # A message that arrived in time but was not read yet (the worker waited its turn) still counts.
-                return self.conn.recv() if self.conn.poll(0) else None
+                if self.conn.poll(0):
+                    return self.conn.recv()
+                self.timed_out = True
+                return None
             if self.conn.poll(min(remaining, 0.5)):
                 try:
                     return self.conn.recv()
@@ -94,7 +98,8 @@ class _Worker:
     def death_record(self, timeout_s: float) -> dict[str, Any]:
         self.process.join(1.0)
         code = self.process.exitcode
-        if code is None:
+        # A worker past its deadline timed out even if it then ends within the grace second (a loaded host).
+        if code is None or self.timed_out:
             return {"status": Status.FAILED, "reason": Reason.TIMEOUT,
                     "detail": f"no result within {timeout_s:g} s; the worker was killed"}
         what = f"signal {-code}" if code < 0 else f"exit code {code}"
