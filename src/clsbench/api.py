@@ -13,7 +13,7 @@ from typing import Any
 
 from clsbench.core import suites
 from clsbench.core.options import Execution, MeasureOptions
-from clsbench.core.plan import RunPlan
+from clsbench.core.plan import ProfileSettings, RunPlan
 from clsbench.core.suites import Suite
 from clsbench.engine import planning
 from clsbench.engine.planning import data_preflight
@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_RESULTS_DIR",
     "Execution",
     "MeasureOptions",
+    "ProfileSettings",
     "bf16_supported",
     "data_preflight",
     "default_output_path",
@@ -37,6 +38,7 @@ __all__ = [
     "load",
     "plan_run",
     "preflight_warnings",
+    "profile",
     "resolve_device",
     "resume",
     "run",
@@ -59,6 +61,15 @@ def plan_run(*, suite: str | None = None, **kwargs: Any) -> RunPlan:
     chosen = get_suite(suite, input_size=options.input_size)
     plan = planning.plan_run(suite=chosen.source, **kwargs)
     return dataclasses.replace(plan, suite=chosen.label)
+
+
+def profile(**kwargs: Any) -> Any:
+    """Measure one cell and profile it after its timed region into a new directory: trace, summary, result file
+    (:func:`clsbench.procedures.profile.profile`, whose keyword arguments this takes; returns its ``ProfileOutcome``).
+    ``run --profile`` is :func:`plan_run` with ``profile=ProfileSettings()``."""
+    from clsbench.procedures.profile import profile as profile_cell
+
+    return profile_cell(**kwargs)
 
 
 def get_suite(name: str, *, input_size: int | None = None) -> Suite:

@@ -367,6 +367,9 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
             from clsbench.analysis.data import summarize_data
 
             summary["data"] = summarize_data(ok)
+        profile = next((r["profile"] for r in ok if isinstance(r.get("profile"), dict)), None)
+        if profile is not None:  # run --profile: the first repeat's profile (analysis/profile.py)
+            summary["profile"] = profile
     backend = combine_backend(records) if cell.backend != DEFAULT_BACKEND else {}
     if backend:
         summary["backend"] = backend

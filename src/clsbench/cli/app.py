@@ -101,13 +101,16 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
 @click.option("--retry-failed", is_flag=True, help="With --resume: measure the cells that failed again too.")
+@click.option("--profile", "with_profile", is_flag=True,
+              help="After the first repeat's timed region, profile a few steps (torch.profiler) and attach where "
+                   "the step's time goes to the measurement (`clsbench profile` writes the trace too).")
 @measure_options()
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool, backend_cache: str | None,
-        resume_path: str | None, retry_failed: bool, measure: MeasureOptions, execution: Execution, device: str,
-        output: str | None, quiet: bool, **data_opts: Any) -> None:
+        resume_path: str | None, retry_failed: bool, with_profile: bool, measure: MeasureOptions,
+        execution: Execution, device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
     """Measure models x workloads x modes x batch sizes x backends; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
@@ -119,10 +122,11 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
     if retry_failed and not resume_path:
         raise click.UsageError("--retry-failed goes with --resume FILE")
-    backend_flags = [flag for flag, value in (("--backend", backends), ("--no-cache", no_cache),
-                                              ("--backend-cache", backend_cache)) if value]
-    if resume_path and backend_flags:
-        raise click.UsageError(f"--resume uses the backend settings stored in the file; drop {backend_flags[0]}")
+    stored_flags = [flag for flag, value in (("--backend", backends), ("--no-cache", no_cache),
+                                             ("--backend-cache", backend_cache), ("--profile", with_profile)) if value]
+    if resume_path and stored_flags:
+        raise click.UsageError(f"--resume uses the backend and profile settings stored in the file; drop "
+                               f"{stored_flags[0]}")
     data = None if resume_path else data_settings(**data_opts)
     progress = Progress(quiet)
     execution = dataclasses.replace(execution, progress=progress)
@@ -142,7 +146,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
                 batch_sizes=_ints(api.split_list(batch_sizes, "--batch-size"), "--batch-size"),
                 device=resolved, options=measure, execution=execution, environment=env, data=data,
                 backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache,
-                cache_dir=backend_cache,
+                cache_dir=backend_cache, profile=api.ProfileSettings() if with_profile else None,
             )
             env = api.data_preflight(env, plan.cells)
             path = output or str(api.default_output_path(resolved))
@@ -160,6 +164,10 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     finally:
         progress.close()
     click.echo(table.render(result), nl=False)
+    if result.settings.get("profile"):
+        from clsbench.procedures.profile import profile_section
+
+        click.echo("\n" + profile_section(result), nl=False)
     saved(path, result)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)

@@ -206,3 +206,33 @@ def reproduce_command(plan: RunPlan, cell: Cell) -> str:
     else:
         args += data_cli_args(cell.data)
     return " ".join(shlex.quote(a) for a in args)
+
+
+#: ``run`` flags (with the number of values each takes) that ``clsbench profile`` has no use for: it measures one
+#: repeat, in one worker, with nothing to overlap or order.
+RUN_ONLY_FLAGS = {"--repeats": 1, "--overlap": 0, "--no-overlap": 0, "--order": 1}
+
+
+def profile_command(run_command: str, directory: str | None = None) -> str:
+    """The ``clsbench profile`` command for the cell a ``clsbench run`` reproduce line measures (as
+    :func:`reproduce_command` writes it), into ``directory`` (default: ``profile-<model>-<mode>-bs<batch>``)."""
+    args = shlex.split(run_command)
+    if args[:2] != ["clsbench", "run"]:
+        raise ValueError(f"not a clsbench run command: {run_command!r}")
+    kept: list[str] = ["clsbench", "profile"]
+    rest = iter(args[2:])
+    values: dict[str, str] = {}
+    for arg in rest:
+        if arg in RUN_ONLY_FLAGS:
+            for _ in range(RUN_ONLY_FLAGS[arg]):
+                next(rest, None)
+            continue
+        kept.append(arg)
+        if arg in ("--model", "--mode", "--batch-size"):
+            values[arg] = next(rest, "")
+            kept.append(values[arg])
+    if directory is None:
+        name = "-".join(values.get(flag, "") for flag in ("--model", "--mode"))
+        directory = "profile-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in name) \
+            + f"-bs{values.get('--batch-size', '')}"
+    return " ".join(shlex.quote(a) for a in [*kept, "-o", directory])

@@ -153,6 +153,42 @@ class TrainSettings:
     weight_decay: float = 1e-4
 
 
+#: Steps profiled after the timed region, and profiler warm-up steps before them (torch.profiler's schedule: the
+#: first steps under a profiler pay its start-up costs).
+PROFILE_STEPS = 5
+PROFILE_WARMUP = 3
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """``run --profile`` and ``clsbench profile``: after the first repeat's timed region, profile ``steps`` more
+    steps (after ``warmup`` profiler warm-up steps) and attach the summary (:mod:`clsbench.analysis.profile`).
+
+    ``trace_path``: where the Chrome trace goes (``clsbench profile``: ``DIR/trace.json``); None keeps it only as
+    long as it takes to summarise.
+    """
+
+    steps: int = PROFILE_STEPS
+    warmup: int = PROFILE_WARMUP
+    trace_path: str | None = None
+
+    def validate(self) -> ProfileSettings:
+        if self.steps < 1:
+            raise InvalidInputError(f"profiled steps must be >= 1, got {self.steps}", "e.g. --steps 5")
+        if self.warmup < 0:
+            raise InvalidInputError(f"profiler warm-up steps must be >= 0, got {self.warmup}",
+                                    "e.g. --profile-warmup 3")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProfileSettings:
+        return cls(steps=int(data.get("steps", PROFILE_STEPS)), warmup=int(data.get("warmup", PROFILE_WARMUP)),
+                   trace_path=data.get("trace_path"))
+
+
 #: The orders a run's repeats can take (:func:`clsbench.engine.loop.schedule`); the first is the default.
 ORDERS = ("round", "cell")
 
@@ -176,6 +212,7 @@ class RunPlan:
     suite: str | None = None
     no_cache: bool = False  # inference backends: build every artifact anew (the new build replaces the cached one)
     cache_dir: str | None = None  # inference backends: the artifact cache; None: $CLSBENCH_CACHE or ~/.cache/...
+    profile: ProfileSettings | None = None  # profile the first repeat of each cell after its timed region
 
     def validate(self) -> None:
         if self.repeats < 1:
@@ -188,6 +225,8 @@ class RunPlan:
             raise InvalidInputError("nothing to measure", "name a --model or a --suite")
         for rule in self.stop_rules.values():
             rule.validate()
+        if self.profile is not None:
+            self.profile.validate()
         for cell in self.cells:
             validate_batch_size(cell.batch_size)
 
@@ -212,6 +251,7 @@ class RunPlan:
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
             **backend,  # written only when not at their defaults, so other files read as before
+            **({"profile": self.profile.to_dict()} if self.profile is not None else {}),
             "cells": [cell.to_dict() for cell in self.cells],
         }
 
@@ -233,6 +273,7 @@ class RunPlan:
             suite=data.get("suite"),
             no_cache=bool(data.get("no_cache", False)),
             cache_dir=data.get("cache_dir"),
+            profile=ProfileSettings.from_dict(data["profile"]) if data.get("profile") else None,
         )
 
 

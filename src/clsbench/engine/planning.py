@@ -10,7 +10,7 @@ from typing import Any
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions
-from clsbench.core.plan import Cell, RunPlan, default_stop_rules, validate_batch_size
+from clsbench.core.plan import Cell, ProfileSettings, RunPlan, default_stop_rules, validate_batch_size
 from clsbench.core.suites import Suite, default_suite_name, get_suite, resolve_modes
 from clsbench.errors import InvalidInputError
 from clsbench.results.schema import DEFAULT_BACKEND
@@ -32,6 +32,7 @@ def plan_run(
     backends: Sequence[str] = (DEFAULT_BACKEND,),
     no_cache: bool = False,
     cache_dir: str | None = None,
+    profile: ProfileSettings | None = None,
 ) -> RunPlan:
     """Build the cross product to measure.
 
@@ -52,6 +53,7 @@ def plan_run(
             backend other than ``eager`` applies to the inference workloads only (``--backend`` with ``train`` is
             one error line). A cell a backend cannot express here is recorded as skipped with the reason.
         no_cache, cache_dir: the backends' artifact cache: build anew, and where it lives (None: its default).
+        profile: profile the first repeat of every cell after its timed region (``run --profile``).
     """
     options.validate()
     resolved_device = resolve_device(device)
@@ -82,7 +84,8 @@ def plan_run(
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=options.repeats, stop_rules=rules, seed=options.seed,
                    data_seed=options.seed, timeout_s=options.timeout_s, compile_mode=options.compile_mode,
                    cudnn_benchmark=bool(options.cudnn_benchmark), overlap_prepare=overlap, order=execution.order,
-                   telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir)
+                   telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir,
+                   profile=profile)
     plan.validate()
     return plan
 

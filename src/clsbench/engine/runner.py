@@ -135,7 +135,7 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
             compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
             telemetry=plan.telemetry, timeout_s=plan.timeout_s if execution.isolation != "inline" else None,
-            no_cache=plan.no_cache, cache_dir=plan.cache_dir)
+            no_cache=plan.no_cache, cache_dir=plan.cache_dir, profile=plan.profile if r == 0 else None)
         for cell, r in order
     ]
     position = {(job.cell.key, job.repeat): index for index, job in enumerate(jobs)}

@@ -56,6 +56,7 @@ class Job:
     timeout_s: float | None = None  # the worker's own limit (a backend's build must end well before it)
     no_cache: bool = False  # inference backends: build the artifact anew
     cache_dir: str | None = None  # inference backends: the artifact cache (None: its default location)
+    profile: Any = None  # a core.plan.ProfileSettings: profile after the timed region (the runner sets it on repeat 0)
 
 
 @dataclass
@@ -271,7 +272,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
                               # The dispatch calibration explains launch-bound GPU figures; on a CPU the
                               # workload's own threads disturb it.
                               host_calibration=device.type == "cuda",
-                              gate=gate)
+                              gate=gate, profile=job.profile)
         with no_gc():
             out = workload.run(ctx)
         flags["gc_disabled_while_running"] = True
@@ -298,6 +299,7 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
             costs=prepared.costs,
             pid=os.getpid(),
             **({"data": out.data} if out.data is not None else {}),
+            **({"profile": out.profile} if out.profile is not None else {}),
             **extra,
         )
     except Exception as exc:  # noqa: BLE001 - any failure is recorded, the suite goes on

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.analysis import stats
-from clsbench.core.options import Execution, MeasureOptions, reproduce_command
+from clsbench.core.options import Execution, MeasureOptions, profile_command, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, TrainSettings
 from clsbench.core.vocab import Reason, Status
 from clsbench.engine.incremental import IncrementalRun
@@ -1166,6 +1166,8 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     elif not analysis.get("correctness_guard", True):
         lines.append("outputs: not checked (correctness guard off)")
     lines.append(f"reproduce: {analysis.get('command')}")
+    if analysis.get("command"):  # where the winner's step time goes: one command away
+        lines.append(f"profile: {profile_command(analysis['command'])}")
     return lines
 
 

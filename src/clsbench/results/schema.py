@@ -15,8 +15,10 @@ History of ``schema_version``:
   measurements add ``data`` (the data settings) to the measurement and to its cell in ``settings.cells``, and
   ``data`` to its repeats and summary. Measurements on an inference backend other than ``eager`` add ``backend``
   (its name) to the measurement and to its cell, ``backend`` and ``parity`` to their repeats and ``backend`` to
-  their summary; the settings add ``no_cache`` and ``cache_dir`` when not at their defaults. All are optional, so
-  a file without them (an older 0.1 file, a CPU run, a synthetic-data run, an eager run) reads the same.
+  their summary; the settings add ``no_cache`` and ``cache_dir`` when not at their defaults. A run with
+  ``--profile`` (or ``clsbench profile``) adds ``profile`` to the settings (steps, warm-up, trace path), to the first
+  repeat of each measurement and to its summary (:mod:`clsbench.analysis.profile`). All are optional, so a file
+  without them (an older 0.1 file, a CPU run, a synthetic-data run, an eager run, an unprofiled run) reads the same.
 * 2 (clsbench 0.1, ``clsbench serve``): a result may be a serve result: ``settings["serve"]`` holds the procedure's
   facts (settings, warm-ups, searches), each measurement is a (mode, scenario) with workload ``serve-<scenario>``,
   its repeats are LoadGen runs (step records: ``loadgen``, ``server``, ``setting``, ``params``, ``error``,
@@ -151,7 +153,7 @@ MEASUREMENT_TYPES: dict[str, tuple[type, ...]] = {
 SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
     "throughput_img_s": _OPTIONAL_NUMBER, "spread_pct": _OPTIONAL_NUMBER, "repeats": (int, type(None)),
     "peak_memory_allocated_bytes": _OPTIONAL_NUMBER, "peak_memory_reserved_bytes": _OPTIONAL_NUMBER,
-    "unstable": (bool, type(None)), "latency_ms": (dict, type(None)),
+    "unstable": (bool, type(None)), "latency_ms": (dict, type(None)), "profile": (dict, type(None)),
 }
 NON_FINITE = frozenset({"nan", "inf", "-inf"})
 

@@ -46,6 +46,7 @@ class WorkloadContext:
     compiled: bool = False
     telemetry: Any = None  # a clsbench.system.telemetry TelemetrySource sampling only the timed region, or None
     profile_busy: bool = True  # profile a few extra iterations after the timed region for GPU busy time
+    profile: Any = None  # a core.plan.ProfileSettings: profile a few more steps after the timed region (first repeat)
     host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
     host_cpu: dict[str, Any] | None = None  # set at the region's end: contention and calibration (measure/hostcpu.py)
     gate: Any = None  # with overlap, worker.Gate: "timed" stops the worker preparing ahead before the region starts
@@ -95,6 +96,17 @@ class WorkloadContext:
         busy = gpu_busy_per_iteration(run_once)
         return {**busy, "profile_s": time.perf_counter() - t0}  # untimed, but part of the suite's wall time
 
+    def profile_steps(self, run_once: Any, measured_step_ms: float | None = None) -> dict[str, Any] | None:
+        """Where a step's time goes, from a short torch.profiler trace after the timed region
+        (:mod:`clsbench.measure.profiler`); None unless this repeat profiles, never raises."""
+        if self.profile is None:
+            return None
+        from clsbench.measure.profiler import profile_steps
+
+        return profile_steps(run_once, steps=self.profile.steps, warmup=self.profile.warmup,
+                             cuda=self.device.type == "cuda", trace_path=self.profile.trace_path,
+                             measured_step_ms=measured_step_ms)
+
     def make_images(self, *, pinned: bool = False, on_device: bool = True) -> torch.Tensor:
         """A seeded batch of images in the mode's dtype and memory format (standard normal noise, the range of
         ImageNet-normalised pixels)."""
@@ -116,6 +128,7 @@ class WorkloadOutput:
     validity: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] | None = None  # the raw telemetry record of the timed region
     busy: dict[str, Any] | None = None  # GPU busy time per iteration (measure/busy.py)
+    profile: dict[str, Any] | None = None  # the profile summary (measure/profiler.py), when this repeat profiled
     data: dict[str, Any] | None = None  # real-data facts (workloads/train_data.py): settings, dataset, pipeline
 
 

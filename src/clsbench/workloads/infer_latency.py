@@ -14,6 +14,7 @@ import torch
 
 from clsbench.measure.clock import NS_PER_MS, NS_PER_S
 from clsbench.measure.device import synchronize
+from clsbench.measure.profiler import phase
 from clsbench.workloads.base import WORKLOADS, StopWatch, WorkloadContext, WorkloadOutput
 
 #: Distinct host inputs cycled through, so no request reuses the previous request's buffer.
@@ -36,13 +37,16 @@ class InferLatency:
 
         def request(i: int) -> tuple[int, float | None]:
             t0 = clock.now_ns()
-            x = pool[i % HOST_INPUT_POOL].to(device, non_blocking=True)
+            with phase("copy"):
+                x = pool[i % HOST_INPUT_POOL].to(device, non_blocking=True)
             if start_event is not None:
                 start_event.record()
-            out = prepared.forward(x)
+            with phase("forward"):
+                out = prepared.forward(x)
             if end_event is not None:
                 end_event.record()
-            out.to("cpu")
+            with phase("copy"):
+                out.to("cpu")
             synchronize(device)
             t1 = clock.now_ns()
             gpu_ms = start_event.elapsed_time(end_event) if start_event is not None else None
@@ -66,6 +70,8 @@ class InferLatency:
                     gpu_ms.append(gpu)
             telemetry = ctx.timed_region_ended()
             busy = ctx.busy_time(lambda: request(0))
+            profile = ctx.profile_steps(lambda: request(0), timed.elapsed_ns / NS_PER_MS / len(wall_ms) if wall_ms
+                                        else None)
         samples = {
             "wall_ms": wall_ms,
             "gpu_ms": gpu_ms if on_cuda else None,
@@ -75,7 +81,7 @@ class InferLatency:
         timings = {"first_iteration_s": first_ns / NS_PER_S, "warmup_iterations": warm.iterations,
                    "warmup_s": warm.elapsed_ns / NS_PER_S}
         return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
-                              busy=busy)
+                              busy=busy, profile=profile)
 
 
 WORKLOADS.register(InferLatency.name, InferLatency())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from clsbench.measure.device import synchronize
+from clsbench.measure.profiler import phase
 from clsbench.workloads.base import WORKLOADS, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import run_timed_loop
 
@@ -31,7 +32,8 @@ class InferThroughput:
             x = static if static is not None else images
 
             def step() -> None:
-                prepared.forward(x)
+                with phase("forward"):
+                    prepared.forward(x)
 
             return run_timed_loop(ctx, step, first_call_done=True, first_call_ns=first_ns)
 

@@ -113,6 +113,7 @@ def run_timed_loop(
             after_block()
     telemetry = ctx.timed_region_ended()
     busy = ctx.busy_time(step)
+    profile = ctx.profile_steps(step, timed.elapsed_ns / NS_PER_MS / timed.iterations if timed.iterations else None)
 
     images = timed.iterations * ctx.cell.batch_size
     samples = {
@@ -128,4 +129,4 @@ def run_timed_loop(
         "warmup_s": warm.elapsed_ns / NS_PER_S,
     }
     return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
-                          busy=busy)
+                          busy=busy, profile=profile)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from clsbench.core.plan import TrainSettings
 from clsbench.measure.clock import NS_PER_S
 from clsbench.measure.device import synchronize
+from clsbench.measure.profiler import phase
 from clsbench.modes.base import Prepared
 from clsbench.workloads.base import WORKLOADS, NonFiniteLossError, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import run_timed_loop
@@ -34,16 +35,17 @@ def train_step(prepared: Prepared, images: torch.Tensor, labels: torch.Tensor, o
 
     Returns the loss tensor, still on the device (reading it is the caller's choice: it synchronises).
     """
-    with prepared.autocast(device_type):
+    with phase("forward"), prepared.autocast(device_type):
         loss = F.cross_entropy(prepared.forward(images), labels)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    with phase("backward"):
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+    with phase("optimizer"):
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
     return loss
 
 

@@ -32,7 +32,10 @@ pipeline's ready event). GPU idle fraction = sum(idle_ms) / sum(iteration_ms). O
 synchronously, ``step_ms`` is host time and the idle fraction is the data-wait share of the wall time.
 
 GPU busy-time profiling (section 5 of the methodology) is not run: the idle fraction measured between events
-replaces it, and profiling a pipeline's side stream would mix decode work into the model's busy time.
+replaces it, and profiling a pipeline's side stream would mix decode work into the model's busy time. A profile
+(``run --profile``, ``clsbench profile``) runs a few more steps from the same stream after the timed region and the
+pipeline's facts, with the wait for each batch and its placing on the device marked as the ``data_wait`` and
+``copy`` phases (a gpu pipeline's decode kernels count in the phase open when they were launched).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from clsbench.data.base import BatchSpec
 from clsbench.data.errors import DataError, PipelineUnsupportedError
 from clsbench.measure.clock import NS_PER_MS, NS_PER_S
 from clsbench.measure.device import synchronize
+from clsbench.measure.profiler import phase
 from clsbench.workloads.base import NonFiniteLossError, StopWatch, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import ESTIMATE_WINDOW
 from clsbench.workloads.train import make_optimizer, train_step
@@ -223,6 +227,15 @@ class TrainWithData:
             timing = False
             failures.extend(stream.take_failures())
             pipeline_facts = stream.facts()
+
+            def profiled_step() -> None:
+                with phase("data_wait"):
+                    item = stream.take()
+                with phase("copy"):
+                    batch = stream.place(item)
+                step(*batch)
+
+            profile = ctx.profile_steps(profiled_step, timed.elapsed_ns / NS_PER_MS / timed.iterations)
         finally:
             if timing:
                 ctx.timed_region_ended()
@@ -260,4 +273,4 @@ class TrainWithData:
             "idle_method": "cuda_events" if on_cuda else "host",
         }
         return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
-                              data=data)
+                              data=data, profile=profile)
