@@ -120,6 +120,9 @@ class GraphedStep:
     them in (a real-data batch), one with the same tensors (the resident synthetic batch) copies nothing. The loss
     returned is the graph's static output, overwritten by the next replay. Gradients are set to None before
     capture, so the captured backward allocates them from the graph's private pool and every replay refills them.
+
+    The first call runs :data:`CAPTURE_WARMUP_STEPS` real steps before the capture (which computes nothing) and the
+    first replay; their losses are kept in ``warmup_losses``, so a parity check can count every update made.
     """
 
     def __init__(self, step: Step) -> None:
@@ -128,6 +131,7 @@ class GraphedStep:
         self.static_images: torch.Tensor | None = None
         self.static_labels: torch.Tensor | None = None
         self._loss: torch.Tensor | None = None
+        self.warmup_losses: list[torch.Tensor] = []
 
     def _capture(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.static_images, self.static_labels = images, labels
@@ -135,7 +139,7 @@ class GraphedStep:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(CAPTURE_WARMUP_STEPS):  # creates the optimizer state; cuDNN autotunes outside capture
-                self._step(images, labels)
+                self.warmup_losses.append(self._step(images, labels).detach())
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
