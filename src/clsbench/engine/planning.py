@@ -49,6 +49,9 @@ def plan_run(
             telemetry.
         execution: ``overlap`` is recorded in the plan; the rest of it applies when the plan runs.
         environment: the recorded environment, to choose amp-fp16 for the suite's amp-bf16 on a GPU without bf16.
+        modes: a mode made for one kind of workload (``+freeze`` for inference; ``+foreach``, ``+fused``,
+            ``+compiled-step`` for train) is planned for the workloads of that kind only when the workloads are the
+            defaults, and is one error line when they were given (:func:`refused_pairs`).
         backends: the inference backends (:data:`clsbench.backends.BACKENDS`) every cell is measured on; a
             backend other than ``eager`` applies to the inference workloads only (``--backend`` with ``train`` is
             one error line). A cell a backend cannot express here is recorded as skipped with the reason.
@@ -69,8 +72,10 @@ def plan_run(
     for size in batch_sizes:
         validate_batch_size(size)
     chosen_backends, chosen_workloads = _choose_backends(backends, workloads, chosen_workloads, data)
-    cells = _cells(chosen_models, chosen_workloads, chosen_modes, batch_sizes, chosen_backends, base,
-                   resolved_device, options.input_size)
+    refused = refused_pairs(chosen_modes, chosen_workloads, explicit=bool(workloads))
+    cells = [cell for cell in _cells(chosen_models, chosen_workloads, chosen_modes, batch_sizes, chosen_backends,
+                                     base, resolved_device, options.input_size)
+             if (cell.mode, cell.workload) not in refused]
 
     overlap = execution.overlap
     if data is not None:
@@ -124,6 +129,29 @@ def _choose_modes(modes: Sequence[str], base: Suite, suite: str | None, environm
     if suite:
         return resolve_modes(base.modes, bf16_supported=bf16_supported(environment or {}, device))
     return ("fp32",)
+
+
+def refused_pairs(modes: Sequence[str], workloads: Sequence[str], *, explicit: bool) -> set[tuple[str, str]]:
+    """The (mode, workload) pairs of the cross product that no device can run: a modifier made for another kind
+    of workload (:meth:`clsbench.modes.ExecutionMode.refusal`). Default workloads just leave them out.
+
+    Raises:
+        InvalidInputError: ``explicit`` (the workloads were given) and a pair is refused; or a mode that no chosen
+            workload can run.
+    """
+    from clsbench.modes import parse_mode
+    from clsbench.workloads import WORKLOADS
+
+    refused: set[tuple[str, str]] = set()
+    for mode in modes:
+        reasons = {w: parse_mode(mode).refusal(WORKLOADS.get(w).kind) for w in workloads}
+        for workload, reason in reasons.items():
+            if reason and (explicit or all(reasons.values())):
+                raise InvalidInputError(f"mode {mode} cannot run the {workload} workload: {reason}",
+                                        "drop the mode, or name the workloads it applies to with --workload")
+            if reason:
+                refused.add((mode, workload))
+    return refused
 
 
 def _choose_backends(backends: Sequence[str], workloads: Sequence[str], chosen_workloads: tuple[str, ...],

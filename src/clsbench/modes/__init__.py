@@ -1,9 +1,12 @@
 """Execution modes: parse ``amp-bf16+cl+compile`` into components and prepare a model for it.
 
 Grammar: ``PRECISION[+MODIFIER...]`` with PRECISION one of fp32, tf32, amp-fp16, amp-bf16, fp16, bf16 and
-MODIFIER one of ``cl`` (channels_last), ``compile`` or ``compile:MODE`` (torch.compile), ``cudagraph``.
-Modifiers may come in any order; :func:`parse_mode` returns the canonical spelling (precision, cl, compile,
-cudagraph), so ``fp32+compile+cl`` and ``fp32+cl+compile`` are the same measurement.
+MODIFIER one of ``cl`` (channels_last), ``compile`` or ``compile:MODE`` (torch.compile), ``freeze`` (Inductor
+freezing; needs ``compile``, inference only), ``cudagraph``, and for training ``foreach`` or ``fused`` (the
+optimizer's implementation) and ``compiled-step`` (the optimizer step inside the compiled region; needs
+``compile``). Modifiers may come in any order; :func:`parse_mode` returns the canonical spelling (precision, cl,
+compile, freeze, cudagraph, foreach/fused, compiled-step), so ``fp32+compile+cl`` and ``fp32+cl+compile`` are the
+same measurement.
 """
 
 from __future__ import annotations
@@ -50,10 +53,24 @@ class ExecutionMode:
                            modifiers=self.modifier_names)
 
     def unsupported_reason(self, ctx: ModeContext) -> str | None:
+        refused = self.refusal(ctx.workload_kind)
+        if refused:
+            return refused
         for component in self.components:
             reason = component.unsupported_reason(ctx)
             if reason:
                 return reason
+        return None
+
+    def refusal(self, workload_kind: str) -> str | None:
+        """Why this mode can never run a workload of ``workload_kind`` on any device (a modifier made for another
+        kind: ``+freeze`` for training, ``+fused`` for inference), or None. Planning refuses such a pair in one
+        line; :meth:`unsupported_reason` gives the same reason to a worker."""
+        for component in self.components[1:]:
+            modifier = MODIFIERS.get(component.name.split(":")[0])
+            if modifier.kinds is not None and workload_kind not in modifier.kinds:
+                kinds = " and ".join(sorted(modifier.kinds))
+                return f"{modifier.why or '+' + component.name}; it applies to {kinds} workloads only"
         return None
 
     def configure(self, ctx: ModeContext) -> dict[str, Any]:
@@ -93,6 +110,7 @@ def parse_mode(text: str) -> ExecutionMode:
             raise InvalidInputError(f"unknown {base} mode {arg!r} in mode {text!r}",
                                     f"choose from: {', '.join(arguments)}")
         chosen[base] = arg or None
+    _check_combination(text, chosen)
     components: list[ModeComponent] = [precision]
     names = [precision.name]
     for base, modifier in _modifiers():
@@ -101,3 +119,18 @@ def parse_mode(text: str) -> ExecutionMode:
             components.append(component)
             names.append(component.name)
     return ExecutionMode(name="+".join(names), components=tuple(components))
+
+
+def _check_combination(text: str, chosen: dict[str, str | None]) -> None:
+    """Refuse a modifier without the one it needs, and two modifiers of one group (one line each)."""
+    groups: dict[str, str] = {}
+    for base in chosen:
+        modifier = MODIFIERS.get(base)
+        if modifier.requires and modifier.requires not in chosen:
+            raise InvalidInputError(f"modifier {base!r} needs +{modifier.requires} too (in mode {text!r})",
+                                    f"e.g. {text.strip()}+{modifier.requires}")
+        if modifier.group:
+            if modifier.group in groups:
+                raise InvalidInputError(f"modifiers {groups[modifier.group]!r} and {base!r} both choose the "
+                                        f"{modifier.group} (in mode {text!r})", "keep one of them")
+            groups[modifier.group] = base

@@ -1,9 +1,10 @@
 """The execution-mode interface: one small protocol, one module per component.
 
 A mode name such as ``amp-bf16+cl+compile`` is one *precision* (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``,
-``fp16``, ``bf16``) followed by any *modifiers* (``cl``, ``compile[:MODE]``, ``cudagraph``). Each component can
-refuse a device or workload with a reason (the measurement is then recorded as skipped) and transforms a
-:class:`Prepared` model in turn: precision first, then memory format, then compilation, then graph capture.
+``fp16``, ``bf16``) followed by any *modifiers* (``cl``, ``compile[:MODE]``, ``freeze``, ``cudagraph``, and for
+training ``foreach`` or ``fused``, ``compiled-step``). Each component can refuse a device or workload with a reason
+(the measurement is then recorded as skipped) and transforms a :class:`Prepared` model in turn: precision first,
+then memory format, then compilation, then graph capture, then how the training step runs.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ class Prepared:
         autocast_cache: whether autocast may cache casts (must be off while a CUDA graph is captured).
         grad_scaler: whether training needs a gradient scaler (fp16 autocast).
         notes: facts about how the mode was realised, stored in the result (e.g. the compile mode used).
+        compiler: how the mode compiles a function (``+compile`` sets it: ``torch.compile`` with the mode's
+            settings), for a workload that compiles more than the forward (``+compiled-step``); None: no compile.
+        optimizer_options: keyword arguments for the training optimizer's constructor (``+foreach``, ``+fused``).
+        compiled_step: train: compile the whole step (forward, loss, backward, optimizer step) with ``compiler``.
+        capture_step: train: capture the whole step into one CUDA graph and replay it (``+cudagraph``).
     """
 
     model: torch.nn.Module
@@ -53,6 +59,10 @@ class Prepared:
     autocast_cache: bool = True
     grad_scaler: bool = False
     notes: dict[str, Any] = field(default_factory=dict)
+    compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+    optimizer_options: dict[str, Any] = field(default_factory=dict)
+    compiled_step: bool = False
+    capture_step: bool = False
 
     def autocast(self, device_type: str) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_dtype is None:
@@ -80,9 +90,14 @@ class Modifier:
     """How a ``+token`` modifier is built: its place in the canonical order, the arguments ``+token:ARG`` accepts,
     and the component it makes."""
 
-    order: int  # canonical position among the modifiers (lowest first): cl, compile, cudagraph
+    order: int  # canonical position among the modifiers (lowest first): cl, compile, freeze, cudagraph, ...
     build: Callable[[str | None], ModeComponent]
     arguments: tuple[str, ...] = ()  # what ``+token:ARG`` may name; empty: the modifier takes no argument
+    requires: str | None = None  # another modifier the mode must name too (``freeze`` needs ``compile``)
+    group: str | None = None  # modifiers of one group exclude each other (``foreach``, ``fused``: the optimizer)
+    kinds: frozenset[str] | None = None  # the workload kinds it applies to; None: every kind. Planning refuses the
+    # others in one line (:meth:`clsbench.modes.ExecutionMode.refusal`); a worker records them as skipped.
+    why: str = ""  # what the modifier is, for that line: "+freeze folds the weights into constants"
 
 
 #: The precisions by name (each module of this folder registers its own).

@@ -1,9 +1,14 @@
-"""``+cudagraph``: capture the forward pass once into a CUDA graph and replay it (inference only).
+"""``+cudagraph``: capture the forward pass once into a CUDA graph and replay it; for training, the whole step.
 
 The graph is captured lazily on the first call, after a few warm-up calls on a side stream (cuDNN autotuning
 allocates memory, which capture forbids). Each later call copies its input into the graph's static input
 (skipped when the caller already passes that tensor) and replays; the returned tensor is the graph's static output,
 overwritten by the next replay. Together with ``+compile`` the compiler's own graphs are used (see compile.py).
+
+For ``train`` the forward alone is not worth a graph: the mode marks the prepared model (``capture_step``) and the
+workload captures forward, loss, backward and optimizer step together (:mod:`clsbench.workloads.step`), the
+"whole-network capture" of PyTorch's CUDA-graph notes, on static shapes (the batch is fixed); with ``+compile``
+the compiled forward and backward are captured too.
 """
 
 from __future__ import annotations
@@ -59,14 +64,17 @@ class CudaGraph:
     def unsupported_reason(self, ctx: ModeContext) -> str | None:
         if ctx.device.type != "cuda":
             return "CUDA graphs need a CUDA device; this device is " + ctx.device.type
-        if ctx.workload_kind == "train":
-            return "+cudagraph applies to inference workloads only (use +compile for training)"
         return None
 
     def configure(self, ctx: ModeContext) -> dict[str, Any]:
         return {}
 
     def apply(self, prepared: Prepared, ctx: ModeContext) -> Prepared:
+        if ctx.workload_kind == "train":
+            prepared.autocast_cache = False  # as below: cached casts would not outlive the capture
+            prepared.capture_step = True
+            prepared.notes["cudagraph"] = "whole training step, manual capture"
+            return prepared
         if "compile" in {m.split(":")[0] for m in ctx.modifiers}:
             prepared.notes["cudagraph"] = "from torch.compile's own CUDA graphs"
             return prepared
@@ -76,4 +84,4 @@ class CudaGraph:
         return prepared
 
 
-MODIFIERS.register("cudagraph", Modifier(order=3, build=lambda arg: CudaGraph()))
+MODIFIERS.register("cudagraph", Modifier(order=4, build=lambda arg: CudaGraph()))

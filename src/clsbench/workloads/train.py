@@ -1,52 +1,24 @@
 """train: forward, loss, backward, optimizer step on a synthetic batch resident on the device.
 
 SGD with momentum by default; autocast for the amp modes, with a gradient scaler for fp16 (whose ``step`` reads
-the inf/NaN check back to the host every step, as every real fp16 loop does). A non-finite loss is detected
-without a per-step synchronisation: each step ORs ``!isfinite(loss)`` into a flag on the device, and the flag is
-read only between timed blocks; if set, the measurement fails with reason ``nan_loss``.
+the inf/NaN check back to the host every step, as every real fp16 loop does). How the step runs (the optimizer's
+implementation, compiled as a whole, captured as a CUDA graph) is the mode's choice
+(:mod:`clsbench.workloads.step`). A non-finite loss is detected without a per-step synchronisation: each step ORs
+``!isfinite(loss)`` into a flag on the device, and the flag is read only between timed blocks; if set, the
+measurement fails with reason ``nan_loss``.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from clsbench.core.plan import TrainSettings
 from clsbench.measure.clock import NS_PER_S
 from clsbench.measure.device import synchronize
-from clsbench.measure.profiler import phase
-from clsbench.modes.base import Prepared
 from clsbench.workloads.base import WORKLOADS, NonFiniteLossError, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import run_timed_loop
+from clsbench.workloads.step import build_optimizer, make_optimizer, make_step, train_step
 
-
-def make_optimizer(model: torch.nn.Module, settings: TrainSettings) -> torch.optim.Optimizer:
-    if settings.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=settings.momentum,
-                               weight_decay=settings.weight_decay)
-    if settings.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    raise ValueError(f"unknown optimizer {settings.optimizer!r}")
-
-
-def train_step(prepared: Prepared, images: torch.Tensor, labels: torch.Tensor, optimizer: torch.optim.Optimizer,
-               scaler: torch.amp.GradScaler | None, device_type: str) -> torch.Tensor:
-    """One training step: forward and loss under the mode's autocast, (scaled) backward, optimizer step.
-
-    Returns the loss tensor, still on the device (reading it is the caller's choice: it synchronises).
-    """
-    with phase("forward"), prepared.autocast(device_type):
-        loss = F.cross_entropy(prepared.forward(images), labels)
-    with phase("backward"):
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-    with phase("optimizer"):
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return loss
+__all__ = ["Train", "make_optimizer", "train_step"]  # the step's pieces live in workloads/step.py; kept here too
 
 
 class Train:
@@ -57,8 +29,9 @@ class Train:
         device, prepared = ctx.device, ctx.prepared
         model = prepared.model
         model.train()
-        optimizer = make_optimizer(model, ctx.train)
+        optimizer = build_optimizer(prepared, ctx.train)
         scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
+        run_step = make_step(prepared, optimizer, scaler, device)
         images = ctx.make_images()
         generator = torch.Generator().manual_seed(ctx.data_seed + 1)
         labels = torch.randint(0, ctx.num_classes, (ctx.cell.batch_size,), generator=generator).to(device)
@@ -66,7 +39,7 @@ class Train:
         last_loss: list[torch.Tensor] = []
 
         def step() -> None:
-            detached = train_step(prepared, images, labels, optimizer, scaler, device.type).detach()
+            detached = run_step(images, labels).detach()
             torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
             if last_loss:
                 last_loss[0] = detached

@@ -2,8 +2,8 @@
 compute.
 
 Used instead of :class:`~clsbench.workloads.train.Train` when the cell has data settings (``Cell.data``). The step is
-the same :func:`~clsbench.workloads.train.train_step` with the same optimizer, scaler and NaN flag; the stop rule and
-block planning are the same :class:`~clsbench.workloads.base.StopWatch`. In order:
+the same (:func:`~clsbench.workloads.step.make_step`, as the mode asks) with the same optimizer, scaler and NaN
+flag; the stop rule and block planning are the same :class:`~clsbench.workloads.base.StopWatch`. In order:
 
 1. **data set-up** (``data_setup_s``, host clock): open the source (scan the directory; for ``folder``, read every
    file once to warm the OS cache; for ``memory``, read every file into RAM);
@@ -53,7 +53,7 @@ from clsbench.measure.device import synchronize
 from clsbench.measure.profiler import phase
 from clsbench.workloads.base import NonFiniteLossError, StopWatch, WorkloadContext, WorkloadOutput
 from clsbench.workloads.loop import ESTIMATE_WINDOW
-from clsbench.workloads.train import make_optimizer, train_step
+from clsbench.workloads.step import build_optimizer, make_step
 
 #: Taking a batch that takes at least this long means nothing was prepared ahead any more (the drain stops).
 DRAIN_WAIT_S = 0.002
@@ -159,13 +159,14 @@ class TrainWithData:
 
         model = prepared.model
         model.train()
-        optimizer = make_optimizer(model, ctx.train)
+        optimizer = build_optimizer(prepared, ctx.train)
         scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
+        run_step = make_step(prepared, optimizer, scaler, device)
         nonfinite = torch.zeros((), dtype=torch.bool, device=device)
         last_loss: list[torch.Tensor] = []
 
         def step(images: torch.Tensor, labels: torch.Tensor) -> None:
-            detached = train_step(prepared, images, labels, optimizer, scaler, device.type).detach()
+            detached = run_step(images, labels).detach()
             torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
             last_loss[:] = [detached]
 
