@@ -176,6 +176,8 @@ class RunPlan:
     suite: str | None = None
     no_cache: bool = False  # inference backends: build every artifact anew (the new build replaces the cached one)
     cache_dir: str | None = None  # inference backends: the artifact cache; None: $CLSBENCH_CACHE or ~/.cache/...
+    window_s: float | None = None  # a soak: split each timed region into windows of this many seconds
+    telemetry_interval_s: float | None = None  # seconds between telemetry samples; None: the sources' default
 
     def validate(self) -> None:
         if self.repeats < 1:
@@ -188,6 +190,11 @@ class RunPlan:
             raise InvalidInputError("nothing to measure", "name a --model or a --suite")
         for rule in self.stop_rules.values():
             rule.validate()
+        if self.window_s is not None and not self.window_s > 0:
+            raise InvalidInputError(f"the window must be > 0 seconds, got {self.window_s:g}", "e.g. --window 10s")
+        if self.telemetry_interval_s is not None and not self.telemetry_interval_s > 0:
+            raise InvalidInputError(f"the telemetry interval must be > 0 seconds, got {self.telemetry_interval_s:g}",
+                                    "e.g. --sample-interval 1")
         for cell in self.cells:
             validate_batch_size(cell.batch_size)
 
@@ -195,9 +202,13 @@ class RunPlan:
         return self.stop_rules[workload]
 
     def to_dict(self) -> dict[str, Any]:
-        backend = {"no_cache": True} if self.no_cache else {}
+        optional: dict[str, Any] = {"no_cache": True} if self.no_cache else {}
         if self.cache_dir is not None:
-            backend["cache_dir"] = self.cache_dir
+            optional["cache_dir"] = self.cache_dir
+        if self.window_s is not None:  # a soak's
+            optional["window_s"] = self.window_s
+        if self.telemetry_interval_s is not None:
+            optional["telemetry_interval_s"] = self.telemetry_interval_s
         return {
             "suite": self.suite,
             "repeats": self.repeats,
@@ -211,7 +222,7 @@ class RunPlan:
             "telemetry": self.telemetry,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
-            **backend,  # written only when not at their defaults, so other files read as before
+            **optional,  # written only when not at their defaults, so other files read as before
             "cells": [cell.to_dict() for cell in self.cells],
         }
 
@@ -233,6 +244,8 @@ class RunPlan:
             suite=data.get("suite"),
             no_cache=bool(data.get("no_cache", False)),
             cache_dir=data.get("cache_dir"),
+            window_s=data.get("window_s"),
+            telemetry_interval_s=data.get("telemetry_interval_s"),
         )
 
 
