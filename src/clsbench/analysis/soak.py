@@ -16,7 +16,7 @@ The rules (docs/methodology.md, "Soak verdicts", says the same in prose):
 * **drift** = last full window / first full window after the transient - 1, in percent (negative: slower at the
   end).
 * **steady state**: the longest tail of the post-transient windows whose rolling medians (centred, of
-  :data:`ROLLING_WINDOWS`) all lie within :data:`STEADY_BAND_PCT` of that tail's median, and that covers at least
+  :data:`ROLLING_WINDOWS`) span at most :data:`STEADY_BAND_PCT` of that tail's median, and that covers at least
   :data:`STEADY_MIN_SHARE` of the post-transient windows (and two windows); its throughput is its images over its
   seconds. No such tail: the speed kept moving to the end ("not reached").
 * **throttling**: a sample is throttled when its clock-event reasons include power or heat
@@ -51,7 +51,8 @@ from clsbench.results.telemetry import THROTTLE_REASONS, reason_label, reason_na
 #: MLPerf's minimum duration of a performance run (MLPerf Inference rules, ``min_duration`` 600 s): the anchor for
 #: "long enough" to see a card's thermal and power steady state.
 MLPERF_MIN_DURATION_S = 600.0
-#: How far (percent) a window may sit from the level around it and still count as steady.
+#: How far (percent) the speed may move over a stretch of windows that counts as steady (and how much slower than
+#: the next windows a window of the warm-up transient is).
 STEADY_BAND_PCT = 3.0
 #: Windows in the centred rolling median of the steady-state rule (one odd window does not break a steady state).
 ROLLING_WINDOWS = 3
@@ -156,8 +157,8 @@ def steady_start(rates: Sequence[float], band_pct: float = STEADY_BAND_PCT,
                  min_share: float = STEADY_MIN_SHARE) -> int | None:
     """Where the steady state begins in ``rates`` (the windows after the transient), or None when it is not reached.
 
-    The earliest ``k`` whose tail ``rates[k:]`` has every centred rolling median (of the tail alone) within
-    ``band_pct`` of the tail's median, the tail holding at least two windows and ``min_share`` of ``rates``. A
+    The earliest ``k`` whose tail ``rates[k:]`` has its centred rolling medians (of the tail alone) spanning at
+    most ``band_pct`` of the tail's median, the tail holding at least two windows and ``min_share`` of ``rates``. A
     single window is its own steady state.
     """
     n = len(rates)
@@ -167,7 +168,8 @@ def steady_start(rates: Sequence[float], band_pct: float = STEADY_BAND_PCT,
     for k in range(0, n - need + 1):
         tail = rates[k:]
         level = stats.median(tail)
-        if level > 0 and all(abs(m / level - 1) * 100 <= band_pct for m in rolling_medians(tail)):
+        smooth = rolling_medians(tail)
+        if level > 0 and (max(smooth) - min(smooth)) / level * 100 <= band_pct:
             return k
     return None
 

@@ -81,7 +81,8 @@ class SoakSettings:
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
         duration_s: the timed seconds to soak for (the stop rule's minimum time; whole windows, so a little more).
         window_s: the length of one window.
-        sample_interval_s: seconds between telemetry samples.
+        sample_interval_s: seconds between telemetry samples; None: :data:`DEFAULT_SAMPLE_INTERVAL_S`, or the
+            window when that is shorter.
     """
 
     model: str
@@ -92,7 +93,14 @@ class SoakSettings:
     backend: str = DEFAULT_BACKEND
     duration_s: float = DEFAULT_DURATION_S
     window_s: float = DEFAULT_WINDOW_S
-    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    sample_interval_s: float | None = None
+
+    @property
+    def interval_s(self) -> float:
+        """The telemetry interval in force."""
+        if self.sample_interval_s is not None:
+            return self.sample_interval_s
+        return min(DEFAULT_SAMPLE_INTERVAL_S, self.window_s)
 
     def validate(self) -> SoakSettings:
         """Raise InvalidInputError on settings no soak can use; return self."""
@@ -101,11 +109,11 @@ class SoakSettings:
         if self.duration_s < self.window_s:
             raise InvalidInputError(f"a soak of {self.duration_s:g} s is shorter than one {self.window_s:g} s window",
                                     "raise --duration (e.g. --duration 10m) or shorten --window")
-        if not self.sample_interval_s > 0:
-            raise InvalidInputError(f"--sample-interval must be more than 0 seconds, got {self.sample_interval_s:g}",
+        if not self.interval_s > 0:
+            raise InvalidInputError(f"--sample-interval must be more than 0 seconds, got {self.interval_s:g}",
                                     "e.g. --sample-interval 1")
-        if self.sample_interval_s > self.window_s:
-            raise InvalidInputError(f"--sample-interval {self.sample_interval_s:g} s is longer than one "
+        if self.interval_s > self.window_s:
+            raise InvalidInputError(f"--sample-interval {self.interval_s:g} s is longer than one "
                                     f"{self.window_s:g} s window", "sample at least once per window")
         return self
 
@@ -160,13 +168,13 @@ def soak(settings: SoakSettings, output: str | Path | None = None, *, options: M
                     environment=execution.env, backends=[settings.backend])
     rules = {settings.workload: soak_rule(plan.stop_rule(settings.workload), settings.duration_s)}
     plan = dataclasses.replace(plan, stop_rules=rules, repeats=1, overlap_prepare=False, window_s=settings.window_s,
-                               telemetry_interval_s=settings.sample_interval_s,
+                               telemetry_interval_s=settings.interval_s,
                                timeout_s=options.timeout_s + settings.duration_s + settings.window_s)
     cell = plan.cells[0]
     facts: dict[str, Any] = {"format": SOAK_FORMAT, "model": cell.model, "workload": cell.workload,
                              "mode": cell.mode, "batch_size": cell.batch_size, "device": cell.device,
                              "input_size": cell.input_size, "duration_s": settings.duration_s,
-                             "window_s": settings.window_s, "sample_interval_s": settings.sample_interval_s}
+                             "window_s": settings.window_s, "sample_interval_s": settings.interval_s}
     if cell.backend != DEFAULT_BACKEND:
         facts["backend"] = cell.backend
     environment = run_facts(device, execution.env, probe=execution.probe)
