@@ -412,3 +412,29 @@ def test_fake_and_none_sources_hand_out_recent_samples() -> None:
     assert fake.stop()["samples"]["fan_pct"] == [10, 20]
     assert "fan_pct" not in FakeSource({"power_w": [1.0]}).stop()["samples"]
     assert NoneSource("device is cpu").recent() == {}
+
+
+# ------------------------------------------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["train", "infer-latency"])
+def test_gpu_soak_windows_and_telemetry_share_one_time_axis(tmp_path: Path, workload: str) -> None:
+    """A short soak on the GPU in a fresh worker: windows about one window long, NVML samples at the soak's interval
+    covering the same span, and verdicts with power, clocks and temperature."""
+    outcome = soak(SoakSettings(model="resnet18", workload=workload, mode="amp-bf16+cl", device="cuda",
+                                batch_size=64 if workload == "train" else 1, duration_s=6, window_s=2,
+                                sample_interval_s=0.5), tmp_path / "soak.json", execution=Execution(probe=False))
+    m = outcome.result.measurements[0]
+    assert m.status == "ok", m.detail
+    repeat = m.repeats[0]
+    windows = repeat["samples"]["windows"]
+    assert len(windows["wall_s"]) >= 3 and all(1.5 <= w <= 3.0 for w in windows["wall_s"][:-1])
+    telemetry = repeat["telemetry"]
+    assert telemetry["source"] == "nvml" and telemetry["interval_s"] == 0.5
+    t = telemetry["samples"]["t_s"]
+    end = windows["start_s"][-1] + windows["wall_s"][-1]
+    assert t[0] < 0.5 and abs(t[-1] - end) < 1.5  # one time axis: the samples span the windows
+    a = outcome.analysis
+    assert a["energy"]["power_avg_w"] and a["energy"]["sm_clock_median_mhz"] and a["temperature"]["max_c"]
+    assert a["throttling"] is not None and all(w["telemetry"]["samples_n"] >= 2 for w in a["windows"][:-1])
