@@ -270,6 +270,12 @@ def test_inline_soak_end_to_end(tmp_path: Path, fast: Execution) -> None:
     assert "soak: clsbench_testmodels:tiny train fp32 bs8 on cpu" in sections(stored)
 
 
+def test_an_iteration_longer_than_the_window_makes_windows_of_one_iteration(fast: Execution) -> None:
+    outcome = soak(SoakSettings(model=TINY, device="cpu", duration_s=1, window_s=0.05), execution=fast)
+    windows = outcome.result.measurements[0].repeats[0]["samples"]["windows"]
+    assert windows["iterations"] == [1] * 10 and windows["wall_s"] == [0.1] * 10
+
+
 def test_inline_soak_of_infer_latency_groups_requests_into_windows(fast: Execution) -> None:
     outcome = soak(SoakSettings(model=TINY, workload="infer-latency", device="cpu", duration_s=2, window_s=0.5),
                    execution=fast)

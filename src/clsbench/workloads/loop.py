@@ -165,8 +165,9 @@ def run_windows(ctx: WorkloadContext, step: Callable[[], object], timed: StopWat
     try:
         while not timed.done and not ctx.stop_requested:
             windows.open()
-            # A window is full once another iteration would take it further past its length than it is short.
-            while windows.elapsed_ns + estimate_ns / 2 < windows.window_ns:
+            # At least one block; the window is full once another iteration would take it further past its length
+            # than it is short (an iteration longer than the window makes a window of one iteration).
+            while not windows.elapsed_ns or windows.elapsed_ns + estimate_ns / 2 < windows.window_ns:
                 n = max(1, round((windows.window_ns - windows.elapsed_ns) / max(estimate_ns, 1.0)))
                 if not timed.iterations:
                     n = max(1, n // FIRST_WINDOW_PARTS)
