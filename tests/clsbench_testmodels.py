@@ -195,3 +195,27 @@ ten_classes.input_size = 32
 def not_a_model(num_classes: int = 1000) -> str:
     """A builder that returns something other than a network."""
     return "not a network"
+
+
+class _Interrupting(Tiny):
+    """Raises KeyboardInterrupt (as Ctrl-C would, in this process) on its ``after``-th forward on a real device."""
+
+    def __init__(self, after: int, num_classes: int) -> None:
+        super().__init__(num_classes)
+        self.after = after
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "meta":  # FLOP counting runs a meta-device copy: not a real call
+            self.calls += 1
+            if self.calls == self.after:
+                raise KeyboardInterrupt
+        return super().forward(x)
+
+
+def interrupting_model(num_classes: int = 1000) -> nn.Module:
+    """Ctrl-C on the n-th call ($CLSBENCH_TEST_INTERRUPT_AFTER, default 20): e.g. inside a soak's timed region."""
+    return _Interrupting(int(os.environ.get("CLSBENCH_TEST_INTERRUPT_AFTER", "20")), num_classes)
+
+
+interrupting_model.input_size = 32

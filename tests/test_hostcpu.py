@@ -93,7 +93,7 @@ def test_a_failing_host_reading_never_fails_the_measurement(monkeypatch):
 
     monkeypatch.setattr(hostcpu, "calibrate", broken)
     ctx = SimpleNamespace(host_calibration=True, telemetry=None, host_cpu=None, _host_start=None, gate=None,
-                          _calibration_before_us=None)
+                          _calibration_before_us=None, window_s=None)
     WorkloadContext.timed_region_started(ctx)  # type: ignore[arg-type]
     assert WorkloadContext.timed_region_ended(ctx) is None  # type: ignore[arg-type]
     assert ctx.host_cpu == {"unavailable": "RuntimeError: no dispatcher today"}

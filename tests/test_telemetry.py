@@ -66,6 +66,7 @@ def fake_gpu(number: int = 0, **overrides: Any) -> dict[str, Any]:
         "ecc": [1, 1],
         "enforced_mw": 700_000,
         "default_mw": 700_000,
+        "fan": None,  # an SXM module has no fan: nvmlDeviceGetFanSpeed is not supported
     }
     gpu.update(overrides)
     return gpu
@@ -103,6 +104,7 @@ class FakeNVML(types.ModuleType):
         "nvmlDeviceGetEccMode",
         "nvmlDeviceGetEnforcedPowerLimit",
         "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetFanSpeed",
     )
 
     def __init__(
@@ -236,6 +238,11 @@ class FakeNVML(types.ModuleType):
 
     def _nvmlDeviceGetPowerManagementDefaultLimit(self, handle: dict[str, Any]) -> int:
         return handle["default_mw"]
+
+    def _nvmlDeviceGetFanSpeed(self, handle: dict[str, Any]) -> int:
+        if handle["fan"] is None:
+            raise FakeNVMLError(3)
+        return handle["fan"]
 
 
 @pytest.fixture
@@ -738,3 +745,24 @@ def test_preflight_thresholds_are_named() -> None:
     assert preflight.GPU_HOT_C == 60
     assert 0 < preflight.GPU_BUSY_UTIL_PCT < 100
     assert 0 < preflight.POWER_LIMIT_TOLERANCE < 0.05
+
+
+def test_nvml_reads_the_fan_where_there_is_one_and_hands_out_recent_samples(clean_env: pytest.MonkeyPatch) -> None:
+    install(clean_env, FakeNVML([fake_gpu(0, fan=37)]))
+    source = make_source("cuda:0", interval_s=0.01)
+    source.start()
+    time.sleep(0.1)
+    first = source.recent()
+    time.sleep(0.05)
+    second = source.recent()
+    rec = source.stop()
+    assert first["fan_pct"] and set(first["fan_pct"]) == {37}
+    assert first["t_s"] and second["t_s"] and second["t_s"][0] > first["t_s"][-1]
+    assert rec["samples"]["t_s"][:len(first["t_s"]) + len(second["t_s"])] == first["t_s"] + second["t_s"]
+    assert set(rec["samples"]["fan_pct"]) == {37}
+
+    install(clean_env, FakeNVML([fake_gpu(0)]))  # an SXM module: no fan, no series, no complaint
+    source = make_source("cuda:0", interval_s=0.01)
+    source.start()
+    fanless = source.stop()
+    assert "fan_pct" not in fanless["samples"] and "fan_pct" not in fanless["series_unavailable"]

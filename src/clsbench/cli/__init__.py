@@ -15,13 +15,14 @@ from clsbench.cli import (
     report_cmds,
     scale_cmds,
     serve_cmds,
+    soak_cmds,
     store_cmds,
     sweep_cmds,
 )
 from clsbench.cli.app import main
 
 for _module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds, serve_cmds,
-                profile_cmds):
+                profile_cmds, soak_cmds):
     _module.register(main)
 
 __all__ = ["main"]

@@ -213,6 +213,8 @@ class RunPlan:
     no_cache: bool = False  # inference backends: build every artifact anew (the new build replaces the cached one)
     cache_dir: str | None = None  # inference backends: the artifact cache; None: $CLSBENCH_CACHE or ~/.cache/...
     profile: ProfileSettings | None = None  # profile the first repeat of each cell after its timed region
+    window_s: float | None = None  # a soak: split each timed region into windows of this many seconds
+    telemetry_interval_s: float | None = None  # seconds between telemetry samples; None: the sources' default
 
     def validate(self) -> None:
         if self.repeats < 1:
@@ -227,6 +229,11 @@ class RunPlan:
             rule.validate()
         if self.profile is not None:
             self.profile.validate()
+        if self.window_s is not None and not self.window_s > 0:
+            raise InvalidInputError(f"the window must be > 0 seconds, got {self.window_s:g}", "e.g. --window 10s")
+        if self.telemetry_interval_s is not None and not self.telemetry_interval_s > 0:
+            raise InvalidInputError(f"the telemetry interval must be > 0 seconds, got {self.telemetry_interval_s:g}",
+                                    "e.g. --sample-interval 1")
         for cell in self.cells:
             validate_batch_size(cell.batch_size)
 
@@ -234,9 +241,13 @@ class RunPlan:
         return self.stop_rules[workload]
 
     def to_dict(self) -> dict[str, Any]:
-        backend = {"no_cache": True} if self.no_cache else {}
+        optional: dict[str, Any] = {"no_cache": True} if self.no_cache else {}
         if self.cache_dir is not None:
-            backend["cache_dir"] = self.cache_dir
+            optional["cache_dir"] = self.cache_dir
+        if self.window_s is not None:  # a soak's
+            optional["window_s"] = self.window_s
+        if self.telemetry_interval_s is not None:
+            optional["telemetry_interval_s"] = self.telemetry_interval_s
         return {
             "suite": self.suite,
             "repeats": self.repeats,
@@ -250,7 +261,7 @@ class RunPlan:
             "telemetry": self.telemetry,
             "train": dataclasses.asdict(self.train),
             "stop_rules": {name: rule.to_dict() for name, rule in self.stop_rules.items()},
-            **backend,  # written only when not at their defaults, so other files read as before
+            **optional,  # written only when not at their defaults, so other files read as before
             **({"profile": self.profile.to_dict()} if self.profile is not None else {}),
             "cells": [cell.to_dict() for cell in self.cells],
         }
@@ -274,6 +285,8 @@ class RunPlan:
             no_cache=bool(data.get("no_cache", False)),
             cache_dir=data.get("cache_dir"),
             profile=ProfileSettings.from_dict(data["profile"]) if data.get("profile") else None,
+            window_s=data.get("window_s"),
+            telemetry_interval_s=data.get("telemetry_interval_s"),
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 class ProgressEvent:
     """What the runner tells a progress display."""
 
-    kind: str  # "start", "repeat", "measurement", "finish"
+    kind: str  # "start", "repeat", "window" (a soak's), "measurement", "finish"
     done: int  # repeats finished
     total: int  # repeats planned (skipped cells count as done at once)
     cell: Any = None  # the Cell (or scale cell) being measured
@@ -19,6 +19,7 @@ class ProgressEvent:
     repeats: int = 0
     eta_s: float | None = None
     measurement: Any = None  # the finished Measurement
+    window: dict[str, Any] | None = None  # a soak's finished window (clsbench.workloads.base.WindowLog.close)
 
 
 ProgressCallback = Callable[[ProgressEvent], None]

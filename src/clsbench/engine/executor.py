@@ -11,6 +11,10 @@ Start-up cost is kept small without sharing state between measurements:
   finished worker is killed without waiting for it to exit: the next worker creates its CUDA context meanwhile,
   and waits at its ``device`` gate until the old process is gone (its GPU memory freed) before any kernel runs.
   No two measurements ever run kernels at the same time, and no other worker runs while one is timed.
+
+A soak's worker (``job.window_s``) sends each finished window as it ends (``("window", figures)``, handed to
+``on_window``); Ctrl-C while it measures asks it to stop after the window in flight (:data:`EARLY_STOP_SIGNAL`) and
+waits for its result, so every finished window is kept; a second Ctrl-C abandons it.
 """
 
 from __future__ import annotations
@@ -20,10 +24,17 @@ import multiprocessing.connection
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from clsbench.core.vocab import Reason, Status
-from clsbench.engine.worker import Job, execute, worker_main
+from clsbench.engine.worker import EARLY_STOP_SIGNAL, Job, execute, worker_main
+
+#: ``on_window(job, figures)``: a soak's finished window, as the worker reported it.
+WindowCallback = Callable[[Job, dict[str, Any]], None]
+
+#: Seconds a soak's worker gets, beyond one window, to finish its window and send its result after Ctrl-C.
+EARLY_STOP_GRACE_S = 120.0
 
 #: Modules the forkserver imports once, so forked workers start with them loaded (import errors are ignored). The
 #: first makes it (and its workers) ignore Ctrl-C, which the run handles.
@@ -81,6 +92,17 @@ class _Worker:
         self.process.join(KILL_GRACE_S)
         self.conn.close()
 
+    def request_stop(self) -> bool:
+        """Ask a soak's worker to end after its current window (:data:`EARLY_STOP_SIGNAL`); False when it cannot
+        be asked (no such signal here, or the process is gone)."""
+        if EARLY_STOP_SIGNAL is None or not self.process.is_alive():
+            return False
+        try:
+            os.kill(self.process.pid, EARLY_STOP_SIGNAL)
+        except ProcessLookupError:
+            return False
+        return True
+
     def pause(self) -> None:
         """Stop the process where it is (SIGSTOP): it keeps its state and takes no CPU until :meth:`resume`."""
         if not self.stopped and _CAN_STOP and self.process.is_alive():
@@ -115,7 +137,8 @@ class ProcessExecutor:
     previous worker and after pausing the worker prepared ahead, respectively.
     """
 
-    def __init__(self, timeout_s: float, overlap: bool) -> None:
+    def __init__(self, timeout_s: float, overlap: bool, on_window: WindowCallback | None = None) -> None:
+        self.on_window = on_window
         try:
             self._ctx = multiprocessing.get_context("forkserver")
             self._ctx.set_forkserver_preload(PRELOAD_MODULES)
@@ -144,15 +167,7 @@ class ProcessExecutor:
             if self.overlap and next_job is not None:
                 self._ahead = _Worker(self._ctx, next_job, gated=True, ahead=True)
             worker.conn.send("go")
-            deadline = time.monotonic() + self.timeout_s
-            while True:
-                message = worker.wait(deadline)
-                if message is None or message[0] not in ("gate", "result"):
-                    return worker.death_record(self.timeout_s)
-                if message[0] == "result":
-                    return {**message[1], "overlap": dict(self._gates)} if self.overlap else message[1]
-                self._pass_gate(message[1])
-                worker.conn.send("ok")
+            return self._await_result(worker, time.monotonic() + self.timeout_s)
         finally:
             if self._ahead is not None:
                 self._ahead.resume()
@@ -162,6 +177,31 @@ class ProcessExecutor:
                 self._exiting = worker
             else:
                 worker.kill()
+
+    def _await_result(self, worker: _Worker, deadline: float) -> dict[str, Any]:
+        """The measuring worker's messages until its result: gates, a soak's windows; Ctrl-C on a soak asks it to
+        stop after its current window and goes on waiting (a second Ctrl-C, or no result in time, interrupts)."""
+        stopping = False
+        while True:
+            try:
+                message = worker.wait(deadline)
+                if message is None and stopping:
+                    raise KeyboardInterrupt  # it stopped before its timed region (nothing to keep), or not in time
+                if message is None or message[0] not in ("gate", "result", "window"):
+                    return worker.death_record(self.timeout_s)
+                if message[0] == "result":
+                    return {**message[1], "overlap": dict(self._gates)} if self.overlap else message[1]
+                if message[0] == "window":
+                    if self.on_window is not None:
+                        self.on_window(worker.job, message[1])
+                    continue
+                self._pass_gate(message[1])
+                worker.conn.send("ok")
+            except KeyboardInterrupt:
+                if stopping or worker.job.window_s is None or not worker.request_stop():
+                    raise
+                stopping = True
+                deadline = min(deadline, time.monotonic() + worker.job.window_s + EARLY_STOP_GRACE_S)
 
     def _pass_gate(self, phase: str) -> None:
         if phase == "device":
@@ -190,8 +230,14 @@ class ProcessExecutor:
 class InlineExecutor:
     """Runs each job in this process: no isolation and no timeout; for tests and debugging (--isolation inline)."""
 
+    def __init__(self, on_window: WindowCallback | None = None) -> None:
+        self.on_window = on_window
+
     def run(self, job: Job, next_job: Job | None) -> dict[str, Any]:
-        return execute(job)
+        if self.on_window is None or job.window_s is None:
+            return execute(job)
+        callback = self.on_window
+        return execute(job, on_window=lambda figures: callback(job, figures))
 
     def close(self) -> None:
         pass

@@ -120,11 +120,12 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
     todo = [cell for cell in plan.cells if result.find(cell.key) is None]
     on_gpu = any(cell.device.startswith("cuda") for cell in todo)
     executor: ProcessExecutor | InlineExecutor
+    on_window = window_reporter(execution.progress)
     if execution.isolation == "inline":
-        executor = InlineExecutor()
+        executor = InlineExecutor(on_window)
     else:
         # Overlap only on a GPU: on a CPU, building the next model would steal cores from the measurement.
-        executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare)
+        executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare, on_window=on_window)
 
     skips = {cell.key: static_skip(cell, result.environment, plan.compile_mode) for cell in todo}
     # The jobs in the order they will run, so that overlap prepares the one that really comes next.
@@ -135,7 +136,9 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         Job(cell=cell, repeat=r, stop=plan.stop_rule(cell.workload), seed=plan.seed, data_seed=plan.data_seed,
             compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
             telemetry=plan.telemetry, timeout_s=plan.timeout_s if execution.isolation != "inline" else None,
-            no_cache=plan.no_cache, cache_dir=plan.cache_dir, profile=plan.profile if r == 0 else None)
+            no_cache=plan.no_cache, cache_dir=plan.cache_dir, profile=plan.profile if r == 0 else None,
+            window_s=plan.window_s,
+            **({"telemetry_interval_s": plan.telemetry_interval_s} if plan.telemetry_interval_s else {}))
         for cell, r in order
     ]
     position = {(job.cell.key, job.repeat): index for index, job in enumerate(jobs)}
@@ -164,6 +167,19 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         return measure_all(todo, plan.repeats, result, procedure, save=lambda r: None, **options)
     with result_io.writer_lock(output):
         return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output), **options)
+
+
+def window_reporter(progress: Any) -> Any:
+    """The executors' ``on_window`` for a progress callback: each finished window of a soak becomes a ``window``
+    :class:`~clsbench.engine.events.ProgressEvent` (None without a callback)."""
+    if progress is None:
+        return None
+    from clsbench.engine.events import ProgressEvent
+
+    def report(job: Job, figures: dict[str, Any]) -> None:
+        progress(ProgressEvent("window", 0, 1, job.cell, job.repeat + 1, 1, window=figures))
+
+    return report
 
 
 def static_skip(cell: Cell, environment: dict[str, Any], compile_mode: str) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import time
 import traceback
 from collections.abc import Iterator
@@ -57,6 +58,7 @@ class Job:
     no_cache: bool = False  # inference backends: build the artifact anew
     cache_dir: str | None = None  # inference backends: the artifact cache (None: its default location)
     profile: Any = None  # a core.plan.ProfileSettings: profile after the timed region (the runner sets it on repeat 0)
+    window_s: float | None = None  # a soak: the timed region in windows of this length; Ctrl-C keeps finished ones
 
 
 @dataclass
@@ -224,18 +226,22 @@ def prepare(job: Job, *, ahead: bool = False) -> Prepared:
         return Prepared(error=failure_record(exc))
 
 
-def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str, Any]:
+def measure(job: Job, prepared: Prepared, gate: Gate | None = None, *, on_window: Any = None,
+            early_stop: Any = None) -> dict[str, Any]:
     """Run the workload on the prepared model; return the repeat record.
 
     Args:
         job: what to measure.
         prepared: what :func:`prepare` built.
         gate: with overlap, the handshake with the parent (see the module's docstring); None runs straight through.
+        on_window: a soak (``job.window_s``): called with each finished window's figures.
+        early_stop: a soak: the :class:`~clsbench.workloads.base.EarlyStop` that Ctrl-C sets (None: one of its own).
     """
     if prepared.error is not None:
         return prepared.error
     from clsbench.measure.device import memory_readings, reset_peak_memory
     from clsbench.workloads import WorkloadContext, get_workload
+    from clsbench.workloads.base import EarlyStop
 
     cell = job.cell
     started = time.perf_counter()
@@ -272,7 +278,9 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None) -> dict[str,
                               # The dispatch calibration explains launch-bound GPU figures; on a CPU the
                               # workload's own threads disturb it.
                               host_calibration=device.type == "cuda",
-                              gate=gate, profile=job.profile)
+                              gate=gate, profile=job.profile, window_s=job.window_s, on_window=on_window,
+                              early_stop=early_stop if early_stop is not None or job.window_s is None
+                              else EarlyStop())
         with no_gc():
             out = workload.run(ctx)
         flags["gc_disabled_while_running"] = True
@@ -427,9 +435,23 @@ class BackendStep:
         return check_parity(ready, self.request, data_seed=self.job.data_seed)
 
 
-def execute(job: Job) -> dict[str, Any]:
-    """Prepare and measure in this process (the inline path)."""
-    return measure(job, prepare(job))
+def execute(job: Job, on_window: Any = None) -> dict[str, Any]:
+    """Prepare and measure in this process (the inline path; a soak's Ctrl-C arrives as KeyboardInterrupt)."""
+    return measure(job, prepare(job), on_window=on_window)
+
+
+#: The signal the parent sends a soak's worker on Ctrl-C: end after the current window (the worker ignores SIGINT).
+EARLY_STOP_SIGNAL = getattr(signal, "SIGUSR1", None)
+
+
+def _window_sender(conn: Any) -> Any:
+    """``on_window`` of a worker process: each finished window goes to the parent as a ``("window", figures)``
+    message (a parent that went away costs nothing here: the worker ends with it)."""
+    def send(figures: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(("window", figures))
+
+    return send
 
 
 def worker_main(conn: Any) -> None:
@@ -448,12 +470,21 @@ def worker_main(conn: Any) -> None:
     faulthandler.enable()
     try:
         job, gated, ahead = conn.recv()
+        early_stop = on_window = None
+        if job.window_s is not None:  # a soak: windows go to the parent as they end; Ctrl-C keeps the finished ones
+            from clsbench.workloads.base import EarlyStop
+
+            early_stop = EarlyStop()
+            on_window = _window_sender(conn)
+            if EARLY_STOP_SIGNAL is not None:
+                signal.signal(EARLY_STOP_SIGNAL, early_stop.handler)
         prepared = prepare(job, ahead=ahead)
         conn.send(("ready", None))
         message = conn.recv()
         if message != "go":
             return
-        conn.send(("result", measure(job, prepared, Gate(conn) if gated else None)))
+        conn.send(("result", measure(job, prepared, Gate(conn) if gated else None, on_window=on_window,
+                                     early_stop=early_stop)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     finally:

@@ -27,7 +27,9 @@ History of ``schema_version``:
   would take those repeats for failed ones, so it rejects these files as newer. Every other file is unchanged:
   version-1 files read as before. Runs made since carry ``run_id``, a random id given when the run is created (two
   runs started in the same second are two runs); older files have none, and the history index derives one from
-  their contents.
+  their contents. A soak (``clsbench soak``) is an ordinary run file with ``settings["soak"]``, ``window_s`` and
+  ``telemetry_interval_s`` in its settings, ``samples["windows"]`` and ``validity["ended_early"]`` in its repeat,
+  and possibly ``fan_pct`` in its telemetry samples; all optional, so no version change.
 """
 
 from __future__ import annotations

@@ -18,11 +18,13 @@ back by :mod:`clsbench.analysis.telemetry` without NVML or a GPU::
             "mem_clock_mhz": [...],
             "temperature_c": [...],
             "clock_event_reasons": [...], # NVML clock-event (throttle) reason bitmask, see ``reason_names``
+            "fan_pct": [...],             # optional (``OPTIONAL_SERIES``): only where the board reports a fan
         },
         "series_unavailable": {"power_w": "not supported on this GPU"},  # optional: why a series is all None
     }
 
-Readers must accept records without ``series_unavailable`` (it is optional) and with series missing.
+Readers must accept records without ``series_unavailable`` (it is optional) and with series missing; the series
+of :data:`OPTIONAL_SERIES` are present only where the GPU has them (a fanless data-centre board has no fan speed).
 
 Values are stored as read (never rounded); statistics are derived on demand by
 :func:`clsbench.analysis.telemetry.summarize_telemetry`.
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "OPTIONAL_SERIES",
     "REASON_BITS",
     "SERIES",
     "THROTTLE_REASONS",
@@ -53,6 +56,10 @@ SERIES: tuple[str, ...] = (
     "clock_event_reasons",
 )
 """The keys of ``record["samples"]``, in a fixed order."""
+
+OPTIONAL_SERIES: tuple[str, ...] = ("fan_pct",)
+"""Series a source adds only where the GPU reports them: ``fan_pct``, the fan speed in percent of its maximum
+(``nvmlDeviceGetFanSpeed``; boards cooled by the chassis, such as SXM modules, have none)."""
 
 REASON_BITS: tuple[tuple[int, str, str], ...] = (
     (0x001, "gpu_idle", "GPU idle"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,8 +51,31 @@ class WorkloadContext:
     host_calibration: bool = True  # time a tiny CPU-dispatch loop at both edges of the timed region
     host_cpu: dict[str, Any] | None = None  # set at the region's end: contention and calibration (measure/hostcpu.py)
     gate: Any = None  # with overlap, worker.Gate: "timed" stops the worker preparing ahead before the region starts
+    window_s: float | None = None  # a soak: the timed region is split into windows of this length (WindowLog)
+    early_stop: EarlyStop | None = None  # a soak: ends the region after the current window (Ctrl-C)
+    on_window: Callable[[dict[str, Any]], None] | None = None  # a soak: told each window's figures as it ends
     _host_start: Any = None
     _calibration_before_us: float | None = None
+    _region_origin_ns: int | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        """A soak was asked to end early: the loop ends the region after the window in flight."""
+        return self.early_stop is not None and self.early_stop.requested
+
+    def windows(self) -> WindowLog | None:
+        """The window log of a soak's timed region (call after :meth:`timed_region_started`), None otherwise."""
+        if self.window_s is None:
+            return None
+        return WindowLog(self, self.window_s, self._region_origin_ns or 0)
+
+    def recent_telemetry(self) -> dict[str, Any]:
+        """The telemetry samples taken since the previous call (a soak's window figures); empty without any."""
+        recent = getattr(self.telemetry, "recent", None)
+        try:
+            return recent() if recent is not None else {}
+        except Exception:  # noqa: BLE001 - progress figures are extras
+            return {}
 
     def timed_region_started(self) -> None:
         from clsbench.system import hostcpu
@@ -67,6 +91,10 @@ class WorkloadContext:
             self.host_cpu = {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
         if self.telemetry is not None:
             self.telemetry.start()
+        if self.window_s is not None:  # a soak: the windows' time axis starts with the telemetry's
+            self._region_origin_ns = self.clock.now_ns()
+            if self.early_stop is not None:
+                self.early_stop.in_region = True
 
     def timed_region_ended(self) -> dict[str, Any] | None:
         telemetry = self.telemetry.stop() if self.telemetry is not None else None
@@ -130,6 +158,96 @@ class WorkloadOutput:
     busy: dict[str, Any] | None = None  # GPU busy time per iteration (measure/busy.py)
     profile: dict[str, Any] | None = None  # the profile summary (measure/profiler.py), when this repeat profiled
     data: dict[str, Any] | None = None  # real-data facts (workloads/train_data.py): settings, dataset, pipeline
+
+
+class EarlyStop:
+    """Ctrl-C for a soak: end the timed region after the window in flight, keeping every finished window.
+
+    The worker process ignores SIGINT (the run handles Ctrl-C); on Ctrl-C the parent sends it SIGUSR1, whose
+    handler calls :meth:`request`. Inside the timed region that only sets :attr:`requested`, which the loop checks
+    after each window; before it there is nothing to keep, so the request raises KeyboardInterrupt and the worker
+    ends at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.in_region = False
+
+    def request(self) -> None:
+        self.requested = True
+        if not self.in_region:
+            raise KeyboardInterrupt
+
+    def handler(self, signum: int, frame: Any) -> None:
+        """A signal handler that requests the stop (``signal.signal(SIGUSR1, early_stop.handler)``)."""
+        self.request()
+
+
+class WindowLog:
+    """The windows of a soak's timed region: where each began (seconds since the region began, the telemetry's time
+    axis), its timed seconds and its iterations; each finished window is handed to the context's ``on_window``
+    with its throughput and the telemetry figures of its samples.
+
+    A loop adds timed work with :meth:`add` and ends a window with :meth:`close` (the block loop after every block,
+    each sized to one window; the latency loop when :attr:`full`).
+    """
+
+    def __init__(self, ctx: WorkloadContext, window_s: float, origin_ns: int) -> None:
+        self.ctx = ctx
+        self.window_s = window_s
+        self.window_ns = int(window_s * NS_PER_S)
+        self.origin_ns = origin_ns
+        self.start_s: list[float] = []
+        self.wall_s: list[float] = []
+        self.iterations: list[int] = []
+        self._open_ns: int | None = None
+        self._elapsed_ns = 0
+        self._count = 0
+
+    def open(self) -> None:
+        """Begin a window now (the block loop calls it right before each block)."""
+        if self._open_ns is None:
+            self._open_ns = self.ctx.clock.now_ns()
+
+    def add(self, iterations: int, elapsed_ns: int) -> None:
+        self.open()
+        self._count += iterations
+        self._elapsed_ns += elapsed_ns
+
+    @property
+    def elapsed_ns(self) -> int:
+        """Timed nanoseconds of the window in flight."""
+        return self._elapsed_ns
+
+    @property
+    def full(self) -> bool:
+        return self._elapsed_ns >= self.window_ns
+
+    @property
+    def finished(self) -> int:
+        return len(self.wall_s)
+
+    def close(self) -> None:
+        """End the window in flight (nothing when it holds no work) and report it."""
+        if self._open_ns is None or self._count == 0:
+            return
+        start_s = (self._open_ns - self.origin_ns) / NS_PER_S
+        wall_s = self._elapsed_ns / NS_PER_S
+        self.start_s.append(start_s)
+        self.wall_s.append(wall_s)
+        self.iterations.append(self._count)
+        figures = {"index": len(self.wall_s) - 1, "start_s": start_s, "wall_s": wall_s, "iterations": self._count,
+                   "images": self._count * self.ctx.cell.batch_size,
+                   "throughput_img_s": self._count * self.ctx.cell.batch_size / wall_s if wall_s > 0 else None,
+                   "telemetry": self.ctx.recent_telemetry()}
+        self._open_ns, self._count, self._elapsed_ns = None, 0, 0
+        if self.ctx.on_window is not None:
+            self.ctx.on_window(figures)
+
+    def samples(self) -> dict[str, Any]:
+        """What the repeat stores under ``samples["windows"]`` (parallel lists, never rounded)."""
+        return {"window_s": self.window_s, "start_s": list(self.start_s), "wall_s": list(self.wall_s),
+                "iterations": list(self.iterations)}
 
 
 class Workload(Protocol):

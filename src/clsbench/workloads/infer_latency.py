@@ -10,12 +10,14 @@ and are not kept; the stop rule is checked after every request.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from clsbench.measure.clock import NS_PER_MS, NS_PER_S
 from clsbench.measure.device import synchronize
 from clsbench.measure.profiler import phase
-from clsbench.workloads.base import WORKLOADS, StopWatch, WorkloadContext, WorkloadOutput
+from clsbench.workloads.base import WORKLOADS, StopWatch, WindowLog, WorkloadContext, WorkloadOutput
 
 #: Distinct host inputs cycled through, so no request reuses the previous request's buffer.
 HOST_INPUT_POOL = 8
@@ -62,26 +64,59 @@ class InferLatency:
                 warm.add(1, elapsed)
             timed = StopWatch(ctx.stop)
             ctx.timed_region_started()
-            while not timed.done:
-                elapsed, gpu = request(timed.iterations)
-                timed.add(1, elapsed)
-                wall_ms.append(elapsed / NS_PER_MS)
-                if gpu is not None:
-                    gpu_ms.append(gpu)
+            windows = timed_requests(ctx, timed, request, wall_ms, gpu_ms)
             telemetry = ctx.timed_region_ended()
-            busy = ctx.busy_time(lambda: request(0))
+            stopped = ctx.stop_requested
+            busy = ctx.busy_time(lambda: request(0)) if not stopped else None
             profile = ctx.profile_steps(lambda: request(0), timed.elapsed_ns / NS_PER_MS / len(wall_ms) if wall_ms
-                                        else None)
+                                        else None) if not stopped else None
         samples = {
             "wall_ms": wall_ms,
             "gpu_ms": gpu_ms if on_cuda else None,
             "images": len(wall_ms) * ctx.cell.batch_size,
             "wall_s": timed.elapsed_ns / NS_PER_S,
         }
+        validity = timed.validity()
+        if windows is not None:
+            samples["windows"] = windows.samples()
+            validity["ended_early"] = ctx.stop_requested and not timed.rule_met
         timings = {"first_iteration_s": first_ns / NS_PER_S, "warmup_iterations": warm.iterations,
                    "warmup_s": warm.elapsed_ns / NS_PER_S}
-        return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
-                              busy=busy, profile=profile)
+        return WorkloadOutput(samples=samples, timings=timings, validity=validity, telemetry=telemetry, busy=busy,
+                              profile=profile)
+
+
+def timed_requests(ctx: WorkloadContext, timed: StopWatch, request: Callable[[int], tuple[int, float | None]],
+                   wall_ms: list[float], gpu_ms: list[float]) -> WindowLog | None:
+    """The timed region: requests until the stop rule holds. In a soak, the requests are grouped into windows
+    (a window ends once its requests' summed time reaches the window length; the last may be partial), and an
+    early stop ends the region after the request in flight; a KeyboardInterrupt (``--isolation inline``) after
+    the first window ends it too.
+
+    Returns:
+        The soak's windows, or None outside a soak.
+    """
+    windows = ctx.windows()
+    try:
+        while not timed.done and not ctx.stop_requested:
+            if windows is not None:
+                windows.open()
+            elapsed, gpu = request(timed.iterations)
+            timed.add(1, elapsed)
+            wall_ms.append(elapsed / NS_PER_MS)
+            if gpu is not None:
+                gpu_ms.append(gpu)
+            if windows is not None:
+                windows.add(1, elapsed)
+                if windows.full:
+                    windows.close()
+    except KeyboardInterrupt:
+        if windows is None or not windows.finished or ctx.early_stop is None:
+            raise
+        ctx.early_stop.requested = True
+    if windows is not None:
+        windows.close()  # the last window, partial when the soak ended early
+    return windows
 
 
 WORKLOADS.register(InferLatency.name, InferLatency())

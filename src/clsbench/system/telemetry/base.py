@@ -37,6 +37,11 @@ class TelemetrySource(Protocol):
         """Stops sampling, waits for the sampler, and returns the raw record. Never raises."""
         ...
 
+    def recent(self) -> dict:
+        """The samples taken since the previous call (or since ``start()``), as a ``samples`` dict (possibly
+        empty): a soak's per-window progress figures. Never raises; ``stop()`` still returns every sample."""
+        ...
+
 
 #: The telemetry sources for a GPU, by name: each builds a source for a CUDA index (``factory(cuda_index,
 #: interval_s)``); each module of this folder registers its own. ``nvml`` is the one :func:`make_source` uses.

@@ -29,6 +29,10 @@ class NoneSource:
         """Returns a record with no samples and the reason in ``unavailable``."""
         return make_record(self.name, self.interval_s, unavailable=self.reason)
 
+    def recent(self) -> dict:
+        """Nothing was sampled: an empty dict."""
+        return {}
+
     def __repr__(self) -> str:
         return f"NoneSource({self.reason!r})"
 

@@ -75,7 +75,8 @@ class _Series:
 
 
 class NvmlSource:
-    """Samples power, utilisation, clocks, temperature and clock-event reasons of one GPU through NVML.
+    """Samples power, utilisation, clocks, temperature, clock-event reasons and, where the board has one, the fan
+    speed of one GPU through NVML.
 
     Use ``make_source`` (or ``source_for_cuda_index``) rather than building it directly: they resolve the GPU.
 
@@ -136,6 +137,25 @@ class NvmlSource:
             )
         return self._record
 
+    def recent(self) -> dict[str, list[Any]]:
+        """The samples taken since the previous call (or since ``start()``), as a ``samples`` dict: what a soak's
+        progress line shows for the window that just ended. Never raises; the full record still comes from
+        ``stop()``.
+
+        The sampling thread appends to the series one after another, so only the samples every series has
+        already received are handed out; the rest come with the next call.
+        """
+        try:
+            samples = self._samples
+            if not samples:
+                return {}
+            end = min(len(values) for values in samples.values())
+            out = {key: values[self._cursor:end] for key, values in samples.items()}
+            self._cursor = end
+            return out
+        except Exception:  # a progress figure is never worth a failed measurement
+            return {}
+
     # ------------------------------------------------------------------------------------------------------
     # internals
 
@@ -154,6 +174,7 @@ class NvmlSource:
         self._thread_error: str | None = None
         self._record: dict | None = None
         self._samples: dict[str, list[Any]] = {}
+        self._cursor = 0  # recent(): the samples handed out so far
 
     def _open(self) -> None:
         import pynvml  # lazy: only GPU runs need it; a missing module is a reason, not an error
@@ -206,6 +227,23 @@ class NvmlSource:
             _Series(("temperature_c",), lambda: temperature(handle, gpu_sensor), (s["temperature_c"],)),
             _Series(("clock_event_reasons",), reasons, (s["clock_event_reasons"],)),
         ]
+        fan = self._fan_reader(nvml, handle)
+        if fan is not None:  # an optional series (results.telemetry.OPTIONAL_SERIES): only where there is a fan
+            s["fan_pct"] = []
+            self._series.append(_Series(("fan_pct",), fan, (s["fan_pct"],)))
+
+    @staticmethod
+    def _fan_reader(nvml: Any, handle: Any) -> Callable[[], Any] | None:
+        """``nvmlDeviceGetFanSpeed`` when one probe answers, else None: a board without a fan (SXM modules) is no
+        fault, so its records simply have no ``fan_pct``."""
+        fan_speed = getattr(nvml, "nvmlDeviceGetFanSpeed", None)
+        if fan_speed is None:
+            return None
+        try:
+            fan_speed(handle)
+        except Exception:  # NOT_SUPPORTED on fanless boards; any other failure also just leaves the series out
+            return None
+        return lambda: fan_speed(handle)
 
     def _reasons_reader(self, nvml: Any, handle: Any) -> Callable[[], Any]:
         """``nvmlDeviceGetCurrentClocksEventReasons`` (driver 535+), else the older ``...ThrottleReasons``."""
