@@ -1093,7 +1093,8 @@ def render_tune(analysis: dict[str, Any]) -> str:
     checks = analysis.get("checks") or 0
     took = analysis.get("search_s") if analysis.get("search_s") is not None else analysis.get("spent_s")
     budget = f", budget {_duration(analysis['budget_s'])}" if analysis.get("budget_s") is not None else ""
-    lines.append(f"search took {_duration(took)}{budget} ({analysis.get('measurements')} candidates, "
+    count = analysis.get("measurements") or 0
+    lines.append(f"search took {_duration(took)}{budget} ({count} candidate{'' if count == 1 else 's'}, "
                  f"{len(analysis.get('trials') or [])} measured in rungs, "
                  f"{checks} output check{'' if checks == 1 else 's'})" if analysis.get("trials") else
                  f"search took {_duration(took)} ({analysis.get('measurements')} measurements, "

@@ -60,7 +60,8 @@ def parse_budget(value: str | float | int | None) -> float | None:
         position = 0
         while position < len(text):
             match = _PART.match(text, position)
-            if match is None or (not match.group(2) and match.end() != len(text)):
+            # A bare number only alone ("600"): "5s10" is a typo, not 15 seconds.
+            if match is None or (not match.group(2) and (position > 0 or match.end() != len(text))):
                 raise InvalidInputError(f"budget {value!r} is not a duration", hint)
             seconds += float(match.group(1)) * _UNITS[match.group(2) or "s"]
             position = match.end()

@@ -49,10 +49,12 @@ Rounds = Iterator[tuple[str, list["Cell"]]]
 #: cannot win. The margin is sweep's plateau gain, three times the spread between fresh processes on the H200.
 DOMINANCE_MARGIN = AUTO_MIN_GAIN
 #: Where the budget cannot hold every stage, the plan keeps them in this order of priority (lower first); the
-#: first screening round is always kept. Compilation comes before larger batch sizes and the longer rung: on a
-#: ResNet-50 class network on an H200 it gained 1.4-1.6x, more than any of those.
-PRIORITY = {"screen-first": 0, "confirm": 1, "compile": 2, "screen-second": 3, "longer": 4, "screen-more": 5,
-            "max-autotune": 6, "backend": 7}
+#: first screening round is always kept, and the output check with it (no winner without one). Compilation comes
+#: before larger batch sizes and the longer rung: on a ResNet-50 class network on an H200 it gained 1.4-1.6x, more
+#: than any of those. While the search runs, a stage's candidates leave the planned stages after it that rank at or
+#: above it their estimated share of the budget.
+PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "longer": 4,
+            "screen-more": 5, "max-autotune": 6, "backend": 7}
 
 
 @dataclass(frozen=True)

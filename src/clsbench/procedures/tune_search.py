@@ -188,7 +188,7 @@ class Search:
                 stages.append({"stage": "longer", "kind": "eager", "rung": "longer", "priority": PRIORITY["longer"],
                                "candidates": self._longer_count(sum(s["candidates"] for s in stages
                                                                     if s["rung"] == "screen"))})
-        stages.append({"stage": "check", "kind": "check", "rung": None, "priority": PRIORITY["confirm"],
+        stages.append({"stage": "check", "kind": "check", "rung": None, "priority": PRIORITY["check"],
                        "candidates": CONFIRM_TOP})
         if self.repeats > 1:
             stages.append({"stage": "confirm", "kind": "confirm", "rung": "confirm", "priority": PRIORITY["confirm"],
@@ -202,7 +202,7 @@ class Search:
             # for eager leaders; while the search runs it is priced for the real leaders (stage_estimate).
             stage["estimate_s"] = self._stage_total(stage)
             fits = stage["estimate_s"] <= left
-            stage["planned"] = fits or stage["priority"] == PRIORITY["screen-first"]
+            stage["planned"] = fits or stage["stage"] == stages[0]["stage"]
             if stage["planned"]:
                 left -= stage["estimate_s"]
             else:
@@ -219,7 +219,6 @@ class Search:
 
     def stage_estimate(self, stage: Mapping[str, Any], stages: Sequence[Mapping[str, Any]]) -> float:
         """Seconds a stage is expected to cost with the cost model as it stands."""
-        count = int(stage["candidates"])
         if stage["kind"] == "check":
             return self.cost.check_s()
         if stage["kind"] == "confirm":
@@ -258,10 +257,14 @@ class Search:
                    for c in self.facts.get("correctness") or [])
 
     def reserve_s(self, stage_name: str) -> float:
-        """What the planned stages after ``stage_name`` are estimated to need (with the cost model as it stands)."""
+        """What the planned stages after ``stage_name`` that the plan ranks above it are estimated to need (with the
+        cost model as it stands): a stage's candidates leave them their share, not the share of stages ranked
+        below it."""
         names = [s["stage"] for s in self.stages]
         position = names.index(stage_name) if stage_name in names else -1
-        later = [s for s in self.stages[position + 1:] if s.get("planned") and s["stage"] not in self.done_stages]
+        priority = self.stages[position]["priority"] if position >= 0 else PRIORITY["screen-first"]
+        later = [s for s in self.stages[position + 1:] if s.get("planned") and s["stage"] not in self.done_stages
+                 and s["priority"] <= priority]
         return sum(self._stage_total(s) for s in later)
 
     def _stage_total(self, stage: Mapping[str, Any]) -> float:
