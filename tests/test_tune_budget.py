@@ -337,3 +337,18 @@ def test_a_registered_kind_joins_the_search_plan_and_budget(costed: Any, env: di
     with pytest.raises(ValueError):
         register_kind(CandidateKind(name="bad", rung="sometime", build_s={}, stages=lambda s: [],
                                     rounds=lambda s: iter(())))
+
+
+def test_the_report_draws_the_search_against_time(costed: Any, env: dict[str, Any], tmp_path: Path) -> None:
+    from clsbench.report.html import render_report
+
+    path = tmp_path / "t.json"
+    search(costed, env, output=path)
+    page = render_report([result_io.load(path)], ["t.json"])
+    assert '<section id="tune">' in page and "search time (s)" in page and "budget 3600 s" in page
+    assert "eager, screen" in page and "eager, confirm" in page
+    plain = api.plan_run(models=["clsbench_testmodels:tiny"], workloads=["infer-throughput"], modes=["fp32"],
+                         batch_sizes=[2], device="cpu", options=MeasureOptions(repeats=1, warmup=1, iterations=2,
+                                                                               min_time=0.0), environment=env)
+    other = api.run(plain, None, execution=Execution(isolation="inline", env=env, probe=False))
+    assert '<section id="tune">' not in render_report([other], ["run.json"])
