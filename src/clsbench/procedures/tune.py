@@ -1,17 +1,23 @@
 """``clsbench tune``: the fastest way to run one model on this device, within latency and memory limits.
 
 The search measures ordinary cells (each repeat in a fresh worker, :func:`clsbench.engine.runner.run_plan`) into one
-ordinary result file, in three phases, and then checks the outputs of the best candidates:
+result file, within a time budget, screening first and confirming last: every candidate enters a rung (a short
+screening window, or the full window at once for candidates whose build dominates their cost), the best third of
+the screened ones are measured for longer, the outputs of the best are checked, and the best two that pass get the
+full repeat protocol (:mod:`clsbench.procedures.tune_search`; the budget and cost model:
+:mod:`clsbench.procedures.tune_budget`). The candidates come from kinds (:mod:`clsbench.procedures.tune_kinds`),
+one registry entry each, which propose what the phases below describe:
 
-1. **eager**: every precision (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``, and for inference the weight-cast
-   ``fp16`` and ``bf16``), each with and without ``+cl``. infer-latency runs batch 1 only. infer-throughput and
-   train run a short doubling (:data:`START_BATCH` up to :data:`BATCH_DOUBLINGS` doublings) that stops, per mode,
-   at the first size that fails (out of memory...), breaks a limit, or raises throughput by less than
-   :data:`clsbench.procedures.sweep.AUTO_MIN_GAIN`. Modes the device cannot run are recorded as skipped by the runner.
-2. **compile**: ``+compile``, and for inference ``+cudagraph`` and ``+compile+cudagraph``, of the eager modes not
-   pruned, each at the batch size where its eager form did best within the limits. A mode is pruned when its
-   eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains that
-   much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
+1. **eager** (screen rung): every precision (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``, and for inference
+   the weight-cast ``fp16`` and ``bf16``), each with and without ``+cl``. infer-latency runs batch 1 only.
+   infer-throughput and train run a short doubling (:data:`START_BATCH` up to :data:`BATCH_DOUBLINGS` doublings)
+   that stops, per mode, at the first size that fails (out of memory...), breaks a limit, or raises throughput by
+   less than :data:`clsbench.procedures.sweep.AUTO_MIN_GAIN`, or is beaten by more than that at two sizes in a row
+   by one other mode (dominance). Modes the device cannot run are recorded as skipped by the runner.
+2. **compile** (longer rung): ``+compile``, and for inference ``+cudagraph`` and ``+compile+cudagraph``, of the
+   eager modes not pruned, each at the batch size where its eager form did best within the limits. A mode is pruned
+   when its eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains
+   that much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
 3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
    :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
 4. **backends** (inference only): every registered inference backend other than ``eager``
@@ -36,8 +42,10 @@ check its own measurement made (:mod:`clsbench.backends.parity`, the same tolera
 ``rejected`` (reason ``parity_failed``) whether the guard is on or not, so it can never win.
 
 Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
-correctness checks, how long the search took); the ranking, the winner and the command that reproduces it are
-derived on reading by the pure function :func:`analyze_tune`.
+correctness checks, the budget, the plan, every trial with its estimated and actual cost, what was left out, how
+long the search took); the ranking (highest rung first, then score), the winner (confirmed or not) and the command
+that reproduces it are derived on reading by the pure function :func:`analyze_tune`. ``tune --resume FILE``
+continues a search (:func:`resume_tune`).
 """
 
 from __future__ import annotations
