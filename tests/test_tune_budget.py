@@ -49,19 +49,23 @@ def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return module
 
 
-def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
-    """A tune on the cost clock: the budget reads it in seconds; each repeat costs PROCESS_NS more."""
+def inline(costed: Any, env: dict[str, Any]) -> Execution:
+    """Inline on the cost clock; each repeat costs PROCESS_NS more and is counted per mode in STATE["started"]."""
     def progress(event: Any) -> None:
         if event.kind == "repeat":
             costed.STATE["ns"] += PROCESS_NS
             started = costed.STATE.setdefault("started", {})
             started[event.cell.mode] = started.get(event.cell.mode, 0) + 1
 
+    return Execution(isolation="inline", clock=costed.CostClock(), env=env, progress=progress)
+
+
+def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
+    """A tune on the cost clock: the budget reads it in seconds (:func:`inline`)."""
     options = {"workload": "infer-throughput", "modes": ["fp32", "fp32+cl", "amp-bf16"], "batch_sizes": [2],
                "compile_variants": False, "options": OPTIONS, "backends": (), "budget": "1h", **kwargs}
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu",
-                execution=Execution(isolation="inline", clock=costed.CostClock(), env=env, progress=progress),
+    return tune(f"{costed.__name__}:costed", workload, "cpu", execution=inline(costed, env),
                 budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
 
 
@@ -352,3 +356,28 @@ def test_the_report_draws_the_search_against_time(costed: Any, env: dict[str, An
                                                                                min_time=0.0), environment=env)
     other = api.run(plain, None, execution=Execution(isolation="inline", env=env, probe=False))
     assert '<section id="tune">' not in render_report([other], ["run.json"])
+
+
+def test_a_confirmation_stopped_midway_is_continued_not_repeated(costed: Any, env: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+
+    def cost(mode: str, batch: int) -> int:
+        # fp32+cl's workers: screen, longer, then the confirmation's second and third; stop in the third.
+        if mode == "fp32+cl" and costed.STATE["started"].get(mode) == 4 and not costed.STATE.get("stopped"):
+            costed.STATE["stopped"] = True
+            raise KeyboardInterrupt
+        return int(0.5 * MS + PER_IMAGE_MS[mode] * MS * batch)
+
+    costed.STATE["cost"] = cost
+    with pytest.raises(TuneInterrupted):
+        search(costed, env, output=path)
+    stopped = result_io.load(path)
+    assert [len(p.repeats) for p in stopped.pending] == [2]  # the longer repeat and one confirmation repeat
+    before = dict(costed.STATE["started"])
+    outcome = resume_tune(path, execution=inline(costed, env), budget_clock=lambda: costed.STATE["ns"] / 1e9)
+    m = next(m for m in outcome.result.measurements if m.mode == "fp32+cl")
+    assert len(m.repeats) == 3 and outcome.winner["confirmed"] is True
+    assert costed.STATE["started"]["fp32+cl"] == before["fp32+cl"] + 1  # only the interrupted repeat, again
+    assert costed.STATE["started"]["amp-bf16"] == before["amp-bf16"] + 2  # the runner-up's, never begun
+    assert not outcome.result.pending

@@ -678,11 +678,25 @@ def resume_tune(path: str | Path, *, budget: float | str | None = None, executio
         check_resume_compatible(result, current, str(source))
     total = parse_budget(budget) or float(facts.get("budget_s") or default_budget(device))
     run = IncrementalRun.reopen(result, source, key="tune", execution=execution)
+    _settle_pending(run)
     spent = float(run.facts.get("spent_s") or 0.0)
     run.facts["budget_s"] = total
     run.facts.setdefault("resumed", []).append({"spent_s": spent, "budget_s": total})
     tolerances = (run.facts.get("rules") or {}).get("output_rtol")
     return _search(run, Budget(total, budget_clock, spent_before_s=spent), announce, tolerances)
+
+
+def _settle_pending(run: IncrementalRun) -> None:
+    """A confirmation Ctrl-C stopped left its repeats pending: make them the candidate's measurement again (under
+    the full rule they ran under), so that the candidate ranks whether or not the resumed search confirms it."""
+    from clsbench.analysis.summary import build_measurement
+
+    for pending in run.result.pending:
+        cell = next((c for c in run.cells if c.key == tuple(pending.key)), None)
+        if cell is not None and pending.repeats:
+            m = build_measurement(cell, list(pending.repeats), run.plan.stop_rule(cell.workload),
+                                  environment=run.result.environment)
+            run.result = run.result.with_measurement(m)
 
 
 def _search(run: IncrementalRun, budget: Budget, announce: Callable[[str], None] | None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clsbench.core.registry import Registry
 from clsbench.core.vocab import Status
@@ -34,7 +34,6 @@ from clsbench.procedures.tune import (
     limit_violations,
     variant_of,
 )
-from clsbench.results.schema import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from clsbench.core.plan import Cell
@@ -167,11 +166,6 @@ register_kind(CandidateKind(name="eager", rung="screen", build_s={"cuda": 0.0, "
 # ---------------------------------------------------------------------------------------------------- compile
 
 
-def compile_suffixes(workload: str) -> tuple[str, ...]:
-    """The variants of the compile kind for ``workload``."""
-    return ("+compile", "+cudagraph", "+compile+cudagraph") if workload != "train" else ("+compile",)
-
-
 def _compile_rounds(search: Search) -> Rounds:
     """The variants of the best eager families (within the pruning margin), each at its family's best batch."""
     scores = search.family_scores()
@@ -282,27 +276,13 @@ register_kind(CandidateKind(
     rounds=_backend_rounds, enabled=lambda s: bool(s.backends)))
 
 
-def kind_of_cell(cell: Any) -> str:
-    """The kind a measured cell belongs to, from its backend and mode (for cells stored without one)."""
-    if getattr(cell, "backend", DEFAULT_BACKEND) != DEFAULT_BACKEND:
-        return "backend"
-    modifiers = cell.mode.split("+")[1:]
-    if "compile:max-autotune" in modifiers:
-        return "max-autotune"
-    if any(m.split(":")[0] in ("compile", "cudagraph") for m in modifiers):
-        return "compile"
-    return "eager"
-
-
 __all__ = [
     "DOMINANCE_MARGIN",
     "PRIORITY",
     "TUNE_KINDS",
     "CandidateKind",
     "backend_modes",
-    "compile_suffixes",
     "dominated",
-    "kind_of_cell",
     "kinds",
     "register_kind",
 ]

@@ -99,6 +99,9 @@ class Search:
         self.done_stages: set[str] = set()
         for key in ("trials", "left_out", "earlier", "pruned", "phases"):
             self.facts.setdefault(key, [])
+        for trial in self.facts["trials"]:
+            if trial.get("actual_s") is None:
+                trial["status"] = "interrupted"  # started before a Ctrl-C; a resumed search starts it anew
         self.facts["left_out"] = []  # what is left out is decided anew by every part of the search
         self.facts["pruned"] = []
         self.facts["phases"] = []
