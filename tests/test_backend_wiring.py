@@ -418,7 +418,7 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     env = api.environment("cpu")
     outcome = tune(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
                    batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
-                   variants=["cudagraph"], max_autotune=False, backends=["fast", "wrong"],
+                   variants=["cudagraph"], max_autotune=False, backends=["fast", "wrong"], budget="1h",
                    execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
     verdicts = {(c["mode"], c["backend"]): (c["verdict"], c["reason"]) for c in outcome.candidates}
     assert verdicts[("fp32+cl", "fast")] == ("winner", None)
@@ -427,7 +427,8 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     assert "--mode fp32+cl --batch-size 2 --device cpu --backend fast --repeats 1" in outcome.command
     facts = outcome.result.settings["tune"]
     assert facts["rules"]["backends"] == ["fast", "wrong"]
-    assert facts["phases"][-1]["phase"] == "backend" and facts["phases"][-1]["batch_size"] == 2
+    backend = next(p for p in facts["phases"] if p["phase"] == "backend")
+    assert backend["candidates"] == ["fp32 @fast bs2", "fp32+cl @fast bs2", "fp32 @wrong bs2", "fp32+cl @wrong bs2"]
     text = render_tune(outcome.analysis)
     assert "winner: fp32+cl @fast at batch 2" in text and "rejected: fp32+cl @wrong batch 2: outputs differ" in text
     assert outcome.search_s > 0

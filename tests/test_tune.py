@@ -63,7 +63,7 @@ def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     # No backend phase: these searches are about the eager and compile phases (test_backend_wiring.py has it).
     options = {"workload": "infer-throughput", "modes": ["fp32", "amp-bf16", "fp32+cl"], "batch_sizes": [2, 4],
-               "compile_variants": False, "options": SHORT, "backends": (), **kwargs}
+               "compile_variants": False, "options": SHORT, "backends": (), "budget": "1h", **kwargs}
     workload = options.pop("workload")
     return tune(f"{costed.__name__}:costed", workload, "cpu",
                 execution=Execution(isolation="inline", clock=costed.CostClock(), env=env),
@@ -164,7 +164,7 @@ def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dic
     monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
     outcome = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16", "amp-bf16+cl"], batch_sizes=[2],
                        compile_variants=True, max_autotune=False)
-    pruned = {p["mode"]: p["reason"] for p in outcome.result.settings["tune"]["pruned"]}
+    pruned = {p["mode"]: p["reason"] for p in outcome.result.settings["tune"]["pruned"] if p["stage"] != "halving"}
     # Per image at batch 2: fp32+cl 1.25 ms, amp-bf16+cl 1.35, amp-bf16 2.25 (56% of the best), fp32 4.25 (29%).
     assert pruned["fp32"].startswith("its best result is 29% of the best so far")
     assert pruned["amp-bf16"].startswith("its best result is 56% of the best so far")
@@ -176,7 +176,7 @@ def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dic
     costed.STATE["cost"] = cost({"fp32": 1.0, "fp32+cl": 1.0, "amp-bf16": 1.0, "amp-bf16+cl": 1.0})
     even = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16"], batch_sizes=[2], compile_variants=True,
                     max_autotune=False)
-    reasons = [p["reason"] for p in even.result.settings["tune"]["pruned"]]
+    reasons = [p["reason"] for p in even.result.settings["tune"]["pruned"] if p["stage"] != "halving"]
     assert reasons == ["not among the 2 best modes"]
 
 
@@ -184,18 +184,20 @@ def test_max_autotune_phase_tries_only_the_best_precision(costed: Any, env: dict
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
     calls = []
-    original = __import__("clsbench.procedures.tune", fromlist=["_variant"])._variant
+    from clsbench.procedures import tune_kinds
+
+    original = tune_kinds.variant_of
 
     def variant(base: str, suffix: str) -> str | None:
         calls.append(suffix)
         return original(base, "+cl+cudagraph" if suffix == "+compile:max-autotune" else suffix)
 
-    monkeypatch.setattr("clsbench.procedures.tune._variant", variant)
+    monkeypatch.setattr("clsbench.procedures.tune_kinds.variant_of", variant)
     outcome = run_tune(costed, env, modes=["fp32", "amp-bf16"], batch_sizes=[2], compile_variants=True)
     phases = [p["phase"] for p in outcome.result.settings["tune"]["phases"]]
-    assert phases == ["eager", "compile", "max-autotune"]
+    assert phases == ["eager", "longer", "compile", "max-autotune"]
     assert "+compile:max-autotune" in calls
-    assert outcome.result.settings["tune"]["phases"][-1]["modes"] == ["amp-bf16+cl+cudagraph"]
+    assert outcome.result.settings["tune"]["phases"][-1]["candidates"] == ["amp-bf16+cl+cudagraph bs2"]
 
 
 def test_train_is_checked_by_its_loss(costed: Any, env: dict[str, Any]) -> None:

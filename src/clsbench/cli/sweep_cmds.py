@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Any
 
 import click
 
@@ -69,8 +70,13 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 
+#: The options that define a search: ``tune --resume`` takes them from the file and refuses them on the line.
+SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes", "batch_sizes", "compile_variants",
+                  "backends", "variants", "max_autotune", "check_outputs")
+
+
 @click.command("tune")
-@click.option("--model", required=True, help="Model name (see `clsbench models`).")
+@click.option("--model", help="Model name (see `clsbench models`); required unless --resume.")
 @click.option("--workload", default="infer-throughput", show_default=True,
               help="infer-throughput, infer-latency or train.")
 @click.option("--max-latency-ms", type=float,
@@ -95,18 +101,33 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
               help="Also try +compile:max-autotune for the best mode (the slowest compilation).")
 @click.option("--check/--no-check", "check_outputs", default=True, show_default=True,
               help="Reject candidates whose outputs differ from fp32 eager beyond the documented tolerance.")
+@click.option("--budget", metavar="DURATION",
+              help="Time for the whole search, e.g. 10m, 600s, 1h (default: 10m on a GPU, 3m on a CPU). Candidates "
+                   "that cannot finish within it are not started; they are listed as left out.")
+@click.option("--resume", "resume_path", metavar="FILE",
+              help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
 @measure_options(TUNE_OPTIONS)
-def tune_command(model: str, workload: str, max_latency_ms: float | None, max_memory_gb: float | None,
-                 modes: tuple[str, ...], batch_sizes: tuple[str, ...], compile_variants: bool,
-                 backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool, check_outputs: bool,
-                 measure: MeasureOptions, execution: Execution, device: str, output: str | None, quiet: bool) -> None:
+@click.pass_context
+def tune_command(ctx: click.Context, model: str | None, workload: str, max_latency_ms: float | None,
+                 max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
+                 compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
+                 check_outputs: bool, budget: str | None, resume_path: str | None, measure: MeasureOptions,
+                 execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
-    limits."""
+    limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
+    with the full repeats."""
     from clsbench import api
     from clsbench.procedures.sweep import parse_batch_sizes
-    from clsbench.procedures.tune import NoConfigurationError, render_tune, tune, validate_limit
+    from clsbench.procedures.tune import tune, validate_limit
+    from clsbench.procedures.tune_budget import parse_budget
     from clsbench.version import __version__
 
+    parse_budget(budget)
+    if resume_path is not None:
+        _resume_tune(ctx, resume_path, budget, execution, quiet)
+        return
+    if not model:
+        raise InvalidInputError("--model is required", "e.g. clsbench tune --model resnet50, or --resume FILE")
     validate_limit("max_latency_ms", max_latency_ms)
     validate_limit("max_memory_gb", max_memory_gb)
     sizes = parse_batch_sizes(",".join(batch_sizes)) if batch_sizes else None
@@ -127,16 +148,50 @@ def tune_command(model: str, workload: str, max_latency_ms: float | None, max_me
     if not quiet:
         click.echo(f"clsbench {__version__}: tune {model} {workload} on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
+    _finish_tune(path, progress, lambda: tune(
+        model, workload, resolved, max_latency_ms=max_latency_ms, max_memory_gb=max_memory_gb, modes=chosen_modes,
+        batch_sizes=sizes, output=path, options=measure,
+        execution=dataclasses.replace(execution, progress=progress, env=env), compile_variants=compile_variants,
+        variants=chosen_variants, max_autotune=max_autotune, check_outputs=check_outputs, backends=chosen_backends,
+        budget=budget, announce=None if quiet else _announce))
+
+
+def _announce(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: Execution, quiet: bool) -> None:
+    """``tune --resume FILE``: the search's own options come from the file and are refused on the line."""
+    from click.core import ParameterSource
+
+    from clsbench.procedures.tune import resume_tune
+    from clsbench.version import __version__
+
+    given = [name for name in SEARCH_OPTIONS if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT,
+                                                                                       None)]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise InvalidInputError(f"--resume continues the search stored in {path}; it takes no {flags}",
+                                f"clsbench tune --resume {path} [--budget 20m]")
+    if not quiet:
+        click.echo(f"clsbench {__version__}: tune --resume {path}", err=True)
+    progress = Progress(quiet)
+    _finish_tune(path, progress, lambda: resume_tune(
+        path, budget=budget, execution=dataclasses.replace(execution, progress=progress),
+        announce=None if quiet else _announce))
+
+
+def _finish_tune(path: str, progress: Progress, search: Any) -> None:
+    """Run the search; print its table (also when nothing met the limits, or on Ctrl-C, with the resume line)."""
+    from clsbench.procedures.tune import NoConfigurationError, TuneInterrupted, render_tune
+
     try:
-        outcome = tune(model, workload, resolved, max_latency_ms=max_latency_ms, max_memory_gb=max_memory_gb,
-                       modes=chosen_modes, batch_sizes=sizes, output=path, options=measure,
-                       execution=dataclasses.replace(execution, progress=progress, env=env),
-                       compile_variants=compile_variants, variants=chosen_variants, max_autotune=max_autotune,
-                       check_outputs=check_outputs, backends=chosen_backends)
-    except NoConfigurationError as exc:
+        outcome = search()
+    except (NoConfigurationError, TuneInterrupted) as exc:
         progress.close()
         click.echo(render_tune(exc.tune_result.analysis), nl=False)
-        saved(path, exc.tune_result.result)
+        if isinstance(exc, NoConfigurationError):
+            saved(path, exc.tune_result.result)
         raise
     finally:
         progress.close()

@@ -83,6 +83,11 @@ def resume(output: str | Path, *, execution: Execution = Execution(), force: boo
     if "scale" in result.settings:
         raise ResultFileError(f"{path} is a `clsbench scale` result, which cannot be resumed",
                               "run `clsbench scale` again with another --output for what it lacks")
+    tune = result.settings.get("tune")
+    if isinstance(tune, dict) and (tune.get("format") or 1) >= 2:
+        # Its rungs measure with other stop rules and repeats than the stored plan's: only tune can continue it.
+        raise ResultFileError(f"{path} is a `clsbench tune` search, which `run --resume` cannot continue",
+                              f"continue it with: clsbench tune --resume {path}")
     try:
         plan = RunPlan.from_dict(result.settings)
     except (KeyError, TypeError, ValueError) as exc:

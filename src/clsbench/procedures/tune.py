@@ -1,17 +1,23 @@
 """``clsbench tune``: the fastest way to run one model on this device, within latency and memory limits.
 
 The search measures ordinary cells (each repeat in a fresh worker, :func:`clsbench.engine.runner.run_plan`) into one
-ordinary result file, in three phases, and then checks the outputs of the best candidates:
+result file, within a time budget, screening first and confirming last: every candidate enters a rung (a short
+screening window, or the full window at once for candidates whose build dominates their cost), the best third of
+the screened ones are measured for longer, the outputs of the best are checked, and the best two that pass get the
+full repeat protocol (:mod:`clsbench.procedures.tune_search`; the budget and cost model:
+:mod:`clsbench.procedures.tune_budget`). The candidates come from kinds (:mod:`clsbench.procedures.tune_kinds`),
+one registry entry each, which propose what the phases below describe:
 
-1. **eager**: every precision (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``, and for inference the weight-cast
-   ``fp16`` and ``bf16``), each with and without ``+cl``. infer-latency runs batch 1 only. infer-throughput and
-   train run a short doubling (:data:`START_BATCH` up to :data:`BATCH_DOUBLINGS` doublings) that stops, per mode,
-   at the first size that fails (out of memory...), breaks a limit, or raises throughput by less than
-   :data:`clsbench.procedures.sweep.AUTO_MIN_GAIN`. Modes the device cannot run are recorded as skipped by the runner.
-2. **compile**: ``+compile``, and for inference ``+cudagraph`` and ``+compile+cudagraph``, of the eager modes not
-   pruned, each at the batch size where its eager form did best within the limits. A mode is pruned when its
-   eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains that
-   much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
+1. **eager** (screen rung): every precision (``fp32``, ``tf32``, ``amp-fp16``, ``amp-bf16``, and for inference
+   the weight-cast ``fp16`` and ``bf16``), each with and without ``+cl``. infer-latency runs batch 1 only.
+   infer-throughput and train run a short doubling (:data:`START_BATCH` up to :data:`BATCH_DOUBLINGS` doublings)
+   that stops, per mode, at the first size that fails (out of memory...), breaks a limit, or raises throughput by
+   less than :data:`clsbench.procedures.sweep.AUTO_MIN_GAIN`, or is beaten by more than that at two sizes in a row
+   by one other mode (dominance). Modes the device cannot run are recorded as skipped by the runner.
+2. **compile** (longer rung): ``+compile``, and for inference ``+cudagraph`` and ``+compile+cudagraph``, of the
+   eager modes not pruned, each at the batch size where its eager form did best within the limits. A mode is pruned
+   when its eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains
+   that much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
 3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
    :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
 4. **backends** (inference only): every registered inference backend other than ``eager``
@@ -36,8 +42,10 @@ check its own measurement made (:mod:`clsbench.backends.parity`, the same tolera
 ``rejected`` (reason ``parity_failed``) whether the guard is on or not, so it can never win.
 
 Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
-correctness checks, how long the search took); the ranking, the winner and the command that reproduces it are
-derived on reading by the pure function :func:`analyze_tune`.
+correctness checks, the budget, the plan, every trial with its estimated and actual cost, what was left out, how
+long the search took); the ranking (highest rung first, then score), the winner (confirmed or not) and the command
+that reproduces it are derived on reading by the pure function :func:`analyze_tune`. ``tune --resume FILE``
+continues a search (:func:`resume_tune`).
 """
 
 from __future__ import annotations
@@ -45,8 +53,8 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
-import time
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,9 +65,11 @@ from clsbench.core.plan import Cell, RunPlan, TrainSettings
 from clsbench.core.vocab import Reason, Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
-from clsbench.errors import InvalidInputError
+from clsbench.engine.runner import RunInterrupted
+from clsbench.errors import EXIT_INTERRUPTED, ClsbenchError, InvalidInputError, ResultFileError
 from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.procedures.sweep import AUTO_MIN_GAIN, parse_batch_sizes
+from clsbench.procedures.tune_budget import Budget, CostModel, default_budget, parse_budget
 from clsbench.results import io as result_io
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
 from clsbench.system.machine import resolve_device, run_facts
@@ -93,9 +103,9 @@ MAX_BACKEND_FAMILIES = 1
 #: The precision an artifact runs each eager precision in: autocast is a run-time policy of eager PyTorch, so an
 #: exported artifact gets the weights cast instead.
 BACKEND_PRECISION = {"amp-bf16": "bf16", "amp-fp16": "fp16"}
-#: Repeats per candidate: a search ranks candidates; `clsbench run` with the printed command measures the winner
-#: with its own repeats and spread.
-DEFAULT_TUNE_REPEATS = 1
+#: The full protocol: repeats (each a fresh worker) the confirmation rung gives the best candidates, so that the
+#: winner's figure has a spread; the screening and longer rungs take one repeat each (tune_search.py).
+DEFAULT_TUNE_REPEATS = 3
 TUNE_OPTIONS = MeasureOptions(repeats=DEFAULT_TUNE_REPEATS)
 
 #: Maximum relative error of the logits against fp32 eager, by precision: max |out - ref| / max |ref| over the
@@ -127,7 +137,8 @@ TRAIN_LOSS_RTOL = 0.1
 CHECK_GROUP = 3
 
 GB = 1e9
-TUNE_FORMAT = 1
+#: settings["tune"] format: 1 (one repeat per candidate, phases), 2 (a budget, rungs, trials and what was left out).
+TUNE_FORMAT = 2
 
 
 class NoConfigurationError(InvalidInputError):
@@ -184,7 +195,7 @@ def default_modes(workload: str) -> list[str]:
     return [p + suffix for p in precisions for suffix in ("", "+cl")]
 
 
-def _variant(base: str, suffix: str) -> str | None:
+def variant_of(base: str, suffix: str) -> str | None:
     """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one."""
     from clsbench.modes import parse_mode
 
@@ -295,10 +306,12 @@ def _overshoot(figures: dict[str, Any], limits: Mapping[str, float | None]) -> f
 
 
 def rank_key(figures: dict[str, Any]) -> tuple[Any, ...]:
-    """Best score first; candidates without a score (failed, skipped) last; ties by mode, batch, then eager first."""
+    """Candidates without a score (failed, skipped) last; the others by the highest rung they reached (a confirmed
+    figure before a longer one before a screened one: a candidate reached a higher rung by beating those left
+    below), then by score; ties by mode, batch, then eager first."""
     backend = figures.get("backend") or DEFAULT_BACKEND
-    return (figures["score"] is None, -(figures["score"] or 0.0), figures["mode"], figures["batch_size"],
-            backend != DEFAULT_BACKEND, backend)
+    return (figures["score"] is None, -figures.get("rung_level", -1), -(figures["score"] or 0.0), figures["mode"],
+            figures["batch_size"], backend != DEFAULT_BACKEND, backend)
 
 
 def candidate_key(figures: dict[str, Any]) -> tuple[str, int, str]:
@@ -546,6 +559,16 @@ def judge(check: dict[str, Any], mode: str, tolerances: Mapping[str, float] | No
 # ---------------------------------------------------------------------------------------------- the search
 
 
+class TuneInterrupted(ClsbenchError):
+    """Ctrl-C during a search: everything finished is saved; ``tune_result`` holds the table so far."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self, message: str, hint: str | None, tune_result: TuneResult) -> None:
+        super().__init__(message, hint)
+        self.tune_result = tune_result
+
+
 def tune(
     model: str,
     workload: str,
@@ -564,8 +587,12 @@ def tune(
     check_outputs: bool = True,
     tolerances: Mapping[str, float] | None = None,
     backends: Sequence[str] | None = None,
+    budget: float | str | None = None,
+    budget_clock: Callable[[], float] | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> TuneResult:
-    """Search execution modes x batch sizes for the fastest configuration within the limits (module docstring).
+    """Search execution modes x batch sizes x backends for the fastest configuration within the limits and the
+    time budget (module docstring; the search itself: :mod:`clsbench.procedures.tune_search`).
 
     Args:
         model, workload, device: what to tune, and where.
@@ -574,28 +601,31 @@ def tune(
         modes: the eager modes of the first phase (default: :func:`default_modes`).
         batch_sizes: the sizes to try (default: batch 1 for infer-latency, a short doubling otherwise).
         output: the result file (None: memory only); never overwritten.
-        options: what each candidate's measurement does (``repeats`` defaults to 1 here).
+        options: what each measurement does; ``repeats`` is the full protocol the confirmation rung gives the best
+            candidates (the screening and longer rungs take one repeat each).
         execution: isolation, clock, progress, environment and probe; with ``isolation="inline"`` the correctness
             check also runs in this process.
-        compile_variants: try phases 2 to 4 (torch.compile, CUDA graphs, and for inference the compiling
-            backends).
-        variants: the phase-2 variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
+        compile_variants: try the compile, max-autotune and (inference) backend kinds.
+        variants: the compile variants to try, e.g. ``["cudagraph", "compile+cudagraph"]`` (default: all;
             :func:`parse_variants`); fewer variants, fewer cold compilations.
-        max_autotune: try phase 3 (``+compile:max-autotune``).
+        max_autotune: try ``+compile:max-autotune``.
         check_outputs: run the correctness guard (off: the winner's outputs are not compared).
         tolerances: per-precision output tolerances replacing :data:`OUTPUT_RTOL` entries.
-        backends: the inference backends phase 4 tries (default: every registered one but ``eager``; empty: no
-            backend phase).
+        backends: the inference backends to try (default: every registered one but ``eager``; empty: none).
+        budget: seconds, or a duration such as ``10m`` (default: :data:`clsbench.procedures.tune_budget.
+            DEFAULT_BUDGET_S` of the device type).
+        budget_clock: the clock the budget reads, in seconds (default ``time.monotonic``; a fake in tests).
+        announce: called with each line of the up-front plan (what will be tried, what is left out).
 
     Raises:
-        InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names...).
+        InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names, a bad budget...).
         NoConfigurationError: nothing satisfies the limits (the message names the closest candidate), or every
             candidate that does was rejected by the correctness guard. The measurements are saved first.
+        TuneInterrupted: Ctrl-C; what finished is saved, and ``tune --resume FILE`` goes on.
         ResultFileError: ``output`` exists or cannot be written.
     """
     from clsbench.workloads import WORKLOADS
 
-    started = time.monotonic()
     limits = {"max_latency_ms": validate_limit("max_latency_ms", max_latency_ms),
               "max_memory_gb": validate_limit("max_memory_gb", max_memory_gb)}
     WORKLOADS.get(workload)
@@ -603,6 +633,7 @@ def tune(
     base_modes = _base_modes(workload, modes)
     suffixes = parse_variants(workload, variants)
     resolved = resolve_device(device)
+    total = parse_budget(budget) or default_budget(resolved)
     sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
     backend_names = _backend_names(workload, backends) if compile_variants else ()
     path = Path(output) if output is not None else None
@@ -613,23 +644,103 @@ def tune(
     facts = _facts(model, workload, resolved, options.input_size, limits, base_modes, sizes, explicit, suffixes,
                    compile_variants=compile_variants, max_autotune=max_autotune, check_outputs=check_outputs,
                    tolerances=tolerances, backends=backend_names)
+    facts["budget_s"] = total
     run = IncrementalRun(plan, path, environment=run_facts(resolved, execution.env, probe=execution.probe),
                          key="tune", facts=facts, execution=execution)
-    search = _Search(run, model, workload, resolved, options.input_size, limits, base_modes)
-    search.eager(sizes, explicit)
-    if compile_variants:
-        search.compiled(suffixes, max_autotune)
-    if backend_names:
-        search.backends(backend_names)
-    # Correctness: the best candidates within the limits, top first, until one passes.
-    if check_outputs:
-        _guard(run, workload, resolved, limits, tolerances, execution.isolation)
-    facts["search_s"] = time.monotonic() - started
-    run.save()
+    return _search(run, Budget(total, budget_clock), announce, tolerances)
+
+
+def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),
+                budget_clock: Callable[[], float] | None = None, announce: Callable[[str], None] | None = None,
+                force: bool = False) -> TuneResult:
+    """Continue an interrupted (or budget-limited) search from its result file.
+
+    Candidates measured before are not measured again; the budget counts what the file says was spent already
+    (``budget``: the new total, default the stored one). Everything else comes from the file: the search's settings
+    (``settings["tune"]``) and the measuring plan.
+
+    Raises:
+        ResultFileError: not a tune file this version continues, or started in another environment (``force``).
+        InvalidInputError: a bad budget.
+    """
+    from clsbench.engine.runner import check_resume_compatible
+    from clsbench.system.machine import environment
+
+    source = Path(path)
+    result = result_io.load(source)
+    facts = result.settings.get("tune")
+    if not isinstance(facts, dict) or (facts.get("format") or 1) < TUNE_FORMAT:
+        raise ResultFileError(f"{source} is not a tune search this clsbench can continue",
+                              "start a new search: clsbench tune --model ... -o NEW.json")
+    device = str(facts.get("device") or "cpu")
+    current = execution.env if execution.env is not None else environment(device)
+    if not force:
+        check_resume_compatible(result, current, str(source))
+    total = parse_budget(budget) or float(facts.get("budget_s") or default_budget(device))
+    run = IncrementalRun.reopen(result, source, key="tune", execution=execution)
+    _settle_pending(run)
+    spent = float(run.facts.get("spent_s") or 0.0)
+    run.facts["budget_s"] = total
+    run.facts.setdefault("resumed", []).append({"spent_s": spent, "budget_s": total})
+    tolerances = (run.facts.get("rules") or {}).get("output_rtol")
+    return _search(run, Budget(total, budget_clock, spent_before_s=spent), announce, tolerances)
+
+
+def _settle_pending(run: IncrementalRun) -> None:
+    """A confirmation Ctrl-C stopped left its repeats pending: make them the candidate's measurement again (under
+    the full rule they ran under), so that the candidate ranks whether or not the resumed search confirms it."""
+    from clsbench.analysis.summary import build_measurement
+
+    for pending in run.result.pending:
+        cell = next((c for c in run.cells if c.key == tuple(pending.key)), None)
+        if cell is not None and pending.repeats:
+            m = build_measurement(cell, list(pending.repeats), run.plan.stop_rule(cell.workload),
+                                  environment=run.result.environment)
+            run.result = run.result.with_measurement(m)
+
+
+def _search(run: IncrementalRun, budget: Budget, announce: Callable[[str], None] | None,
+            tolerances: Mapping[str, float] | None) -> TuneResult:
+    """Run (or go on with) the search of ``run``'s facts, check outputs, confirm, and analyse."""
+    from clsbench.procedures.tune_kinds import TUNE_KINDS
+    from clsbench.procedures.tune_search import Search
+
+    facts = run.facts
+    rules = facts.get("rules") or {}
+    workload = facts["workload"]
+    device = facts["device"]
+    cost = CostModel(device, {name: TUNE_KINDS.get(name).build_s.get("cuda" if device.startswith("cuda") else "cpu",
+                                                                       0.0) for name in TUNE_KINDS.names()})
+    cost.restore(facts.get("cost_model"))
+    search = Search(run, model=facts["model"], workload=workload, device=device, input_size=facts.get("input_size"),
+                    limits=facts.get("limits") or {}, base_modes=list(facts["modes"]),
+                    sizes=list(facts["batch_sizes"]), explicit=bool(facts.get("batch_sizes_explicit")),
+                    suffixes=tuple("+" + v for v in rules.get("variants") or ()),
+                    compile_variants=bool(rules.get("compile_variants")), max_autotune=bool(rules.get("max_autotune")),
+                    backends=rules.get("backends") or (), repeats=run.plan.repeats, budget=budget, cost=cost,
+                    announce=announce)
+    guard = None
+    if facts.get("correctness_guard", True):
+        def guard(s: Any, needed: int) -> None:
+            _guard(s, needed, tolerances, run.execution.isolation)
+    path = run.path
+    try:
+        search.search(guard)
+    except (RunInterrupted, KeyboardInterrupt):
+        search.save()
+        outcome = TuneResult(result=run.result, analysis=analyze_tune(run.result), path=path)
+        where = f"; continue it with: clsbench tune --resume {shlex.quote(str(path))}" if path is not None else ""
+        raise TuneInterrupted(f"tune interrupted after {_duration(search.budget.spent_s())}: "
+                              f"{len(run.result.measurements)} candidate(s) saved{where}", None, outcome) from None
+    facts["search_s"] = search.budget.spent_s()
+    search.save()
     analysis = analyze_tune(run.result)
     outcome = TuneResult(result=run.result, analysis=analysis, path=path)
     if analysis["winner"] is None:
         message, hint = no_winner_message(analysis)
+        if path is not None and facts.get("left_out"):
+            hint = f"{hint}; or continue with a larger budget: clsbench tune --resume {shlex.quote(str(path))} " \
+                   "--budget 20m"
         raise NoConfigurationError(message, hint, outcome)
     return outcome
 
@@ -686,6 +797,9 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
            compile_variants: bool, max_autotune: bool, check_outputs: bool,
            tolerances: Mapping[str, float] | None, backends: Sequence[str] = ()) -> dict[str, Any]:
     """What ``settings["tune"]`` records before the search starts (the search appends its phases and decisions)."""
+    from clsbench.procedures.tune_kinds import DOMINANCE_MARGIN
+    from clsbench.procedures.tune_search import CONFIRM_TOP, HALVING_ETA, SCREEN_FRACTION
+
     facts = {
         "format": TUNE_FORMAT,
         "model": model,
@@ -703,7 +817,9 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
                   "compile_variants": compile_variants, "variants": [v.lstrip("+") for v in suffixes],
                   "max_autotune": max_autotune,
                   "output_rtol": {p: tolerance_for(p, tolerances) for p in OUTPUT_RTOL},
-                  "train_loss_rtol": TRAIN_LOSS_RTOL, "train_check_steps": TRAIN_CHECK_STEPS},
+                  "train_loss_rtol": TRAIN_LOSS_RTOL, "train_check_steps": TRAIN_CHECK_STEPS,
+                  "halving_eta": HALVING_ETA, "confirm_top": CONFIRM_TOP, "screen_fraction": SCREEN_FRACTION,
+                  "dominance_margin": DOMINANCE_MARGIN},
         "correctness_guard": check_outputs,
         "phases": [],
         "pruned": [],
@@ -716,208 +832,70 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
     return facts
 
 
-class _Search:
-    """The measuring phases of one tune: eager modes per batch size, then compiled variants, then max-autotune."""
-
-    def __init__(self, run: IncrementalRun, model: str, workload: str, device: str, input_size: int | None,
-                 limits: dict[str, float | None], base_modes: list[str]) -> None:
-        self.run = run
-        self.facts = run.facts
-        self.model, self.workload, self.device, self.input_size = model, workload, device, input_size
-        self.limits = limits
-        self.base_modes = base_modes
-        self.points: dict[str, list[Measurement]] = {mode: [] for mode in base_modes}
-
-    def cell(self, mode: str, batch: int, backend: str = DEFAULT_BACKEND) -> Cell:
-        return Cell(self.model, self.workload, mode, batch, self.device, self.input_size, backend=backend)
-
-    def figures(self, m: Measurement) -> dict[str, Any]:
-        return candidate_figures(m, self.workload)
-
-    def eager(self, sizes: list[int], explicit: bool) -> None:
-        """Phase 1: eager modes, a round per batch size; a mode drops out at a failure, a broken limit or a
-        plateau."""
-        active = list(self.base_modes)
-        for index, batch in enumerate(sizes):
-            if not active:
-                break
-            measured = self.run.measure([self.cell(mode, batch) for mode in active])
-            self.facts["phases"].append({"phase": "eager", "batch_size": batch, "modes": list(active)})
-            still = []
-            for m in measured:
-                previous = [f["score"] for f in map(self.figures, self.points[m.mode]) if f["score"] is not None]
-                self.points[m.mode].append(m)
-                f = self.figures(m)
-                if m.status != Status.OK or limit_violations(f, self.limits) or index == len(sizes) - 1:
-                    continue
-                if not explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
-                    continue  # throughput stopped rising: larger batches only cost memory and latency
-                still.append(m.mode)
-            active = still
-
-    def family_point(self, family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
-        """The family's best point within the limits; else its smallest ok batch (most likely to fit)."""
-        ok = [m for m in [*self.points[family], *extra] if m.status == Status.OK]
-        within = [m for m in ok if not limit_violations(self.figures(m), self.limits)]
-        if within:
-            return max(within, key=lambda m: self.figures(m)["score"] or 0.0)
-        return min(ok, key=lambda m: m.batch_size) if ok else None
-
-    def score_of(self, m: Measurement | None) -> float | None:
-        return self.figures(m)["score"] if m is not None else None
-
-    def rank_families(self, stage: str, suffixes: Sequence[str], keep: int, scored: Mapping[str, float],
-                      best: float) -> list[str]:
-        """The families worth compiling: within the pruning margin of ``best``, at most ``keep``, best first."""
-        chosen = []
-        for family in sorted(scored, key=lambda fam: -scored[fam]):
-            variants = [v for v in (_variant(family, s) for s in suffixes) if v]
-            if not variants:
-                continue
-            if scored[family] < (1.0 - PRUNE_LOSS_FRACTION) * best:
-                self.facts["pruned"].append({
-                    "stage": stage, "mode": family, "variants": variants,
-                    "reason": f"its best result is {100 * scored[family] / best:.0f}% of the best so far, below the "
-                              f"{100 * (1 - PRUNE_LOSS_FRACTION):.0f}% needed"})
-            elif len(chosen) >= keep:
-                self.facts["pruned"].append({"stage": stage, "mode": family, "variants": variants,
-                                             "reason": f"not among the {keep} best modes"})
-            else:
-                chosen.append(family)
-        return chosen
-
-    def compiled(self, suffixes: tuple[str, ...], max_autotune: bool) -> None:
-        """Phase 2: compile (and CUDA graphs for inference) of the best eager modes, each at its best batch; then
-        phase 3: max-autotune for the best precisions still within the margin of the best result so far."""
-        eager_scores = {fam: s for fam in self.base_modes if (s := self.score_of(self.family_point(fam))) is not None}
-        families = self.rank_families("compile", suffixes, MAX_COMPILE_FAMILIES, eager_scores,
-                                      max(eager_scores.values(), default=0.0))
-        family_of: dict[str, str] = {}
-        cells = []
-        for family in families:
-            anchor = self.family_point(family)
-            for variant in (_variant(family, s) for s in suffixes):
-                if anchor is not None and variant:
-                    family_of[variant] = family
-                    cells.append(self.cell(variant, anchor.batch_size))
-        compiled: dict[str, list[Measurement]] = {fam: [] for fam in self.base_modes}
-        if cells:
-            self.facts["phases"].append({"phase": "compile", "modes": [c.mode for c in cells]})
-            for m in self.run.measure(cells):
-                compiled[family_of[m.mode]].append(m)
-        if not (max_autotune and families):
-            return
-        scores = {fam: s for fam in families if (s := self.score_of(self.family_point(fam, compiled[fam]))) is not None}
-        best = max([*scores.values(), *eager_scores.values()], default=0.0)
-        chosen = self.rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
-        cells = []
-        for family in chosen:
-            anchor = self.family_point(family)
-            variant = _variant(family, "+compile:max-autotune")
-            if anchor is not None and variant:
-                cells.append(self.cell(variant, anchor.batch_size))
-        if cells:
-            self.facts["phases"].append({"phase": "max-autotune", "modes": [c.mode for c in cells]})
-            self.run.measure(cells)
-
-
-    def backend_modes(self) -> tuple[list[str], int | None]:
-        """The modes of phase 4 and their batch size: the weight-cast form of the best eager precisions, with and
-        without ``+cl`` (and ``+cudagraph`` for infer-latency), at the batch of the best eager result."""
-        from clsbench.modes import parse_mode
-
-        points = [p for p in (self.family_point(fam) for fam in self.base_modes) if p is not None]
-        scored = sorted((p for p in points if self.score_of(p) is not None), key=lambda p: -(self.score_of(p) or 0))
-        if not scored:
-            return [], None
-        precisions: list[str] = []
-        for point in scored:
-            precision = point.mode.split("+", 1)[0]
-            cast = BACKEND_PRECISION.get(precision, precision)
-            if cast not in precisions:
-                precisions.append(cast)
-        modes = []
-        for precision in precisions[:MAX_BACKEND_FAMILIES]:
-            for suffix in ("", "+cl"):
-                modes.append(parse_mode(precision + suffix).name)
-                if self.workload == "infer-latency" and self.device.startswith("cuda"):
-                    modes.append(parse_mode(precision + suffix + "+cudagraph").name)
-        return modes, scored[0].batch_size
-
-    def backends(self, names: Sequence[str]) -> None:
-        """Phase 4: each backend in :meth:`backend_modes`; what a backend cannot express here is pruned with the
-        backend's reason, without starting a worker."""
-        from clsbench.engine.runner import static_backend_skip_reason
-
-        modes, batch = self.backend_modes()
-        if batch is None:
-            return
-        cells = []
-        environment = self.run.result.environment
-        for name in names:
-            refused: dict[str, list[str]] = {}
-            for mode in modes:
-                cell = self.cell(mode, batch, name)
-                reason = static_backend_skip_reason(cell, environment)
-                if reason:
-                    refused.setdefault(reason, []).append(mode)
-                else:
-                    cells.append(cell)
-            for reason, refused_modes in refused.items():
-                self.facts["pruned"].append({"stage": "backend", "mode": name, "variants": refused_modes,
-                                             "reason": reason})
-        if cells:
-            self.facts["phases"].append({"phase": "backend", "batch_size": batch,
-                                         "candidates": [f"{c.mode} @{c.backend}" for c in cells]})
-            self.run.measure(cells)
-
-
-def _guard(run: IncrementalRun, workload: str, device: str, limits: Mapping[str, float | None],
-           tolerances: Mapping[str, float] | None, isolation: str) -> None:
-    """Check outputs, best allowed candidate first, a group per fresh process, until one passes."""
-    plan = run.plan
+def _guard(search: Any, needed: int, tolerances: Mapping[str, float] | None, isolation: str) -> None:
+    """Check outputs, best candidate within the limits first (highest rung, then score), a group per fresh process,
+    until ``needed`` candidates passed; each check process must fit in the budget, like a candidate."""
+    run = search.run
     facts = run.facts
-    measured = {candidate_key(candidate_figures(m, workload)): m for m in run.result.measurements}
-    ranked = [f for f in (candidate_figures(m, workload) for m in run.result.measurements)
-              if f["score"] is not None and not limit_violations(f, limits)]
-    ranked.sort(key=rank_key)
-    done: dict[tuple[str, int], dict[str, Any]] = {}
-    for position, figure in enumerate(ranked):
-        if figure["backend"] != DEFAULT_BACKEND:
-            # A backend was checked by its own measurement (repeat 0): that check is its verdict.
-            verdict = parity_verdict(measured[candidate_key(figure)]) or {
-                "metric": "logits", "error": None, "tolerance": tolerance_for(figure["mode"], tolerances),
-                "ok": False, "reason": "the measurement holds no parity check"}
-            facts["correctness"].append({"mode": figure["mode"], "batch_size": figure["batch_size"],
-                                         "backend": figure["backend"], **verdict})
-            run.save()
-            if verdict["ok"]:
-                return
+    passed = 0
+    done: dict[tuple[str, int], dict[str, Any]] = {
+        (c["mode"], c["batch_size"]): c for c in facts["correctness"] if (c.get("backend") or DEFAULT_BACKEND)
+        == DEFAULT_BACKEND}  # checked before an interruption: not again
+    ranked = search.ranked()
+    for position, m in enumerate(ranked):
+        if passed >= needed:
+            return
+        if m.backend != DEFAULT_BACKEND or m.mode == "fp32":
+            verdict = _own_verdict(m, tolerances) if m.backend != DEFAULT_BACKEND else {"ok": True}
+            if m.backend != DEFAULT_BACKEND and not any(
+                    (c["mode"], c["batch_size"], c.get("backend")) == (m.mode, m.batch_size, m.backend)
+                    for c in facts["correctness"]):
+                facts["correctness"].append({"mode": m.mode, "batch_size": m.batch_size, "backend": m.backend,
+                                             **verdict})
+                search.save()
+            passed += bool(verdict["ok"])  # fp32 eager is the reference itself; a backend has its own check
             continue
-        key = (figure["mode"], figure["batch_size"])
-        if figure["mode"] == "fp32":
-            return  # fp32 eager is the reference itself
+        key = (m.mode, m.batch_size)
         if key not in done:
             # The top candidate alone first (it usually passes); after a rejection, a few at a time.
-            size = CHECK_GROUP if done else 1
-            group = [(f["mode"], f["batch_size"]) for f in ranked[position:] if f["mode"] != "fp32"
-                     and f["backend"] == DEFAULT_BACKEND and (f["mode"], f["batch_size"]) not in done][:size]
-            options = {"seed": plan.seed, "data_seed": plan.data_seed, "input_size": facts.get("input_size"),
-                       "compile_mode": plan.compile_mode, "cudnn_benchmark": plan.cudnn_benchmark,
-                       "train": plan.train}
-            model = facts["model"]
-            if isolation == "inline":
-                answers = output_errors(model, workload, device, group, **options)
-            else:
-                answers = output_errors_in_subprocess(model, workload, device, group, timeout_s=plan.timeout_s,
-                                                      **options)
-            for case in group:
-                verdict = judge(answers.get(case, {"detail": "no answer for this case"}), case[0], tolerances)
-                done[case] = verdict
-                facts["correctness"].append({"mode": case[0], "batch_size": case[1], **verdict})
-            run.save()
-        if done[key]["ok"]:
-            return
+            size = CHECK_GROUP if any(not v["ok"] for v in done.values()) else 1
+            group = [(x.mode, x.batch_size) for x in ranked[position:] if x.mode != "fp32"
+                     and x.backend == DEFAULT_BACKEND and (x.mode, x.batch_size) not in done][:size]
+            if not _check_group(search, group, done, tolerances, isolation):
+                return  # the budget holds no check process more
+        passed += bool(done[key]["ok"])
+
+
+def _own_verdict(m: Measurement, tolerances: Mapping[str, float] | None) -> dict[str, Any]:
+    """A backend's verdict: the parity check its own measurement made (repeat 0)."""
+    return parity_verdict(m) or {"metric": "logits", "error": None, "tolerance": tolerance_for(m.mode, tolerances),
+                                 "ok": False, "reason": "the measurement holds no parity check"}
+
+
+def _check_group(search: Any, group: list[tuple[str, int]], done: dict[tuple[str, int], dict[str, Any]],
+                 tolerances: Mapping[str, float] | None, isolation: str) -> bool:
+    """Check one group of cases in one process if the budget holds it; record each verdict. False: no budget."""
+    run = search.run
+    plan, facts = run.plan, run.facts
+    estimate = search.cost.check_s()
+    if not search.budget.fits(estimate, search.reserve_s("check")):
+        search.leave_out(None, "check", None, "check", estimate, search.reserve_s("check"))
+        return False
+    options = {"seed": plan.seed, "data_seed": plan.data_seed, "input_size": facts.get("input_size"),
+               "compile_mode": plan.compile_mode, "cudnn_benchmark": plan.cudnn_benchmark, "train": plan.train}
+    model, workload, device = facts["model"], facts["workload"], facts["device"]
+    before = search.budget.clock()
+    if isolation == "inline":
+        answers = output_errors(model, workload, device, group, **options)
+    else:
+        answers = output_errors_in_subprocess(model, workload, device, group, timeout_s=plan.timeout_s, **options)
+    search.cost.observe_check(search.budget.clock() - before)
+    for case in group:
+        verdict = judge(answers.get(case, {"detail": "no answer for this case"}), case[0], tolerances)
+        done[case] = verdict
+        facts["correctness"].append({"mode": case[0], "batch_size": case[1], **verdict})
+    search.save()
+    return True
 
 
 # -------------------------------------------------------------------------------------------- analysis (pure)
@@ -938,16 +916,24 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
     guard = facts.get("correctness_guard", True)
     checks = {(c["mode"], c["batch_size"], c.get("backend") or DEFAULT_BACKEND): c
               for c in facts.get("correctness") or []}
+    rungs = _latest_rungs(facts.get("trials") or [])
     candidates = []
     for m in result.measurements:
         if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
             continue
-        candidates.append(_judged_candidate(m, workload or m.workload, limits, checks, guard))
+        f = _judged_candidate(m, workload or m.workload, limits, checks, guard)
+        f["rung"] = rungs.get(candidate_key(f))
+        f["rung_level"] = _RUNG_LEVELS.get(f["rung"], -1)
+        f["repeats"] = sum(1 for r in m.repeats if r.get("status", Status.OK) == Status.OK)
+        candidates.append(f)
     candidates.sort(key=rank_key)
     winner = next((f for f in candidates if f["verdict"] == "allowed"
                    and (not guard or (f["correctness"] or {}).get("ok"))), None)
     if winner is not None:
         winner["verdict"] = "winner"
+        # Confirmed: the full protocol (more than one fresh repeat) of the confirmation rung; files without rungs
+        # (format 1) say nothing either way.
+        winner["confirmed"] = (winner["rung"] == "confirm" and winner["repeats"] > 1) if rungs else None
     baseline = max((f["score"] for f in candidates if f["mode"] == "fp32" and f["backend"] == DEFAULT_BACKEND
                     and f["score"] is not None), default=None)
     for rank, f in enumerate(candidates, start=1):
@@ -968,9 +954,30 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         "command": command,
         "pruned": facts.get("pruned") or [],
         "search_s": facts.get("search_s"),
+        "budget_s": facts.get("budget_s"),
+        "spent_s": facts.get("spent_s"),
+        "plan": facts.get("plan") or [],
+        "left_out": facts.get("left_out") or [],
+        "trials": facts.get("trials") or [],
+        "interrupted": bool(rungs) and facts.get("search_s") is None,
         "measurements": len(candidates),
         "checks": len(checks),
     }
+
+
+_RUNG_LEVELS = {"screen": 0, "longer": 1, "confirm": 2}
+
+
+def _latest_rungs(trials: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, str], str]:
+    """Each candidate's highest rung among its finished trials (pure)."""
+    out: dict[tuple[str, int, str], str] = {}
+    for t in trials:
+        if t.get("actual_s") is None or t.get("rung") not in _RUNG_LEVELS:
+            continue
+        key = (t["mode"], int(t["batch_size"]), t.get("backend") or DEFAULT_BACKEND)
+        if _RUNG_LEVELS[t["rung"]] >= _RUNG_LEVELS.get(out.get(key), -1):
+            out[key] = t["rung"]
+    return out
 
 
 def _judged_candidate(m: Measurement, workload: str, limits: Mapping[str, Any],
@@ -1088,34 +1095,57 @@ def render_tune(analysis: dict[str, Any]) -> str:
     workload = analysis.get("workload")
     lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
              f"{analysis.get('objective')} | limits: {_limits_text(analysis.get('limits') or {}, workload)}", ""]
-    with_backend = any((f.get("backend") or DEFAULT_BACKEND) != DEFAULT_BACKEND
-                       for f in analysis.get("candidates") or [])
-    header = ("rank", "mode", *(("backend",) if with_backend else ()), "batch", "img/s", "vs fp32", "p50 ms",
-              "p99 ms", "memory", "outputs", "verdict")
-    rows = [_candidate_row(f, with_backend) for f in analysis.get("candidates") or []]
+    candidates = analysis.get("candidates") or []
+    with_backend = any((f.get("backend") or DEFAULT_BACKEND) != DEFAULT_BACKEND for f in candidates)
+    with_rung = any(f.get("rung") for f in candidates)
+    header = ("rank", "mode", *(("backend",) if with_backend else ()), "batch", *(("rung",) if with_rung else ()),
+              "img/s", "vs fp32", "p50 ms", "p99 ms", "memory", "outputs", "verdict")
+    rows = [_candidate_row(f, with_backend, with_rung) for f in candidates]
     lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
     lines.append("")
     lines += _outcome_lines(analysis)
     for pruned in analysis.get("pruned") or []:
         lines.append(f"pruned ({pruned['stage']}): {pruned['mode']} -> not tried {', '.join(pruned['variants'])}: "
                      f"{pruned['reason']}")
-    for f in analysis.get("candidates") or []:
+    lines += _left_out_lines(analysis.get("left_out") or [], analysis.get("plan") or [])
+    for f in candidates:
         if f["verdict"] == "rejected":
             lines.append(f"rejected: {f['mode']}{backend_suffix(f.get('backend'))} batch {f['batch_size']}: "
                          f"{f['correctness'].get('reason')}")
     checks = analysis.get("checks") or 0
-    lines.append(f"search took {_duration(analysis.get('search_s'))} ({analysis.get('measurements')} measurements, "
+    took = analysis.get("search_s") if analysis.get("search_s") is not None else analysis.get("spent_s")
+    budget = f", budget {_duration(analysis['budget_s'])}" if analysis.get("budget_s") is not None else ""
+    count = analysis.get("measurements") or 0
+    lines.append(f"search took {_duration(took)}{budget} ({count} candidate{'' if count == 1 else 's'}, "
+                 f"{len(analysis.get('trials') or [])} measured in rungs, "
+                 f"{checks} output check{'' if checks == 1 else 's'})" if analysis.get("trials") else
+                 f"search took {_duration(took)} ({analysis.get('measurements')} measurements, "
                  f"{checks} output check{'' if checks == 1 else 's'})")
     return "\n".join(lines) + "\n"
 
 
-def _candidate_row(f: dict[str, Any], with_backend: bool) -> tuple[str, ...]:
-    """A candidate's row of the tune table (the backend column only when some candidate is not eager)."""
+def _left_out_lines(left_out: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per stage the plan left out up front (unless its candidates are listed), and per candidate (or
+    check) the budget left out while the search ran, saying why."""
+    listed = {entry.get("stage") for entry in left_out}
+    lines = [f"left out for the budget: {stage['stage']} (up to {stage['candidates']} candidate(s)): "
+             f"{stage.get('reason')}" for stage in plan if not stage.get("planned") and stage["stage"] not in listed]
+    for entry in left_out:
+        what = entry.get("stage") if entry.get("mode") is None else \
+            f"{entry['mode']}{backend_suffix(entry.get('backend'))} batch {entry['batch_size']} ({entry['stage']})"
+        lines.append(f"left out for the budget: {what}: {entry.get('reason')}")
+    return lines
+
+
+def _candidate_row(f: dict[str, Any], with_backend: bool, with_rung: bool = False) -> tuple[str, ...]:
+    """A candidate's row of the tune table (the backend column only when some candidate is not eager; the rung
+    column, with the repeats behind the figure, for searches with rungs)."""
     from clsbench.report.table import fmt_ms, fmt_rate
 
     memory = "-" if f.get("memory_bytes") is None else f"{f['memory_bytes'] / GB:.2f} GB"
     backend = ((f.get("backend") or DEFAULT_BACKEND),) if with_backend else ()
-    return (str(f["rank"]), f["mode"], *backend, str(f["batch_size"]), fmt_rate(f.get("throughput_img_s")),
+    rung = (f"{f.get('rung') or '-'} x{f.get('repeats') or 0}",) if with_rung else ()
+    return (str(f["rank"]), f["mode"], *backend, str(f["batch_size"]), *rung, fmt_rate(f.get("throughput_img_s")),
             "-" if f.get("vs_fp32") is None else f"{f['vs_fp32']:.2f}x", fmt_ms(f.get("latency_p50_ms")),
             fmt_ms(f.get("latency_p99_ms")), memory, _outputs_cell(f), _verdict_cell(f))
 
@@ -1156,7 +1186,11 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
         message, _hint = no_winner_message(analysis)
         return [f"no winner: {message}"]
     speed = f", {winner['vs_fp32']:.2f}x fp32 eager" if winner.get("vs_fp32") is not None else ""
-    lines = [f"winner: {_describe(winner)}{speed}"]
+    confirmed = winner.get("confirmed")
+    repeats = winner.get("repeats") or 0
+    how = "" if confirmed is None else f"; confirmed over {repeats} repeats" if confirmed else \
+        f"; from {repeats} repeat{'' if repeats == 1 else 's'}, unconfirmed"
+    lines = [f"winner: {_describe(winner)}{speed}{how}"]
     correctness = winner.get("correctness") or {}
     if correctness.get("reference"):
         lines.append("outputs: fp32 eager is the reference")
@@ -1173,6 +1207,7 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "NoConfigurationError",
+    "TuneInterrupted",
     "TuneResult",
     "analyze_tune",
     "default_modes",
@@ -1182,8 +1217,10 @@ __all__ = [
     "output_errors_in_subprocess",
     "render_tune",
     "reproduce_command",
+    "resume_tune",
     "tune",
     "validate_limit",
+    "variant_of",
 ]
 
 

@@ -2,8 +2,9 @@
 
 What it holds: a summary table per run (with a backend column and a table of builds and output parity when a run
 used an inference backend other than eager), throughput bars by mode (and backend), batch-sweep curves with the
-knee marked, each serve run's section (latency against offered load with the bound, the batch-size histogram, its
-table), latency CDFs, power over time, the roofline, warnings in words, and the full environment of every run.
+knee marked, each tune search's candidates against search time (by rung and kind, with the budget), each serve
+run's section (latency against offered load with the bound, the batch-size histogram, its table), latency CDFs,
+power over time, the roofline, warnings in words, and the full environment of every run.
 
 How it stays self-contained and safe:
 
@@ -414,6 +415,72 @@ def _sweep_charts(sweeps: list[dict[str, Any]], figs: _Figures) -> list[dict[str
             ax.legend(loc="lower right")
             charts.append({"title": title, "svg": figs.svg(fig),
                            "caption": f"★ knee: the smallest batch reaching {DEFAULT_KNEE_FRACTION:.0%} of the best."})
+    return charts
+
+
+# -------------------------------------------------------------------------------------------- tune searches
+
+#: How each rung of a tune search is drawn: marker, size, label.
+TUNE_RUNG_MARKERS = {"screen": ("o", 4, "screen"), "longer": ("s", 6, "longer"), "confirm": ("D", 7, "confirm")}
+
+
+def _tune_points(run: _Run) -> list[dict[str, Any]]:
+    """The finished trials of a tune search in ``run`` (settings["tune"]["trials"], format 2) that have a score."""
+    facts = run.result.settings.get("tune")
+    trials = facts.get("trials") if isinstance(facts, dict) else None
+    out = []
+    for t in trials if isinstance(trials, list) else []:
+        if not isinstance(t, dict):
+            continue
+        end, score = _num(t.get("end_s")), _num(t.get("score"))
+        if end is not None and score is not None and t.get("rung") in TUNE_RUNG_MARKERS:
+            out.append({"end_s": end, "score": score, "rung": t["rung"], "kind": str(t.get("kind") or "?"),
+                        "label": f"{t.get('mode')} bs{t.get('batch_size')}"})
+    return out
+
+
+def _tune_charts(runs: list[_Run], figs: _Figures) -> list[dict[str, Any]]:
+    """Per tune search: each candidate's score against the search time at which it finished, by rung and kind,
+    with the budget drawn and the best confirmed figure starred."""
+    charts = []
+    for run in runs:
+        points = _tune_points(run)
+        if not points:
+            continue
+        facts = run.result.settings["tune"]
+        fig = figs.new(6.4, 3.6)
+        ax = fig.add_subplot()
+        kinds = list(dict.fromkeys(p["kind"] for p in points))
+        for rung, (marker, size, label) in TUNE_RUNG_MARKERS.items():
+            for index, kind in enumerate(kinds):
+                chosen = [p for p in points if p["rung"] == rung and p["kind"] == kind]
+                if chosen:
+                    ax.plot([p["end_s"] for p in chosen], [p["score"] for p in chosen], marker=marker,
+                            markersize=size, linestyle="none", color=_color(index), markeredgecolor="black",
+                            markeredgewidth=0.4, label=f"{kind}, {label}")
+        confirmed = [p for p in points if p["rung"] == "confirm"]
+        if confirmed:
+            best = max(confirmed, key=lambda p: p["score"])
+            ax.plot([best["end_s"]], [best["score"]], marker="*", markersize=14, color="#ffd700",
+                    markeredgecolor="black", markeredgewidth=0.6, linestyle="none")
+            ax.annotate(best["label"], (best["end_s"], best["score"]), textcoords="offset points", xytext=(6, 4),
+                        fontsize=7)
+        budget = _num(facts.get("budget_s"))
+        if budget:
+            ax.axvline(budget, color="#d62728", linewidth=0.8, linestyle="--")
+            ax.annotate(f"budget {budget:.0f} s", (budget, 0.02), xycoords=("data", "axes fraction"),
+                        xytext=(-3, 0), textcoords="offset points", fontsize=7, color="#d62728", ha="right")
+        latency = facts.get("workload") == "infer-latency"
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("search time (s)")
+        ax.set_ylabel("1000 / p50 request latency (ms)" if latency else "images per second")
+        title = f"{run.tag}: tune {facts.get('model')} {facts.get('workload')}"
+        ax.set_title(title)
+        ax.legend(loc="lower right", fontsize=7)
+        spent = _num(facts.get("spent_s"))
+        charts.append({"title": title, "svg": figs.svg(fig),
+                       "caption": f"{len(points)} candidate measurements" + (f" in {spent:.0f} s" if spent else "")})
     return charts
 
 
@@ -884,6 +951,7 @@ def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> s
         throughput = _throughput_charts(runs, figs)
         sweeps = _sweeps(runs)
         sweep_charts = _sweep_charts(sweeps, figs)
+        tune_charts = _tune_charts(runs, figs)
         latency = _latency_charts(runs, figs)
         power = _power_charts(runs, figs)
         roofline, roofline_notes = _roofline(runs, figs)
@@ -896,6 +964,7 @@ def render_report(results: Sequence[BenchmarkResult], names: Sequence[str]) -> s
         "throughput": throughput,
         "sweeps": sweeps,
         "sweep_charts": sweep_charts,
+        "tune_charts": tune_charts,
         "serving": serving,
         "soaks": soaks,
         "knee_pct": f"{DEFAULT_KNEE_FRACTION:.0%}",

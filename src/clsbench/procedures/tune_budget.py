@@ -1,0 +1,222 @@
+"""The time budget of ``clsbench tune`` and the cost model that estimates a candidate before it starts (pure).
+
+A candidate's cost, per repeat (each repeat is one fresh worker process), is its **overhead** (starting the process,
+importing torch, the device context, building the network, and for some kinds a build: torch.compile, an exported
+artifact...) plus its **window** (warm-up and the timed region its stop rule asks for). Before anything was measured
+on this machine the overhead is a per-kind default (:data:`PROCESS_S` plus the kind's build estimate); every
+finished candidate refines it with what it really cost here (:meth:`CostModel.observe`): the estimate of a kind is
+the mean overhead observed for that kind, and a kind not measured yet gets the mean eager overhead observed here plus
+its build estimate. A candidate built once before (the same mode measured again at a later rung) counts its build at
+:data:`WARM_BUILD_FRACTION`, since torch.compile's and the artifact cache's files are warm by then, until such a
+rebuild was observed too.
+
+The clock is injectable (:class:`Budget`): the search never reads the wall clock itself, so tests drive it exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from clsbench.errors import InvalidInputError
+
+#: The budget when none is given, per device type: 10 minutes on a GPU (one device call), 3 minutes on a CPU.
+DEFAULT_BUDGET_S = {"cuda": 600.0, "cpu": 180.0}
+#: Seconds a fresh worker costs before its model runs, per device type, until one was observed here: interpreter and
+#: torch import, CUDA context, building the network (the issue's H200 run: 48 eager cells in 290 s, about 6 s each).
+PROCESS_S = {"cuda": 7.0, "cpu": 2.0}
+#: Seconds of one correctness check (a fresh process running fp32 eager and the candidate on one batch), before the
+#: first one was observed here.
+CHECK_S = {"cuda": 15.0, "cpu": 4.0}
+#: A candidate built once before rebuilds in this fraction of its first build (warm compile and artifact caches).
+WARM_BUILD_FRACTION = 0.3
+#: Seconds per iteration assumed when nothing is known about a mode yet (only the stop rule's minimum time counts).
+UNKNOWN_ITERATION_S = 0.0
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms]?)")
+
+
+def parse_budget(value: str | float | int | None) -> float | None:
+    """A budget in seconds from ``10m``, ``600s``, ``600``, ``1h``, ``1h30m`` or a number; None stays None.
+
+    Raises:
+        InvalidInputError: not a duration, or not > 0.
+    """
+    if value is None:
+        return None
+    hint = "e.g. --budget 10m, --budget 600s or --budget 1h"
+    if isinstance(value, bool):
+        raise InvalidInputError(f"budget must be a duration, got {value!r}", hint)
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        seconds = 0.0
+        position = 0
+        while position < len(text):
+            match = _PART.match(text, position)
+            # A bare number only alone ("600"): "5s10" is a typo, not 15 seconds.
+            if match is None or (not match.group(2) and (position > 0 or match.end() != len(text))):
+                raise InvalidInputError(f"budget {value!r} is not a duration", hint)
+            seconds += float(match.group(1)) * _UNITS[match.group(2) or "s"]
+            position = match.end()
+        if not text:
+            raise InvalidInputError("budget is empty", hint)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidInputError(f"budget must be > 0, got {value!r}", hint)
+    return seconds
+
+
+def device_type(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def default_budget(device: str) -> float:
+    """:data:`DEFAULT_BUDGET_S` for the device."""
+    return DEFAULT_BUDGET_S[device_type(device)]
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``75`` -> ``1m15s``; ``9.5`` -> ``9.5s``; None -> ``-``."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds >= 60:
+        whole = int(round(seconds))
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{seconds:.1f}s"
+
+
+class Budget:
+    """Seconds to spend, read from an injectable clock; ``spent_before_s`` is what an interrupted search spent.
+
+    Args:
+        total_s: the whole budget, what an interrupted search spent included.
+        clock: seconds, monotonic (``time.monotonic`` by default; a fake in tests).
+        spent_before_s: seconds an earlier part of the search spent (``tune --resume``).
+    """
+
+    def __init__(self, total_s: float, clock: Callable[[], float] | None = None, spent_before_s: float = 0.0) -> None:
+        self.total_s = float(total_s)
+        self.clock = clock or time.monotonic
+        self.spent_before_s = float(spent_before_s)
+        self.started = self.clock()
+
+    def spent_s(self) -> float:
+        return self.spent_before_s + (self.clock() - self.started)
+
+    def left_s(self) -> float:
+        return self.total_s - self.spent_s()
+
+    def fits(self, estimate_s: float, reserve_s: float = 0.0) -> bool:
+        """Whether a candidate estimated at ``estimate_s`` can finish with ``reserve_s`` still left afterwards."""
+        return estimate_s + reserve_s <= self.left_s()
+
+
+@dataclass(frozen=True)
+class Window:
+    """What a stop rule asks of one repeat: warm-up and timed minima (iterations and seconds), and its cap."""
+
+    warmup: int
+    warmup_seconds: float
+    min_iterations: int
+    min_seconds: float
+    max_seconds: float | None = None
+
+    @classmethod
+    def of(cls, rule: Any) -> Window:
+        return cls(rule.warmup, rule.warmup_seconds, rule.min_iterations, rule.min_seconds, rule.max_seconds)
+
+    def seconds(self, iteration_s: float | None) -> float:
+        """Seconds of warm-up plus timed region, for iterations lasting ``iteration_s`` (None: unknown)."""
+        per = UNKNOWN_ITERATION_S if iteration_s is None else max(0.0, iteration_s)
+        timed = max(self.min_seconds, self.min_iterations * per)
+        if self.max_seconds is not None:
+            timed = min(timed, self.max_seconds)
+        return max(self.warmup_seconds, self.warmup * per) + timed
+
+
+@dataclass
+class CostModel:
+    """Estimates a candidate's seconds before it starts; refined by what candidates cost on this machine.
+
+    Args:
+        device: the device the search runs on (its type picks the defaults).
+        build_s: each kind's build estimate in seconds on this device type (0 for eager), from the kinds.
+        observed: overhead seconds observed per repeat, by ``kind`` or ``kind:warm`` (a rebuild); stored in
+            ``settings["tune"]["cost_model"]`` so that a resumed search starts from them.
+    """
+
+    device: str
+    build_s: Mapping[str, float]
+    observed: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def process_s(self) -> float:
+        eager = self.observed.get("eager")
+        return sum(eager) / len(eager) if eager else PROCESS_S[device_type(self.device)]
+
+    def overhead_s(self, kind: str, *, warm: bool = False) -> float:
+        """Seconds per repeat before the timed work: observed for this kind here, else the eager overhead
+        observed here (or the default) plus the kind's build estimate."""
+        name = f"{kind}:warm" if warm else kind
+        seen = self.observed.get(name)
+        if seen:
+            return sum(seen) / len(seen)
+        build = float(self.build_s.get(kind, 0.0))
+        if warm:
+            cold = self.observed.get(kind)
+            if cold:  # a rebuild saves part of the build observed for this kind, nothing of the process start
+                return max(self.process_s, sum(cold) / len(cold) - (1.0 - WARM_BUILD_FRACTION) * build)
+            build *= WARM_BUILD_FRACTION
+        return self.process_s + build
+
+    def estimate_s(self, kind: str, window: Window, repeats: int, iteration_s: float | None = None, *,
+                   warm: bool = False) -> float:
+        """Seconds a candidate of ``kind`` costs for ``repeats`` fresh repeats under ``window``."""
+        return repeats * (self.overhead_s(kind, warm=warm) + window.seconds(iteration_s))
+
+    def check_s(self) -> float:
+        """Seconds of one correctness-check process."""
+        seen = self.observed.get("check")
+        return sum(seen) / len(seen) if seen else CHECK_S[device_type(self.device)]
+
+    def observe(self, kind: str, actual_s: float, window: Window, repeats: int, iteration_s: float | None = None,
+                *, warm: bool = False) -> None:
+        """Record what a candidate really cost: its overhead per repeat is what its window does not explain."""
+        if repeats < 1 or not math.isfinite(actual_s):
+            return
+        overhead = max(0.0, actual_s / repeats - window.seconds(iteration_s))
+        self.observed.setdefault(f"{kind}:warm" if warm else kind, []).append(overhead)
+
+    def observe_check(self, actual_s: float) -> None:
+        if math.isfinite(actual_s):
+            self.observed.setdefault("check", []).append(max(0.0, actual_s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"process_s_default": PROCESS_S[device_type(self.device)], "build_s": dict(self.build_s),
+                "warm_build_fraction": WARM_BUILD_FRACTION, "observed_overhead_s": {
+                    k: list(v) for k, v in self.observed.items()}}
+
+    def restore(self, stored: Mapping[str, Any] | None) -> None:
+        """Take the observations of an interrupted search (``to_dict``'s ``observed_overhead_s``)."""
+        for kind, values in ((stored or {}).get("observed_overhead_s") or {}).items():
+            numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if numbers:
+                self.observed[str(kind)] = numbers
+
+
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "Budget",
+    "CostModel",
+    "Window",
+    "default_budget",
+    "format_seconds",
+    "parse_budget",
+]

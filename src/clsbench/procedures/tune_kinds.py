@@ -1,0 +1,288 @@
+"""The kinds of candidate ``clsbench tune`` tries, one registry entry each (:data:`TUNE_KINDS`).
+
+A kind says which rung its candidates enter (``screen``: a short stop rule, for the many cheap ones; ``longer``: the
+full stop rule at once, for those whose build dominates their cost, since screening them would pay the build twice),
+how long its build takes before anything was measured here (the cost model's prior, per device type), what the
+up-front plan expects of it (its stages, each with a count and a priority for when the budget cannot hold
+everything) and, as a generator, the rounds of cells it proposes from what the search measured so far.
+
+Adding a kind (say Inductor freezing, or a training-step option) is one :func:`register_kind` call: the search, the
+budget, the plan, the halving and the result file take it from there. Built-in kinds, in the order they run:
+
+- ``eager``: every precision +/- channels_last over the batch doubling (screen rung), with the plateau, the limits
+  and dominance pruning across batch sizes;
+- ``compile``: ``+compile`` (and for inference ``+cudagraph``, ``+compile+cudagraph``) of the best eager families;
+- ``max-autotune``: ``+compile:max-autotune`` of the best precision;
+- ``backend``: the inference backends, in the weight-cast form of the best eager precision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clsbench.core.registry import Registry
+from clsbench.core.vocab import Status
+from clsbench.procedures.sweep import AUTO_MIN_GAIN
+from clsbench.procedures.tune import (
+    BACKEND_PRECISION,
+    MAX_AUTOTUNE_FAMILIES,
+    MAX_BACKEND_FAMILIES,
+    MAX_COMPILE_FAMILIES,
+    limit_violations,
+    variant_of,
+)
+
+if TYPE_CHECKING:
+    from clsbench.core.plan import Cell
+    from clsbench.procedures.tune_search import Search
+
+#: Rounds a kind yields: (stage name, the cells to measure now). The search measures them, then resumes the
+#: generator, which reads what it needs from the search.
+Rounds = Iterator[tuple[str, list["Cell"]]]
+
+#: A mode is not tried at larger batch sizes when one other mode beat it by more than this fraction at each of the
+#: two largest sizes measured so far (dominance): its growth curve lies under the other's, so its larger batches
+#: cannot win. The margin is sweep's plateau gain, three times the spread between fresh processes on the H200.
+DOMINANCE_MARGIN = AUTO_MIN_GAIN
+#: Where the budget cannot hold every stage, the plan keeps them in this order of priority (lower first); the
+#: first screening round is always kept, and the output check with it (no winner without one). Compilation comes
+#: before larger batch sizes and the longer rung: on a ResNet-50 class network on an H200 it gained 1.4-1.6x, more
+#: than any of those. While the search runs, a stage's candidates leave the planned stages after it that rank at or
+#: above it their estimated share of the budget.
+PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "longer": 4,
+            "screen-more": 5, "max-autotune": 6, "backend": 7}
+
+
+@dataclass(frozen=True)
+class CandidateKind:
+    """One kind of candidate.
+
+    Attributes:
+        name: the kind's name (in the result file, the plan and the cost model).
+        rung: the rung its candidates enter: ``screen`` or ``longer``.
+        build_s: seconds its build costs per repeat, by device type (``cuda``, ``cpu``), before one was observed.
+        stages: ``search -> [(stage, expected candidates, priority)]``: what the up-front plan expects.
+        rounds: ``search -> Rounds``: the cells it proposes, round by round.
+        enabled: ``search -> bool``: whether the search's settings ask for this kind at all.
+    """
+
+    name: str
+    rung: str
+    build_s: Mapping[str, float]
+    stages: Callable[[Search], list[tuple[str, int, int]]]
+    rounds: Callable[[Search], Rounds]
+    enabled: Callable[[Search], bool] = lambda search: True
+
+
+TUNE_KINDS: Registry[CandidateKind] = Registry("tune candidate kind")
+
+
+def register_kind(kind: CandidateKind, *, replace: bool = False) -> CandidateKind:
+    """Add a kind of candidate to every search (after those registered before it)."""
+    if kind.rung not in ("screen", "longer"):
+        raise ValueError(f"a kind enters the screen or the longer rung, not {kind.rung!r}")
+    return TUNE_KINDS.register(kind.name, kind, replace=replace)
+
+
+def kinds(search: Search) -> list[CandidateKind]:
+    """The kinds this search tries, in registration order."""
+    return [TUNE_KINDS.get(name) for name in TUNE_KINDS.names() if TUNE_KINDS.get(name).enabled(search)]
+
+
+# ------------------------------------------------------------------------------------------------------ eager
+
+
+def _eager_stages(search: Search) -> list[tuple[str, int, int]]:
+    modes = len(search.base_modes)
+    out = []
+    for index, batch in enumerate(search.sizes):
+        # Dominance leaves about the best third of the modes beyond the second size (an assumption of the plan
+        # only: the search itself prunes by what it measures).
+        count = modes if index < 2 else math.ceil(modes / 3)
+        priority = PRIORITY["screen-first"] if index == 0 else PRIORITY["screen-second"] if index == 1 else \
+            PRIORITY["screen-more"]
+        out.append((f"screen bs{batch}", count, priority))
+    return out
+
+
+def dominated(search: Search, mode: str, others: Sequence[str], sizes: Sequence[int]) -> str | None:
+    """The mode that beat ``mode`` by more than :data:`DOMINANCE_MARGIN` at both of ``sizes``, or None."""
+    def score(name: str, batch: int) -> float | None:
+        m = search.measurement(search.cell(name, batch))
+        return search.figures(m)["score"] if m is not None else None
+
+    mine = [score(mode, b) for b in sizes]
+    if any(s is None for s in mine):
+        return None
+    for other in others:
+        theirs = [score(other, b) for b in sizes]
+        if all(t is not None and t > s * (1.0 + DOMINANCE_MARGIN) for t, s in zip(theirs, mine, strict=True)):
+            return other
+    return None
+
+
+def _eager_rounds(search: Search) -> Rounds:
+    """A round per batch size; a mode drops out at a failure, a broken limit, a plateau, or when dominated."""
+    active = list(search.base_modes)
+    for index, batch in enumerate(search.sizes):
+        if not active:
+            return
+        yield f"screen bs{batch}", [search.cell(mode, batch) for mode in active]
+        still = []
+        for mode in active:
+            m = search.measurement(search.cell(mode, batch))
+            if m is None or index == len(search.sizes) - 1:
+                continue
+            f = search.figures(m)
+            if m.status != Status.OK or limit_violations(f, search.limits):
+                continue
+            previous = [search.score(search.measurement(search.cell(mode, b))) for b in search.sizes[:index]]
+            previous = [p for p in previous if p is not None]
+            if not search.explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
+                continue  # throughput stopped rising: larger batches only cost memory and latency
+            still.append(mode)
+        if index >= 1:
+            pair = search.sizes[index - 1:index + 1]
+            kept = []
+            for mode in still:
+                winner = dominated(search, mode, [o for o in search.base_modes if o != mode], pair)
+                if winner is None:
+                    kept.append(mode)
+                    continue
+                larger = [f"bs{b}" for b in search.sizes[index + 1:]]
+                search.prune("dominance", mode, larger, f"{winner} beat it by more than {DOMINANCE_MARGIN:.0%} at "
+                                                        f"batch {pair[0]} and {pair[1]}")
+            still = kept
+        active = still
+
+
+register_kind(CandidateKind(name="eager", rung="screen", build_s={"cuda": 0.0, "cpu": 0.0},
+                            stages=_eager_stages, rounds=_eager_rounds))
+
+
+# ---------------------------------------------------------------------------------------------------- compile
+
+
+def _compile_rounds(search: Search) -> Rounds:
+    """The variants of the best eager families (within the pruning margin), each at its family's best batch."""
+    scores = search.family_scores()
+    families = search.rank_families("compile", search.suffixes, MAX_COMPILE_FAMILIES, scores,
+                                    max(scores.values(), default=0.0))
+    cells = []
+    for family in families:
+        anchor = search.family_point(family)
+        for variant in (variant_of(family, s) for s in search.suffixes):
+            if anchor is not None and variant:
+                search.family_of[variant] = family
+                cells.append(search.cell(variant, anchor.batch_size))
+    if cells:
+        yield "compile", cells
+
+
+register_kind(CandidateKind(
+    name="compile", rung="longer", build_s={"cuda": 45.0, "cpu": 30.0},
+    stages=lambda s: [("compile", MAX_COMPILE_FAMILIES * len(s.suffixes), PRIORITY["compile"])],
+    rounds=_compile_rounds, enabled=lambda s: s.compile_variants))
+
+
+def _autotune_rounds(search: Search) -> Rounds:
+    """max-autotune of the best precisions still within the margin, rescored with their compiled results."""
+    scores = search.family_scores(compiled=True)
+    eager = search.family_scores()
+    best = max([*scores.values(), *eager.values()], default=0.0)
+    compiled_families = {search.family_of.get(m.mode) for m in search.run.result.measurements}
+    scores = {f: s for f, s in scores.items() if f in compiled_families} or scores
+    chosen = search.rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
+    cells = []
+    for family in chosen:
+        anchor = search.family_point(family)
+        variant = variant_of(family, "+compile:max-autotune")
+        if anchor is not None and variant:
+            search.family_of[variant] = family
+            cells.append(search.cell(variant, anchor.batch_size))
+    if cells:
+        yield "max-autotune", cells
+
+
+register_kind(CandidateKind(
+    name="max-autotune", rung="longer", build_s={"cuda": 300.0, "cpu": 120.0},
+    stages=lambda s: [("max-autotune", MAX_AUTOTUNE_FAMILIES, PRIORITY["max-autotune"])],
+    rounds=_autotune_rounds, enabled=lambda s: s.compile_variants and s.max_autotune))
+
+
+# ---------------------------------------------------------------------------------------------------- backend
+
+
+def backend_modes(search: Search) -> tuple[list[str], int | None]:
+    """The modes of the backend kind and their batch size: the weight-cast form of the best eager precisions, with
+    and without ``+cl`` (and ``+cudagraph`` for infer-latency on a GPU), at the batch of the best eager result."""
+    from clsbench.modes import parse_mode
+
+    points = [p for p in (search.family_point(fam) for fam in search.base_modes) if p is not None]
+    scored = sorted((p for p in points if search.score(p) is not None), key=lambda p: -(search.score(p) or 0))
+    if not scored:
+        return [], None
+    precisions: list[str] = []
+    for point in scored:
+        precision = point.mode.split("+", 1)[0]
+        cast = BACKEND_PRECISION.get(precision, precision)
+        if cast not in precisions:
+            precisions.append(cast)
+    modes = []
+    for precision in precisions[:MAX_BACKEND_FAMILIES]:
+        for suffix in ("", "+cl"):
+            modes.append(parse_mode(precision + suffix).name)
+            if search.workload == "infer-latency" and search.device.startswith("cuda"):
+                modes.append(parse_mode(precision + suffix + "+cudagraph").name)
+    return modes, scored[0].batch_size
+
+
+def _backend_rounds(search: Search) -> Rounds:
+    """Each backend in :func:`backend_modes`; what a backend cannot express here is pruned with the backend's
+    reason, without starting a worker."""
+    from clsbench.engine.runner import static_backend_skip_reason
+
+    modes, batch = backend_modes(search)
+    if batch is None:
+        return
+    cells = []
+    environment = search.run.result.environment
+    for name in search.backends:
+        refused: dict[str, list[str]] = {}
+        for mode in modes:
+            cell = search.cell(mode, batch, name)
+            reason = static_backend_skip_reason(cell, environment)
+            if reason:
+                refused.setdefault(reason, []).append(mode)
+            else:
+                cells.append(cell)
+        for reason, refused_modes in refused.items():
+            search.prune("backend", name, refused_modes, reason)
+    if cells:
+        yield "backend", cells
+
+
+def _backend_count(search: Search) -> int:
+    layouts = 4 if search.workload == "infer-latency" and search.device.startswith("cuda") else 2
+    return len(search.backends) * MAX_BACKEND_FAMILIES * layouts
+
+
+register_kind(CandidateKind(
+    name="backend", rung="longer", build_s={"cuda": 90.0, "cpu": 30.0},
+    stages=lambda s: [("backend", _backend_count(s), PRIORITY["backend"])],
+    rounds=_backend_rounds, enabled=lambda s: bool(s.backends)))
+
+
+__all__ = [
+    "DOMINANCE_MARGIN",
+    "PRIORITY",
+    "TUNE_KINDS",
+    "CandidateKind",
+    "backend_modes",
+    "dominated",
+    "kinds",
+    "register_kind",
+]
