@@ -498,3 +498,45 @@ def test_diagnose_takes_the_ceiling_in_the_given_mode_and_prints_the_stages(phot
     assert {e["pipeline"] for e in outcome.analysis["pipelines"]} == {"cpu", "staged"}
     assert "stages of folder staged w0, each alone (batch 8, 1 batches; reading on 1 thread):" in text
     assert "slowest stage: " in text and "augment batched" in text
+
+
+# ------------------------------------------------------------------------------- the setting and its CLI
+
+
+def test_the_augment_setting_is_checked_labelled_stored_and_reproduced():
+    from clsbench.core.options import data_cli_args
+    from clsbench.data.plan import check_settings
+    from clsbench.errors import InvalidInputError
+    from clsbench.results.schema import data_label
+
+    chosen = DataSettings("/d", pipeline="gpu", augment="per-image")
+    assert check_settings(chosen) is chosen and chosen.label() == "folder gpu w0 per-image"
+    assert DataSettings("/d", pipeline="gpu").label() == "folder gpu w0"
+    assert "augment" not in DataSettings("/d", pipeline="gpu").to_dict()  # older files keep their bytes
+    assert chosen.to_dict()["augment"] == "per-image" and DataSettings.from_dict(chosen.to_dict()) == chosen
+    assert Cell(TINY, "train", "fp32", 8, "cpu", data=chosen).to_dict()["data"]["augment"] == "per-image"
+    assert "augment" not in Cell(TINY, "train", "fp32", 8, "cpu", data=DataSettings("/d")).to_dict()["data"]
+    assert data_label({"directory": "/d", "pipeline": "gpu"}) == "folder gpu w0"
+    assert data_cli_args(chosen)[-2:] == ["--gpu-augment", "per-image"]
+    assert "--gpu-augment" not in data_cli_args(DataSettings("/d", pipeline="gpu"))
+    for bad, message in ((dict(pipeline="gpu", augment="bilinear"), "unknown gpu augmentation 'bilinear'"),
+                         (dict(augment="batched"), "--gpu-augment applies to the gpu pipeline, not 'cpu'"),
+                         (dict(pipeline="dali", augment="batched"), "--gpu-augment applies"),
+                         (dict(pipeline="gpu", augment=" "), "must be a name")):
+        with pytest.raises(InvalidInputError, match=message):
+            check_settings(DataSettings("/d", **bad))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--pipeline", "gpu", "--gpu-augment", "per-imag"], "did you mean: per-image?"),
+    (["--gpu-augment", "batched"], "--gpu-augment applies to the gpu pipeline"),
+])
+def test_cli_gpu_augment_errors_are_one_line(photos: Path, args: list[str], fragment: str):
+    from click.testing import CliRunner
+
+    from clsbench.cli import main
+
+    done = CliRunner().invoke(main, ["run", "--model", TINY, "--device", "cpu", "--data", str(photos), *args])
+    assert done.exit_code == 2, done.output
+    lines = [line for line in done.output.splitlines() if line.strip()]
+    assert any(fragment in line for line in lines) and "Traceback" not in done.output
