@@ -496,7 +496,7 @@ def test_diagnose_takes_the_ceiling_in_the_given_mode_and_prints_the_stages(phot
     text = render_diagnose(outcome.analysis)
     assert "kept fed: the fp32+cl synthetic ceiling" in text
     assert {e["pipeline"] for e in outcome.analysis["pipelines"]} == {"cpu", "staged"}
-    assert "stages of folder staged w0, each alone (batch 8, 1 batches; reading on 1 thread):" in text
+    assert "stages of folder staged w0, each alone (batch 8, 1 timed batch; reading on 1 thread):" in text
     assert "slowest stage: " in text and "augment batched" in text
 
 

@@ -481,8 +481,9 @@ def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[st
         return []
     if stages.get("error"):
         return [f"stages of {row['label']}: not measured ({stages['error']})"]
-    lines = [f"stages of {row['label']}, each alone (batch {stages.get('batch_size')}, {stages.get('batches')} "
-             f"batches; reading on {stages.get('read_threads')} thread):"]
+    count = stages.get("batches")
+    lines = [f"stages of {row['label']}, each alone (batch {stages.get('batch_size')}, {count} timed "
+             f"batch{'' if count == 1 else 'es'}; reading on {stages.get('read_threads')} thread):"]
     table = []
     for stage in stages.get("stages") or []:
         name = stage["stage"] + (f" {stage['augment']}" if stage.get("augment") else "")
@@ -490,8 +491,8 @@ def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[st
                                                        else "for comparison")
         table.append((name, fmt_rate(stage["img_s"]), fmt_ms(stage["device_ms_per_batch"]), _mb(stage["peak_bytes"]),
                       note))
-    lines += render_rows(("stage", "img/s", "GPU ms/batch", "peak MB", ""), table, {"img/s", "GPU ms/batch",
-                                                                                    "peak MB"})
+    header = ("stage", "img/s", "GPU ms/batch", "peak MB", "augmentation")
+    lines += render_rows(header, table, {"img/s", "GPU ms/batch", "peak MB"})
     if stages.get("slowest"):
         lines.append(f"slowest stage: {stages['slowest']} ({fmt_rate(stages['slowest_img_s'])} img/s: the pipeline "
                      "cannot deliver more)")
