@@ -7,7 +7,8 @@ the call returned to Python, "done" adds the wait for the GPU):
 
 * read: the encoded bytes of the batch from the folder, one thread (as the gpu pipeline's read stage at w0);
 * decode: ``torchvision.io.decode_jpeg(list, device="cuda")`` on those bytes (the decode stage);
-* augment: :func:`clsbench.data.augment.crop_flip_resize` on the decoded images (the augment stage);
+* augment: each registered augmentation (``batched``, ``per-image``: :data:`clsbench.data.base.AUGMENTS`) on the
+  decoded images, into bfloat16 channels_last (the augment stage);
 * train step: ResNet-50 (or ``--model``) in amp-bf16 channels_last on a resident random batch, SGD (the ceiling's
   step), for comparison.
 
@@ -51,7 +52,8 @@ def main() -> None:
     from torchvision.io import ImageReadMode, decode_jpeg
 
     from clsbench.data import DataSettings
-    from clsbench.data.augment import choices, crop_flip_resize
+    from clsbench.data.augment import choices
+    from clsbench.data.base import AUGMENTS
     from clsbench.data.sources.folder import FolderSource
     from clsbench.models.registry import get_model_spec
 
@@ -77,8 +79,10 @@ def main() -> None:
     rows.append(("decode (nvJPEG, batched)", *timed(decode, args.batches)))
     boxes, flips = zip(*(choices(0, 0, i, int(im.shape[-2]), int(im.shape[-1])) for i, im in enumerate(decoded)),
                        strict=True)
-    rows.append(("augment (crop+resize+flip+norm)", *timed(
-        lambda: crop_flip_resize(decoded, boxes, flips, size, torch.channels_last), args.batches)))
+    for name, augment in AUGMENTS.items():
+        rows.append((f"augment {name}", *timed(
+            lambda a=augment: a.apply(decoded, boxes, flips, size, torch.channels_last, torch.bfloat16),
+            args.batches)))
 
     model = get_model_spec(args.model).build(seed=0).cuda().to(memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)

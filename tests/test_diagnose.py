@@ -161,6 +161,41 @@ def test_where_the_time_goes_on_the_cpu_pipeline():
     assert done["command"].endswith("--num-workers 8 --persistent-workers --normalize-on device")
 
 
+def test_the_verdict_names_the_pipelines_that_keep_the_ceiling_fed_and_the_gpu_stages():
+    from clsbench.analysis.data import stage_figures
+
+    record = {"batch_size": 8, "batches": 4, "read_threads": 1, "device_timer": "cuda_events", "augment": "batched",
+              "stages": [{"stage": "read", "images": 32, "seconds": 0.004, "batch_ms": None, "peak_bytes": None},
+                         {"stage": "decode", "images": 32, "seconds": 0.008, "batch_ms": [2.0] * 4,
+                          "peak_bytes": 3_000_000, "batch_bytes": 1_000_000},
+                         {"stage": "augment", "augment": "batched", "images": 32, "seconds": 0.002,
+                          "batch_ms": [1.0] * 4, "peak_bytes": 5_000_000, "batch_bytes": 2_000_000},
+                         {"stage": "augment", "augment": "per-image", "images": 32, "seconds": 0.016,
+                          "batch_ms": [6.0] * 4, "peak_bytes": 4_000_000, "batch_bytes": 2_000_000}]}
+    dali = DataSettings("/d", pipeline="dali", num_workers=8)
+    analysis = analyze_diagnose(result_of(1000.0, [(DEFAULT, 200.0, 0.8), (WORKERS, 700.0, 0.3), (GPU, 950.0, 0.02),
+                                                   (dali, 920.0, 0.03)],
+                                          extra={GPU.label(): {"stages": stage_figures(record)}}))
+    assert [(e["pipeline"], e["label"], e["keeps_fed"]) for e in analysis["pipelines"]] == [
+        ("cpu", WORKERS.label(), False), ("gpu", "folder gpu w0", True), ("dali", "folder dali w8", True)]
+    text = render_diagnose(analysis)
+    assert ("kept fed: the fp32 synthetic ceiling (1,000 img/s) is kept fed by gpu (folder gpu w0, 95.0%), dali "
+            "(folder dali w8, 92.0%); not by cpu (folder cpu w8 pin persistent, 70.0%)") in text
+    assert "stages of folder gpu w0, each alone (batch 8, 4 timed batches; reading on 1 thread):" in text
+    assert "slowest stage: decode (4,000 img/s: the pipeline cannot deliver more)" in text  # per-image not used
+    # decode 2 ms + batched 1 ms per batch of 8 against the 8 ms synthetic step; the larger peak is the augment's
+    assert ("GPU cost of the pipeline: 3.0 ms of device time per batch (decode + augment, alone) = 37.5% of the "
+            "synthetic step (8.0 ms); peak memory 5.0 MB above the model's") in text
+    row = next(line for line in text.splitlines() if line.startswith("augment per-image"))
+    assert "2,000" in row and "6.000" in row and "for comparison" in row
+    starved = analyze_diagnose(result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 800.0, 0.02)]))
+    assert "is kept fed by none; not by cpu (folder cpu w0, 20.0%), gpu (folder gpu w0, 80.0%)" in \
+        render_diagnose(starved)
+    failed = analyze_diagnose(result_of(1000.0, [(GPU, 950.0, 0.02)],
+                                        extra={GPU.label(): {"stages": stage_figures({"error": "OutOfMemoryError"})}}))
+    assert "stages of folder gpu w0: not measured (OutOfMemoryError)" in render_diagnose(failed)
+
+
 def test_no_verdict_without_a_ceiling_or_a_real_setting():
     assert "verdict: none: the synthetic ceiling did not run (failed: oom)" in render_diagnose(
         analyze_diagnose(result_of(None, [(DEFAULT, 100.0, 0.5)])))

@@ -14,6 +14,11 @@ Per repeat (from ``samples``):
 * ``step_ms_mean``: mean of ``step_ms`` (GPU time of a step between events on a GPU; host time on the CPU).
 
 The measurement's figures are the median over its ok repeats; counts (decode failures, epochs) the maximum.
+
+Where the pipeline measured its stages alone before training (``data.stages``, the gpu pipeline:
+:mod:`clsbench.data.stages`), ``stages`` holds :func:`stage_figures` of the first ok repeat that has them: each
+stage's images/s (images / host seconds), its device milliseconds per batch (mean of the CUDA event times) and peak
+device memory; the slowest of read, decode and the augmentation the pipeline used, whose rate bounds the pipeline's.
 """
 
 from __future__ import annotations
@@ -57,6 +62,51 @@ def _median(values: Sequence[Any]) -> float | None:
     return stats.median(present) if present else None
 
 
+def _mean(values: Sequence[Any] | None) -> float | None:
+    present = [v for v in values or [] if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(present) / len(present) if present else None
+
+
+def _stage_row(stage: dict[str, Any]) -> dict[str, Any]:
+    seconds, images = stage.get("seconds"), stage.get("images")
+    return {"stage": stage.get("stage"), "augment": stage.get("augment"),
+            "img_s": images / seconds if images and seconds and seconds > 0 else None,
+            "device_ms_per_batch": _mean(stage.get("batch_ms")), "peak_bytes": stage.get("peak_bytes"),
+            "batch_bytes": stage.get("batch_bytes")}
+
+
+def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Rates, device time and memory per stage from a stored stage record (module docstring); None without one.
+
+    ``slowest`` names the slowest of the stages the pipeline runs (read, decode, its augmentation; the other
+    augmentations are measured for comparison only); ``device_ms_per_batch`` and ``peak_bytes`` are those stages'
+    device time per batch summed (what the pipeline takes from the model's GPU per batch) and their largest peak.
+    """
+    if not record:
+        return None
+    if record.get("error"):
+        return {"error": record["error"]}
+    rows = [_stage_row(stage) for stage in record.get("stages") or []]
+    used = record.get("augment")
+    running = [r for r in rows if r["stage"] != "augment" or r["augment"] == used]
+    rated = [r for r in running if r["img_s"] is not None]
+    slowest = min(rated, key=lambda r: r["img_s"], default=None)
+    device = [r["device_ms_per_batch"] for r in running if r["device_ms_per_batch"] is not None]
+    peaks = [r["peak_bytes"] for r in running if r["peak_bytes"] is not None]
+    return {
+        "batch_size": record.get("batch_size"),
+        "batches": record.get("batches"),
+        "read_threads": record.get("read_threads"),
+        "device_timer": record.get("device_timer"),
+        "augment": used,
+        "stages": rows,
+        "slowest": slowest["stage"] if slowest else None,
+        "slowest_img_s": slowest["img_s"] if slowest else None,
+        "device_ms_per_batch": sum(device) if device else None,
+        "peak_bytes": max(peaks) if peaks else None,
+    }
+
+
 def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``summary.data`` block of a real-data measurement (None when no ok repeat carries data facts)."""
     records = [r for r in ok if r.get("data")]
@@ -72,7 +122,7 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         for name in r["data"].get("decode_failures") or []:
             if name not in failures:
                 failures.append(name)
-    return {
+    out = {
         "label": data_label(first.get("settings")),
         "pipeline": (first.get("settings") or {}).get("pipeline"),
         "source": (first.get("settings") or {}).get("source"),
@@ -96,3 +146,7 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "decode_failures_n": max(r["data"].get("decode_failures_n") or 0 for r in records),
         "decode_failures": failures[:20],
     }
+    probed = next((r["data"]["stages"] for r in records if r["data"].get("stages") is not None), None)
+    if probed is not None:  # left out otherwise: summaries of pipelines without stage figures keep their bytes
+        out["stages"] = stage_figures(probed)
+    return out

@@ -34,6 +34,9 @@ RUN_DATA_OPTIONS = [
     click.option("--normalize-on", "normalize_on", type=click.Choice(NORMALIZE_WHERE),
                  help="cpu pipeline: normalise in the workers (default; float32 batches) or on the device after the "
                       "copy (uint8 batches: a quarter of the bytes to move)."),
+    click.option("--gpu-augment", "gpu_augment",
+                 help="gpu pipeline: batched (default: a few batched operations per batch, roi_align) or per-image "
+                      "(one antialiased resize per image)."),
     click.option("--data-timeout", type=float,
                  help=f"Seconds one batch may take before the measurement fails as data_loader_timeout (default "
                       f"{DEFAULT_DATA_TIMEOUT_S:g})."),
@@ -51,11 +54,12 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
                   num_workers: int | None = None, pin_memory: bool | None = None,
                   persistent_workers: bool | None = None, prefetch_factor: int | None = None,
                   prime_cache: bool | None = None, normalize_on: str | None = None,
-                  data_timeout: float | None = None) -> DataSettings | None:
+                  data_timeout: float | None = None, gpu_augment: str | None = None) -> DataSettings | None:
     """The settings the options describe, or None for synthetic data (no --data, no other data option)."""
     others = {"--pipeline": pipeline, "--num-workers": num_workers, "--pin-memory": pin_memory,
               "--persistent-workers": persistent_workers, "--prefetch-factor": prefetch_factor,
-              "--prime-cache": prime_cache, "--normalize-on": normalize_on, "--data-timeout": data_timeout}
+              "--prime-cache": prime_cache, "--normalize-on": normalize_on, "--data-timeout": data_timeout,
+              "--gpu-augment": gpu_augment}
     if data_dir is None:
         given = [name for name, value in others.items() if value is not None]
         if data_source in ("folder", "memory"):
@@ -70,7 +74,7 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
         num_workers=0 if num_workers is None else num_workers, pin_memory=bool(pin_memory),
         persistent_workers=bool(persistent_workers), prefetch_factor=prefetch_factor,
         prime_cache=True if prime_cache is None else prime_cache, normalize=normalize_on or "worker",
-        timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
+        augment=gpu_augment, timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
     from clsbench.data.plan import check_settings
 
     return check_settings(settings)
@@ -81,5 +85,6 @@ def given(options: dict[str, Any]) -> list[str]:
     names = {"data_dir": "--data", "data_source": "--data-source", "pipeline": "--pipeline",
              "num_workers": "--num-workers", "pin_memory": "--pin-memory", "persistent_workers":
              "--persistent-workers", "prefetch_factor": "--prefetch-factor", "prime_cache": "--prime-cache",
-             "normalize_on": "--normalize-on", "data_timeout": "--data-timeout"}
+             "normalize_on": "--normalize-on", "data_timeout": "--data-timeout",
+             "gpu_augment": "--gpu-augment"}
     return [names[k] for k, v in options.items() if v is not None and k in names]

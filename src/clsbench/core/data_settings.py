@@ -28,6 +28,10 @@ NORMALIZE_WHERE = ("worker", "device")
 #: minutes only ever trips on a worker that hangs.
 DEFAULT_DATA_TIMEOUT_S = 120.0
 
+#: Settings added after result files already held data settings: left out of a stored dict while None, so files
+#: written before them (and golden files) keep their bytes, and such files still read back as equal settings.
+OMITTED_WHEN_NONE = ("augment",)
+
 #: Upper limit on DataLoader workers and prefetch: far above any machine's useful values, it only catches typos.
 MAX_WORKERS = 1024
 MAX_PREFETCH = 64
@@ -51,6 +55,9 @@ class DataSettings:
             first, cold pass over the files; that pass is reported as ``cache_prime_s``.
         normalize: cpu pipeline: ``worker`` (float32 batches, normalised in the workers) or ``device`` (uint8
             batches, converted and normalised on the device after the copy).
+        augment: gpu pipeline: how it crops, resizes, flips and normalises a decoded batch (``--gpu-augment``, a name
+            of :data:`clsbench.data.base.AUGMENTS`: ``batched`` or ``per-image``); None: the pipeline's default
+            (``batched``).
         timeout_s: seconds one batch may take before the measurement fails (``data_loader_timeout``).
         fingerprint: the dataset's file list and sizes, hashed when the run was planned (not part of the identity).
     """
@@ -64,6 +71,7 @@ class DataSettings:
     prefetch_factor: int | None = None
     prime_cache: bool = True
     normalize: str = "worker"
+    augment: str | None = None
     timeout_s: float = field(default=DEFAULT_DATA_TIMEOUT_S, compare=False)
     fingerprint: str | None = field(default=None, compare=False)
 
@@ -88,6 +96,9 @@ class DataSettings:
         if self.normalize not in NORMALIZE_WHERE:
             raise InvalidInputError(f"unknown place to normalise {self.normalize!r}",
                                     "choose --normalize-on worker or device")
+        if self.augment is not None and (not isinstance(self.augment, str) or not self.augment.strip()):
+            raise InvalidInputError(f"the gpu augmentation must be a name, got {self.augment!r}",
+                                    "e.g. --gpu-augment batched")
         if not self.timeout_s > 0:
             raise InvalidInputError(f"the data timeout must be > 0 seconds, got {self.timeout_s}",
                                     "e.g. --data-timeout 120")
@@ -99,7 +110,11 @@ class DataSettings:
         return data_label(self.to_dict()) or ""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for name in OMITTED_WHEN_NONE:
+            if out[name] is None:
+                del out[name]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataSettings:

@@ -183,6 +183,8 @@ def data_cli_args(data: DataSettings) -> list[str]:
         args.append("--no-prime-cache")
     if data.normalize != "worker":
         args += ["--normalize-on", data.normalize]
+    if data.augment is not None:
+        args += ["--gpu-augment", data.augment]
     if data.timeout_s != DEFAULT_DATA_TIMEOUT_S:
         args += ["--data-timeout", f"{data.timeout_s:g}"]
     return args

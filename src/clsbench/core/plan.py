@@ -124,6 +124,8 @@ class Cell:
         data = dataclasses.asdict(self)
         if self.data is None:
             del data["data"]  # files without real data read exactly as before
+        else:
+            data["data"] = self.data.to_dict()
         if self.backend == DEFAULT_BACKEND:
             del data["backend"]  # and eager files too
         return data

@@ -34,6 +34,10 @@ from clsbench.errors import InvalidInputError
 SOURCES: Registry[Any] = Registry("data source", package="clsbench.data.sources", option="--data-source")
 #: How images reach the model, by name; each module of ``data/pipelines/`` registers its own.
 PIPELINES: Registry[Any] = Registry("pipeline", package="clsbench.data.pipelines", option="--pipeline")
+#: How the gpu pipeline crops, resizes, flips and normalises a decoded batch, by name (``data/augments/``).
+AUGMENTS: Registry[Any] = Registry("gpu augmentation", package="clsbench.data.augments", option="--gpu-augment")
+#: The augmentation the gpu pipeline uses when the settings name none.
+DEFAULT_AUGMENT = "batched"
 
 
 def ordered_pipelines(names: Iterable[str] | None = None) -> list[Any]:
@@ -67,6 +71,20 @@ class EncodedDataset(Protocol):
 
     def facts(self) -> dict[str, Any]:
         """What the result records about the source (setup times, bytes held in RAM...)."""
+
+
+class Augment(Protocol):
+    """One way to turn decoded images of different sizes into a training batch (``AUGMENTS``)."""
+
+    name: str
+    resize: str  # what its resize computes, in words (recorded in the pipeline's facts)
+
+    def apply(self, images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int, int, int]],
+              flips: Sequence[bool], size: int, memory_format: torch.memory_format,
+              dtype: torch.dtype) -> torch.Tensor:
+        """Crop image ``i`` (uint8, (3, H, W)) to ``boxes[i]`` = (top, left, height, width), resize it to ``size`` x
+        ``size``, flip it horizontally where ``flips[i]``, normalise (:data:`clsbench.data.augment.MEAN`, ``STD``);
+        return the batch (N, 3, size, size) in ``dtype`` and ``memory_format`` on the images' device."""
 
 
 class DataSource(Protocol):
@@ -139,6 +157,13 @@ def check_device_pipeline(name: str, settings: DataSettings) -> None:
     if settings.normalize != "worker":
         raise InvalidInputError(f"--normalize-on applies to the cpu pipeline, not {name!r}",
                                 "the gpu and dali pipelines normalise on the device already; drop it")
+
+
+def check_no_augment(name: str, settings: DataSettings) -> None:
+    """``--gpu-augment`` chooses the gpu pipeline's augmentation: refuse it for another pipeline."""
+    if settings.augment is not None:
+        raise InvalidInputError(f"--gpu-augment applies to the gpu pipeline, not {name!r}",
+                                "use --pipeline gpu, or drop --gpu-augment")
 
 
 def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:

@@ -41,6 +41,7 @@ from typing import Any
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, StopRule
+from clsbench.core.text_table import fmt_ms
 from clsbench.core.vocab import Status
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
@@ -270,6 +271,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "step_ms_mean": _number(d.get("step_ms_mean")),
         "data_startup_s": _number(d.get("data_startup_s")),
         "decode_failures_n": d.get("decode_failures_n") or 0,
+        "stages": d.get("stages"),
         "spread_pct": _number(s.get("spread_pct")),
         "is_default": label is not None and label == default_label,
         "cell": Cell.of(m),
@@ -286,6 +288,20 @@ def classify(row: dict[str, Any] | None, ceiling_bound_by: str | None) -> str | 
     if ceiling_bound_by == "launch":
         return "launch-bound"
     return "compute-bound"
+
+
+def pipelines_feeding(rows: list[dict[str, Any]], ceiling_bound_by: str | None) -> list[dict[str, Any]]:
+    """Per pipeline that ran (in the order of the rows): its best setting, that setting's share of the synthetic
+    ceiling, and whether it keeps the ceiling fed (its verdict is not input-bound, :func:`classify`)."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = row.get("pipeline")
+        if name is None or row.get("ratio_to_synthetic") is None:
+            continue
+        if name not in best or row["throughput_img_s"] > best[name]["throughput_img_s"]:
+            best[name] = row
+    return [{"pipeline": name, "label": row["label"], "ratio_to_synthetic": row["ratio_to_synthetic"],
+             "keeps_fed": classify(row, ceiling_bound_by) != "input-bound"} for name, row in best.items()]
 
 
 def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: int | None) -> dict[str, Any] | None:
@@ -386,6 +402,7 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
         "command": None,
         "time_split": None,
         "explanation": [],
+        "pipelines": pipelines_feeding(real, ceiling_bound) if ceiling else [],
     }
     if default is not None:
         out["default"] = {k: v for k, v in default.items() if k != "cell"}
@@ -435,6 +452,69 @@ def _row_label(row: dict[str, Any]) -> str:
     return row["label"] + (" (PyTorch default)" if row["is_default"] else "")
 
 
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:,.1f}"
+
+
+def fed_lines(analysis: dict[str, Any]) -> list[str]:
+    """Which pipelines keep the synthetic ceiling of the measured mode fed, and which do not (best setting of each)."""
+    pipelines = analysis.get("pipelines") or []
+    ceiling = analysis.get("ceiling_img_s")
+    if not pipelines or ceiling is None:
+        return []
+
+    def each(entries: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{e['pipeline']} ({e['label']}, {_pct(e['ratio_to_synthetic'])})" for e in entries) or "none"
+
+    fed = [e for e in pipelines if e["keeps_fed"]]
+    starved = [e for e in pipelines if not e["keeps_fed"]]
+    line = (f"kept fed: the {analysis.get('mode')} synthetic ceiling ({fmt_rate(ceiling)} img/s) is kept fed by "
+            f"{each(fed)}")
+    return [line + (f"; not by {each(starved)}" if starved else "")]
+
+
+def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[str]:
+    """A setting's stages measured alone (:func:`clsbench.analysis.data.stage_figures`) as a small table, the slowest
+    named, and the device time the pipeline takes per batch against the synthetic step."""
+    stages = row.get("stages")
+    if not stages:
+        return []
+    if stages.get("error"):
+        return [f"stages of {row['label']}: not measured ({stages['error']})"]
+    count = stages.get("batches")
+    lines = [f"stages of {row['label']}, each alone (batch {stages.get('batch_size')}, {count} timed "
+             f"batch{'' if count == 1 else 'es'}; reading on {stages.get('read_threads')} thread):"]
+    table = []
+    for stage in stages.get("stages") or []:
+        name = stage["stage"] + (f" {stage['augment']}" if stage.get("augment") else "")
+        note = "" if stage["stage"] != "augment" else ("used" if stage["augment"] == stages.get("augment")
+                                                       else "for comparison")
+        table.append((name, fmt_rate(stage["img_s"]), fmt_ms(stage["device_ms_per_batch"]), _mb(stage["peak_bytes"]),
+                      note))
+    header = ("stage", "img/s", "GPU ms/batch", "peak MB", "augmentation")
+    lines += render_rows(header, table, {"img/s", "GPU ms/batch", "peak MB"})
+    if stages.get("slowest"):
+        lines.append(f"slowest stage: {stages['slowest']} ({fmt_rate(stages['slowest_img_s'])} img/s: the pipeline "
+                     "cannot deliver more)")
+    device_ms = stages.get("device_ms_per_batch")
+    if device_ms is not None:
+        share = (f" = {_pct(device_ms / synthetic_step_ms)} of the synthetic step ({synthetic_step_ms:.1f} ms)"
+                 if synthetic_step_ms else "")
+        lines.append(f"GPU cost of the pipeline: {device_ms:.1f} ms of device time per batch (decode + augment, "
+                     f"alone){share}; peak memory {_mb(stages.get('peak_bytes'))} MB above the model's")
+    return lines
+
+
+def pipeline_lines(analysis: dict[str, Any]) -> list[str]:
+    """Each setting's stages measured alone, where it measured them."""
+    ceiling, batch = analysis.get("ceiling_img_s"), analysis.get("batch_size")
+    step_ms = 1000.0 * batch / ceiling if ceiling and batch else None
+    lines: list[str] = []
+    for row in analysis.get("rows", []):
+        lines += stage_lines(row, step_ms)
+    return lines
+
+
 def render_diagnose(analysis: dict[str, Any]) -> str:
     """The diagnosis in words: the table of settings, the verdict, the best setting and how to reproduce it."""
     dataset = analysis.get("dataset") or {}
@@ -471,6 +551,7 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
         lines.append(f"verdict: {_VERDICT_WORDS[analysis['verdict']].format(what=what)} (best setting at "
                      f"{_pct(best['ratio_to_synthetic'])} of synthetic; input-bound below {ratio_limit:.0f}% or above "
                      f"{100 * rules.get('idle_limit', IDLE_LIMIT):.0f}% idle)")
+        lines += fed_lines(analysis)
         default = analysis.get("default")
         if default is not None and default.get("throughput_img_s") is not None:
             lines.append(f"with PyTorch's defaults (num_workers=0, pin_memory=False): "
@@ -486,6 +567,7 @@ def render_diagnose(analysis: dict[str, Any]) -> str:
             lines.append(f"reproduce: {analysis['command']}")
         for sentence in analysis.get("explanation") or []:
             lines.append(f"why: {sentence}")
+    lines += pipeline_lines(analysis)
     lines.append("data wait: waiting for a prepared batch; copy: placing it on the device (from unpinned memory this "
                  "also waits for the previous step); shares of the timed wall time")
     images = (analysis.get("dataset") or {}).get("images")

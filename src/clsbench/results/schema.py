@@ -65,12 +65,13 @@ def backend_suffix(backend: str | None) -> str:
 #: of a measurement's identity).
 DATA_IDENTITY_DEFAULTS: dict[str, Any] = {"source": "folder", "pipeline": "cpu", "num_workers": 0, "pin_memory": False,
                                           "persistent_workers": False, "prefetch_factor": None, "prime_cache": True,
-                                          "normalize": "worker"}
+                                          "normalize": "worker", "augment": None}
 
 
 def data_label(data: dict[str, Any] | None) -> str | None:
     """The short label of stored real-data settings, unique among those that change a measurement, e.g.
-    ``folder cpu w8 pin persistent`` (``uint8`` at the end: batches normalised on the device); None: synthetic."""
+    ``folder cpu w8 pin persistent`` (``uint8`` at the end: batches normalised on the device; the gpu augmentation's
+    name when one was chosen); None: synthetic."""
     if data is None:
         return None
     d = {**DATA_IDENTITY_DEFAULTS, **data}
@@ -85,6 +86,8 @@ def data_label(data: dict[str, Any] | None) -> str | None:
         parts.append("cold")
     if d["normalize"] == "device":
         parts.append("uint8")
+    if d["augment"] is not None:
+        parts.append(str(d["augment"]))
     return " ".join(parts)
 
 

@@ -7,14 +7,16 @@ flag; the stop rule and block planning are the same :class:`~clsbench.workloads.
 
 1. **data set-up** (``data_setup_s``, host clock): open the source (scan the directory; for ``folder``, read every
    file once to warm the OS cache; for ``memory``, read every file into RAM);
-2. **data start-up** (``data_startup_s``): start the pipeline (DataLoader workers, producer thread) and wait for its
+2. **stages** (``stage_probe_s``; pipelines that offer it, the gpu pipeline): read, decode and augment measured
+   each alone on a few batches (:mod:`clsbench.data.stages`), stored as ``data.stages``;
+3. **data start-up** (``data_startup_s``): start the pipeline (DataLoader workers, producer thread) and wait for its
    first batch, synchronised;
-3. **first call** (``first_iteration_s``): one training step on that batch, synchronised (cuDNN autotuning);
-4. **warm-up**: (next batch, step, synchronise) until the warm-up rule holds;
-5. **drain**: batches the pipeline prepared ahead while the GPU waited on those synchronisations are thrown away
+4. **first call** (``first_iteration_s``): one training step on that batch, synchronised (cuDNN autotuning);
+5. **warm-up**: (next batch, step, synchronise) until the warm-up rule holds;
+6. **drain**: batches the pipeline prepared ahead while the GPU waited on those synchronisations are thrown away
    (``drained_batches``) until taking one has to wait for it, so the timed region starts at the pipeline's own
    pace instead of living off a buffer for its first seconds;
-6. **timed blocks**: synchronise, read the clock; per iteration: take the next prepared batch and read the clock
+7. **timed blocks**: synchronise, read the clock; per iteration: take the next prepared batch and read the clock
    (``data_wait_ms``: host time waiting for the pipeline), place it on the device and read the clock
    (``copy_ms``: the cpu pipeline's host-to-device copy call, which from unpinned memory first waits for the
    previous step to finish, as a plain ``.to(device)`` does; the gpu pipeline's stream hand-over), record a CUDA
@@ -59,6 +61,8 @@ from clsbench.workloads.step import build_optimizer, make_step
 DRAIN_WAIT_S = 0.002
 #: Names of files that failed to decode kept in a result (their count is always complete).
 MAX_NAMED_FAILURES = 50
+#: Characters of a failed stage probe's error kept in the record.
+MAX_ERROR_CHARS = 300
 
 
 def drain_limit(settings: Any) -> int:
@@ -137,6 +141,25 @@ def _open_dataset(settings: Any, batch: int, num_classes: int) -> Any:
     return dataset
 
 
+def measure_pipeline_stages(pipeline: Any, dataset: Any, spec: BatchSpec, clock: Any) -> tuple[dict[str, Any] | None,
+                                                                                              int]:
+    """The pipeline's stages measured alone before training (``measure_stages``, a pipeline's optional method: the
+    gpu pipeline's), and the ns it took; (None, 0) for a pipeline without it. A failure there is recorded in the
+    record's place (``{"error": ...}``) and training is still measured; a pipeline that cannot run here is skipped
+    as from ``open``."""
+    probe = getattr(pipeline, "measure_stages", None)
+    if probe is None:
+        return None, 0
+    t0 = clock.now_ns()
+    try:
+        stages = probe(dataset, spec, clock)
+    except (PipelineUnsupportedError, DataError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the probe is a side measurement: recorded, training goes on
+        stages = {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+    return stages, clock.now_ns() - t0
+
+
 class TrainWithData:
     name = "train"
     kind = "train"
@@ -180,6 +203,7 @@ class TrainWithData:
         spec = BatchSpec(batch_size=batch, input_size=ctx.input_size, device=device,
                          memory_format=prepared.memory_format, dtype=prepared.input_dtype, seed=ctx.data_seed,
                          settings=settings)
+        stages, stages_ns = measure_pipeline_stages(pipeline, dataset, spec, clock)
         failures: list[str] = []
         timing = False
         t0 = clock.now_ns()
@@ -263,6 +287,8 @@ class TrainWithData:
             "warmup_iterations": warm.iterations,
             "warmup_s": warm.elapsed_ns / NS_PER_S,
         }
+        if stages is not None:
+            timings["stage_probe_s"] = stages_ns / NS_PER_S
         data = {
             "settings": settings.to_dict(),
             "dataset": dataset.index.facts(),
@@ -273,5 +299,7 @@ class TrainWithData:
             "decode_failures": sorted(set(failures))[:MAX_NAMED_FAILURES],
             "idle_method": "cuda_events" if on_cuda else "host",
         }
+        if stages is not None:
+            data["stages"] = stages
         return WorkloadOutput(samples=samples, timings=timings, validity=timed.validity(), telemetry=telemetry,
                               data=data, profile=profile)

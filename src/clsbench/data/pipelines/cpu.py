@@ -38,6 +38,7 @@ from clsbench.data.base import (
     BatchSpec,
     EncodedDataset,
     StreamRecord,
+    check_no_augment,
     drain_ready,
     loader_context,
     shutdown_loader,
@@ -256,6 +257,7 @@ class CpuPipeline:
 
     def check(self, settings: DataSettings) -> None:
         """Raise InvalidInputError on a setting this pipeline cannot use."""
+        check_no_augment(self.name, settings)
         if settings.num_workers == 0 and settings.prefetch_factor is not None:
             raise InvalidInputError("prefetch_factor needs num_workers > 0 in the cpu pipeline",
                                     "add --num-workers 4, or drop --prefetch-factor")

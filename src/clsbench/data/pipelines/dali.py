@@ -23,7 +23,14 @@ import torch
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import CROP_RATIO, CROP_SCALE, FLIP_PROBABILITY, MEAN, STD
-from clsbench.data.base import PIPELINES, BatchSpec, EncodedDataset, check_device_pipeline, drain_ready
+from clsbench.data.base import (
+    PIPELINES,
+    BatchSpec,
+    EncodedDataset,
+    check_device_pipeline,
+    check_no_augment,
+    drain_ready,
+)
 from clsbench.data.errors import DataError, PipelineUnsupportedError
 from clsbench.errors import InvalidInputError
 
@@ -127,6 +134,7 @@ class DaliPipeline:
     def check(self, settings: DataSettings) -> None:
         """Raise InvalidInputError on a setting this pipeline cannot use."""
         check_device_pipeline(self.name, settings)
+        check_no_augment(self.name, settings)
         if settings.persistent_workers:
             raise InvalidInputError("--persistent-workers does not apply to dali (its threads live for the whole "
                                     "run)", "drop --persistent-workers")

@@ -12,16 +12,22 @@ of its slowest stage, not the sum of the three):
    batch is decoded). PNGs are decoded on the CPU and copied. If the batch call fails, the images are decoded one
    at a time to find the damaged ones, which are named and replaced by another image of the batch. An event marks
    the end of the batch on the stream;
-3. **augment**, on another stream that first waits for that event: RandomResizedCrop (one antialiased bilinear
-   resize per image, the sizes differ), flips and normalisation for the whole batch into the mode's memory format
-   (:func:`clsbench.data.augment.crop_flip_resize`); the decoded images are marked as used on this stream
-   (``record_stream``) so their memory is not reused too early; an event marks the batch ready, and it waits in a
-   queue ``prefetch_factor`` (default 2) deep.
+3. **augment**, on another stream that first waits for that event: RandomResizedCrop, flips and normalisation
+   for the whole batch, straight into the mode's dtype and memory format, by the augmentation the settings name
+   (``--gpu-augment``, :data:`clsbench.data.base.AUGMENTS`): ``batched`` (the default; a few batched operations
+   per batch around one ``roi_align``, :mod:`clsbench.data.augments.batched`) or ``per-image`` (one antialiased
+   resize per image, :mod:`clsbench.data.augments.per_image`); the decoded images are marked as used on this
+   stream (``record_stream``) so their memory is not reused too early; an event marks the batch ready, and it
+   waits in a queue ``prefetch_factor`` (default 2) deep.
 
 The training thread takes a batch, makes its current stream wait for the ready event (``wait_event``: no host
 synchronisation) and marks the tensors as used on that stream (``record_stream``) so the caching allocator does not
 reuse their memory before the training step has read them. A batch not ready within the data timeout fails the
 measurement (``data_loader_timeout``); an exception in any stage fails it with that exception.
+
+Before the stream starts, :meth:`GpuPipeline.measure_stages` measures each stage alone (read, decode, every
+augmentation; their device time per batch and peak memory: :mod:`clsbench.data.stages`); the train workload stores
+that in the result's data facts (``stages``), and ``clsbench diagnose`` prints the stage rates and the slowest.
 
 Needs CUDA and torchvision built with nvJPEG; elsewhere the measurement is skipped with the reason.
 """
@@ -41,8 +47,10 @@ from typing import Any
 import torch
 
 from clsbench.core.data_settings import DataSettings
-from clsbench.data.augment import EpochSampler, choices, crop_flip_resize
+from clsbench.data.augment import EpochSampler, choices
 from clsbench.data.base import (
+    AUGMENTS,
+    DEFAULT_AUGMENT,
     PIPELINES,
     BatchSpec,
     EncodedDataset,
@@ -152,6 +160,7 @@ class GpuStream(StreamRecord):
         self.device = spec.device
         if spec.device.type == "cuda" and spec.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
+        self.augment = AUGMENTS.get(self.settings.augment or DEFAULT_AUGMENT)
         self.decode_stream = torch.cuda.Stream(device=self.device)
         self.augment_stream = torch.cuda.Stream(device=self.device)
         depth = self.settings.prefetch_factor or DEFAULT_DEPTH
@@ -244,32 +253,11 @@ class GpuStream(StreamRecord):
 
     def _decode_batch(self, raw: RawBatch) -> DecodedBatch:
         """Decode on the decode stream (the current stream of this thread)."""
-        from torchvision.io import ImageReadMode, decode_jpeg
-
-        from clsbench.data.pipelines.cpu import decode_rgb
-
         index = self.dataset.index
         failures = list(raw.unreadable)
-        decoded: list[torch.Tensor | None] = [None] * len(raw.keys)
-        jpegs = [i for i, (_, j) in enumerate(raw.keys) if raw.encoded[i] is not None and index.kinds[j] == "jpeg"]
-        if jpegs:
-            try:
-                out = decode_jpeg([raw.encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=self.device)
-                for i, image in zip(jpegs, out, strict=True):
-                    decoded[i] = image
-            except RuntimeError:
-                for i in jpegs:  # find the damaged ones
-                    try:
-                        decoded[i] = decode_jpeg(raw.encoded[i], mode=ImageReadMode.RGB, device=self.device)
-                    except RuntimeError:
-                        failures.append(index.files[raw.keys[i][1]])
-        for i, (_, j) in enumerate(raw.keys):
-            data = raw.encoded[i]
-            if decoded[i] is None and data is not None and index.kinds[j] != "jpeg":
-                try:
-                    decoded[i] = decode_rgb(data).to(self.device, non_blocking=False)
-                except Exception:  # noqa: BLE001 - a damaged file: named and replaced below
-                    failures.append(index.files[j])
+        decoded = decode_batch(raw.encoded, [index.kinds[j] for _, j in raw.keys], self.device)
+        failures += [index.files[j] for (_, j), data, image in zip(raw.keys, raw.encoded, decoded, strict=True)
+                     if data is not None and image is None]
         good = [i for i, image in enumerate(decoded) if image is not None]
         if not good:
             raise DataError(f"no image of a batch of {len(raw.keys)} could be decoded in {index.root} "
@@ -294,9 +282,8 @@ class GpuStream(StreamRecord):
             box, flip = choices(self.spec.seed, epoch, index, int(image.shape[-2]), int(image.shape[-1]))
             boxes.append(box)
             flips.append(flip)
-        images = crop_flip_resize(batch.images, boxes, flips, self.spec.input_size, self.spec.memory_format)
-        if images.dtype != self.spec.dtype:
-            images = images.to(self.spec.dtype)
+        images = self.augment.apply(batch.images, boxes, flips, self.spec.input_size, self.spec.memory_format,
+                                    self.spec.dtype)
         for image in batch.images:  # allocated on the decode stream, read on this one
             image.record_stream(stream)
         labels = torch.tensor([self.dataset.index.labels[i] for i in batch.indices], dtype=torch.int64)
@@ -373,6 +360,38 @@ def _identity(item: Any) -> Any:
     return item
 
 
+def decode_batch(encoded: Sequence[torch.Tensor | None], kinds: Sequence[str],
+                 device: torch.device) -> list[torch.Tensor | None]:
+    """Decode a batch's encoded bytes to RGB uint8 images (3, H, W) on ``device``, None where a file was unreadable
+    (None bytes) or fails to decode. The JPEGs in one ``decode_jpeg`` call (nvJPEG, batched, on a GPU; libjpeg-turbo
+    on the CPU, the reference); if it fails, one at a time to find the damaged ones. Other formats (PNG) on the CPU,
+    then copied."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from clsbench.data.pipelines.cpu import decode_rgb
+
+    decoded: list[torch.Tensor | None] = [None] * len(encoded)
+    jpegs = [i for i, data in enumerate(encoded) if data is not None and kinds[i] == "jpeg"]
+    if jpegs:
+        try:
+            out = decode_jpeg([encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
+            for i, image in zip(jpegs, out, strict=True):
+                decoded[i] = image
+        except RuntimeError:
+            for i in jpegs:  # find the damaged ones
+                try:
+                    decoded[i] = decode_jpeg(encoded[i], mode=ImageReadMode.RGB, device=device)
+                except RuntimeError:
+                    decoded[i] = None
+    for i, data in enumerate(encoded):
+        if decoded[i] is None and data is not None and kinds[i] != "jpeg":
+            try:
+                decoded[i] = decode_rgb(data).to(device, non_blocking=False)
+            except Exception:  # noqa: BLE001 - a damaged file: the caller names and replaces it
+                decoded[i] = None
+    return decoded
+
+
 def nvjpeg_reason() -> str | None:
     """Why torchvision cannot decode JPEGs on this GPU, or None (checked by decoding a tiny JPEG)."""
     try:
@@ -387,13 +406,24 @@ def nvjpeg_reason() -> str | None:
     return None
 
 
+def check_nvjpeg() -> None:
+    """Raise PipelineUnsupportedError (the measurement is skipped) where torchvision cannot decode on this GPU."""
+    reason = nvjpeg_reason()
+    if reason:
+        from clsbench.data.errors import PipelineUnsupportedError
+
+        raise PipelineUnsupportedError(reason)
+
+
 class GpuPipeline:
     name = "gpu"
     priority = 20
 
     def check(self, settings: DataSettings) -> None:
-        """Raise InvalidInputError on a setting this pipeline cannot use."""
+        """Raise InvalidInputError on a setting this pipeline cannot use (an unknown augmentation included)."""
         check_device_pipeline(self.name, settings)
+        if settings.augment is not None:
+            AUGMENTS.get(settings.augment)
 
     def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
         """One setting: the files read in this process, decoded in batches on the GPU."""
@@ -405,15 +435,32 @@ class GpuPipeline:
         return None
 
     def open(self, dataset: EncodedDataset, spec: BatchSpec) -> GpuStream:
-        reason = nvjpeg_reason()
-        if reason:
-            from clsbench.data.errors import PipelineUnsupportedError
-
-            raise PipelineUnsupportedError(reason)
+        check_nvjpeg()
+        augment = AUGMENTS.get(spec.settings.augment or DEFAULT_AUGMENT)
         facts = {"pipeline": "gpu", "decoder": "torchvision.io.decode_jpeg (nvJPEG, batched)",
                  "queue_depth": spec.settings.prefetch_factor or DEFAULT_DEPTH, "reader_workers":
-                 spec.settings.num_workers}
+                 spec.settings.num_workers, "augment": augment.name, "resize": augment.resize}
         return GpuStream(dataset, spec, facts)
+
+    def measure_stages(self, dataset: EncodedDataset, spec: BatchSpec, clock: Any) -> dict[str, Any]:
+        """Read, nvJPEG decode and augment measured alone before training (:mod:`clsbench.data.stages`): the
+        augmentation the settings choose, then every other registered one for comparison."""
+        from clsbench.data.stages import CudaMeter, measure_stages
+
+        check_nvjpeg()
+        chosen = spec.settings.augment or DEFAULT_AUGMENT
+        augments = [AUGMENTS.get(chosen)] + [entry for name, entry in AUGMENTS.items() if name != chosen]
+        device = spec.device
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        kinds = dataset.index.kinds
+
+        def decode(encoded: Sequence[torch.Tensor | None], indices: Sequence[int]) -> list[torch.Tensor | None]:
+            return decode_batch(encoded, [kinds[i] for i in indices], device)
+
+        with torch.no_grad():
+            return measure_stages(dataset, spec, decode=decode, augments=augments, meter=CudaMeter(device),
+                                  clock=clock)
 
 
 PIPELINES.register(GpuPipeline.name, GpuPipeline())

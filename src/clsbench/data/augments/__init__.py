@@ -1,0 +1,3 @@
+"""The gpu pipeline's augmentation implementations, one module each, registered in
+:data:`clsbench.data.base.AUGMENTS` (``--gpu-augment``): ``batched`` (the default: the whole batch in a few batched
+operations, ``torchvision.ops.roi_align``) and ``per-image`` (one antialiased resize per image)."""
