@@ -160,6 +160,30 @@ def measure_pipeline_stages(pipeline: Any, dataset: Any, spec: BatchSpec, clock:
     return stages, clock.now_ns() - t0
 
 
+class _Stepper:
+    """The training step of a real-data run and its non-finite-loss check (one host sync per check, not per step)."""
+
+    def __init__(self, ctx: WorkloadContext) -> None:
+        prepared, device = ctx.prepared, ctx.device
+        prepared.model.train()
+        optimizer = build_optimizer(prepared, ctx.train)
+        scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
+        self._run_step = make_step(prepared, optimizer, scaler, device)
+        self._nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+        self.last_loss: list[torch.Tensor] = []
+        self.last_value: list[float] = []
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        detached = self._run_step(images, labels).detach()
+        torch.logical_or(self._nonfinite, ~torch.isfinite(detached), out=self._nonfinite)
+        self.last_loss[:] = [detached]
+
+    def check_finite(self) -> None:
+        if bool(self._nonfinite):
+            raise NonFiniteLossError(f"loss became non-finite (last loss {float(self.last_loss[0])})")
+        self.last_value[:] = [float(self.last_loss[0])]
+
+
 class TrainWithData:
     name = "train"
     kind = "train"
@@ -180,25 +204,9 @@ class TrainWithData:
         dataset = _open_dataset(settings, batch, ctx.num_classes)
         setup_ns = clock.now_ns() - t0
 
-        model = prepared.model
-        model.train()
-        optimizer = build_optimizer(prepared, ctx.train)
-        scaler = torch.amp.GradScaler(device.type) if prepared.grad_scaler else None
-        run_step = make_step(prepared, optimizer, scaler, device)
-        nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-        last_loss: list[torch.Tensor] = []
-
-        def step(images: torch.Tensor, labels: torch.Tensor) -> None:
-            detached = run_step(images, labels).detach()
-            torch.logical_or(nonfinite, ~torch.isfinite(detached), out=nonfinite)
-            last_loss[:] = [detached]
-
-        last_value: list[float] = []
-
-        def check_finite() -> None:
-            if bool(nonfinite):
-                raise NonFiniteLossError(f"loss became non-finite (last loss {float(last_loss[0])})")
-            last_value[:] = [float(last_loss[0])]
+        stepper = _Stepper(ctx)
+        step, check_finite, last_loss, last_value = (stepper.step, stepper.check_finite, stepper.last_loss,
+                                                      stepper.last_value)
 
         spec = BatchSpec(batch_size=batch, input_size=ctx.input_size, device=device,
                          memory_format=prepared.memory_format, dtype=prepared.input_dtype, seed=ctx.data_seed,
