@@ -26,6 +26,10 @@ one registry entry each, which propose what the phases below describe:
    dtypes), with and without ``+cl``, and for infer-latency with ``+cudagraph`` too, at the batch size of the best
    eager result. A combination a backend cannot express here (a missing library, a mode it refuses) is not measured
    and is listed as pruned with the reason. Builds run in the workers, so their time counts in the search time.
+5. **pipeline** (``--data DIR``, train only; longer rung): the best synthetic candidates again on real data, under
+   each pipeline's most tuned setting; a pipeline that cannot run here is pruned with its reason. Only these
+   real-data cells can win; the synthetic cells are their ceilings (verdict ``ceiling``), and the analysis gives
+   each real-data cell's ratio to the ceiling of its mode and batch and whether it is kept fed (diagnose's rule).
 
 **Objective**: highest ``throughput_img_s`` for infer-throughput and train; lowest p50 request wall latency for
 infer-latency (its score is 1000 / p50 ms, so "lost by 25%" means the same in both).
