@@ -481,7 +481,10 @@ class Search:
         if not self.planned("longer"):
             self.done_stages.add("longer")
             return
-        screened = self.ranked("screen")
+        # Every candidate screened, also those a resumed search finds at a higher rung already: ranked() puts them
+        # first, so the same ones are chosen again (taken from the file) and the others are not promoted instead.
+        screened = [m for m in self.ranked() if (self.find_trial(Cell.of(m), "screen") or {}).get("actual_s")
+                    is not None]
         chosen = screened[:self._longer_count(len(screened))]
         if chosen:
             self.facts["phases"].append({"phase": "longer", "stage": "longer", "rung": "longer",
