@@ -181,6 +181,22 @@ def test_data_is_refused_for_inference_and_pipeline_options_tune_chooses(dataset
     assert unknown.exit_code == 2 and "cpuu" in unknown.stderr
 
 
+def test_cli_tune_with_data(dataset: Path, tmp_path: Path) -> None:
+    path = tmp_path / "cli.json"
+    done = invoke_group("tune", "--model", TINY, "--workload", "train", "--device", "cpu", "--mode", "fp32",
+                        "--batch-size", "4", "--no-compile", "--warmup", "1", "--iterations", "2", "--min-time", "0",
+                        "--repeats", "2", "--data", str(dataset), "--pipeline", "cpu", "--num-workers", "0",
+                        "--isolation", "inline", "--clock", "fake:1ms", "-o", str(path))
+    assert done.exit_code == 0, done.output
+    assert "try pipeline: up to 2 candidate(s)" in done.stderr
+    assert "winner: fp32 at batch 4 on folder cpu w0" in done.stdout and "input: folder cpu w0: " in done.stdout
+    reproduce = next(line for line in done.stdout.splitlines() if line.startswith("reproduce: "))
+    assert f"--data {dataset} --data-source folder --pipeline cpu --num-workers 0" in reproduce
+    stored = result_io.load(path)
+    assert stored.settings["tune"]["data"]["pipelines"] == ["cpu"]
+    assert stored.settings["overlap_prepare"] is False  # a pipeline measured needs every CPU core
+
+
 def test_a_stopped_data_search_resumes_with_the_settings_of_its_file(costed: Any, env: dict[str, Any],
                                                                      dataset: Path, tmp_path: Path) -> None:
     path = tmp_path / "tune.json"

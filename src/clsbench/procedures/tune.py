@@ -1246,8 +1246,10 @@ def _left_out_lines(left_out: Sequence[Mapping[str, Any]], plan: Sequence[Mappin
     lines = [f"left out for the budget: {stage['stage']} (up to {stage['candidates']} candidate(s)): "
              f"{stage.get('reason')}" for stage in plan if not stage.get("planned") and stage["stage"] not in listed]
     for entry in left_out:
+        data = f" on {entry['data']}" if entry.get("data") else ""
         what = entry.get("stage") if entry.get("mode") is None else \
-            f"{entry['mode']}{backend_suffix(entry.get('backend'))} batch {entry['batch_size']} ({entry['stage']})"
+            f"{entry['mode']}{backend_suffix(entry.get('backend'))} batch {entry['batch_size']}{data} " \
+            f"({entry['stage']})"
         lines.append(f"left out for the budget: {what}: {entry.get('reason')}")
     return lines
 
