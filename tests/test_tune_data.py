@@ -24,8 +24,10 @@ from clsbench.data import DataSettings
 from clsbench.data.make import MakeSpec, make_dataset
 from clsbench.errors import InvalidInputError
 from clsbench.procedures.tune import TuneInterrupted, analyze_tune, render_tune, resume_tune, tune
+from clsbench.procedures.tune_budget import PROCESS_S
 from clsbench.procedures.tune_kinds import (
     PIPELINE_LEADERS,
+    PIPELINE_START_S,
     pipeline_settings,
     pipeline_skip_reason,
     pipeline_workers,
@@ -121,7 +123,12 @@ def test_the_winner_is_a_real_data_cell_judged_against_its_ceiling(costed: Any, 
     outcome = search(costed, env, dataset, output=tmp_path / "t.json")
     facts = outcome.result.settings["tune"]
     assert [s["stage"] for s in facts["plan"]].count("pipeline") == 1
-    assert [s["candidates"] for s in facts["plan"] if s["stage"] == "pipeline"] == [PIPELINE_LEADERS]
+    (stage,) = [s for s in facts["plan"] if s["stage"] == "pipeline"]
+    assert stage["candidates"] == PIPELINE_LEADERS and stage["planned"] is True
+    # Priced up front with the real-data prior (no timed minimum here: the window costs nothing on this clock); then
+    # the cost model learns what a real-data cell cost.
+    assert stage["estimate_s"] == pytest.approx(PIPELINE_LEADERS * (PROCESS_S["cpu"] + PIPELINE_START_S["cpu"]))
+    assert facts["cost_model"]["observed_overhead_s"]["pipeline"]
     # The kind measured the two synthetic leaders under the cpu setting; gpu and dali were pruned with reasons.
     (phase,) = [p for p in facts["phases"] if p["phase"] == "pipeline"]
     assert phase["candidates"] == ["fp32+cl bs4 [folder cpu w0]", "amp-bf16 bs4 [folder cpu w0]"]

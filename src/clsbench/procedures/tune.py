@@ -1008,7 +1008,8 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         f["rank"] = rank
         f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
     command = _winner_command(result, facts, workload, winner) if winner is not None else None
-    closest = _closest(candidates, limits) if winner is None else None
+    eligible = [f for f in candidates if f.get("data")] if facts.get("data") else candidates  # ceilings never win
+    closest = _closest(eligible, limits) if winner is None else None
     return {
         "model": facts.get("model"),
         "workload": workload,
