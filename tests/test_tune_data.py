@@ -164,7 +164,12 @@ def test_the_winner_is_a_real_data_cell_judged_against_its_ceiling(costed: Any, 
 def test_without_a_real_data_result_there_is_no_winner(costed: Any, env: dict[str, Any], dataset: Path) -> None:
     with pytest.raises(InvalidInputError, match="no real-data setting ran") as caught:
         search(costed, env, dataset, pipelines=["gpu"])
+    assert "folder gpu w0: GPU decode needs CUDA" in caught.value.message
     assert "clsbench diagnose" in (caught.value.hint or "")
+    # With no compute candidate within the limits there is nothing to feed: the usual message names the closest.
+    with pytest.raises(InvalidInputError, match="no configuration meets peak memory") as caught:
+        search(costed, env, dataset, max_memory_gb=0.001)
+    assert "--max-memory-gb to at least" in (caught.value.hint or "")
 
 
 def test_data_is_refused_for_inference_and_pipeline_options_tune_chooses(dataset: Path, tmp_path: Path) -> None:

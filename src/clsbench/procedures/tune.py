@@ -1008,7 +1008,8 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         f["rank"] = rank
         f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
     command = _winner_command(result, facts, workload, winner) if winner is not None else None
-    eligible = [f for f in candidates if f.get("data")] if facts.get("data") else candidates  # ceilings never win
+    # Ceilings never win: with real-data cells measured, the closest is one of them.
+    eligible = [f for f in candidates if f.get("data")] or candidates
     closest = _closest(eligible, limits) if winner is None else None
     return {
         "model": facts.get("model"),
@@ -1156,9 +1157,13 @@ def no_winner_message(analysis: dict[str, Any]) -> tuple[str, str]:
     candidates = analysis.get("candidates") or []
     closest = analysis.get("closest")
     text = _limits_text(limits, analysis.get("workload"))
-    if analysis.get("data") and not any(f["status"] == Status.OK and f.get("data") for f in candidates):
-        real = [f for f in candidates if f.get("data")]
-        reasons = sorted({f"{f['data']}: {f['status']}: {f['detail'] or f['reason']}" for f in real})
+    real = [f for f in candidates if f.get("data")]
+    ceilings = [f for f in candidates if f["verdict"] == "ceiling"]
+    if analysis.get("data") and (real or ceilings) and not any(f["status"] == Status.OK for f in real):
+        # Compute candidates qualified, but no pipeline fed one: say what each pipeline tried met.
+        reasons = sorted({f"{f['data']}: {f['status']}: {f['detail'] or f['reason']}" for f in real} |
+                         {f"{p['mode']}: {p['reason']}" for p in analysis.get("pruned") or []
+                          if p.get("stage") == "pipeline"})
         return (f"no real-data setting ran successfully ({'; '.join(reasons) or 'none was measured'})",
                 "see the table and the pruned lines; `clsbench diagnose MODEL --data DIR` measures the pipelines "
                 "one by one")
