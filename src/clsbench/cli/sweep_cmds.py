@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from clsbench.cli.common import Progress, saved, start
+from clsbench.cli.data_options import data_options
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Reason, Status
@@ -107,15 +108,17 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
 @measure_options(TUNE_OPTIONS)
+@data_options
 @click.pass_context
 def tune_command(ctx: click.Context, model: str | None, workload: str, max_latency_ms: float | None,
                  max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
                  compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
                  check_outputs: bool, budget: str | None, resume_path: str | None, measure: MeasureOptions,
-                 execution: Execution, device: str, output: str | None, quiet: bool) -> None:
+                 execution: Execution, device: str, output: str | None, quiet: bool, **data: Any) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
-    with the full repeats."""
+    with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
+    pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
     from clsbench import api
     from clsbench.procedures.sweep import parse_batch_sizes
     from clsbench.procedures.tune import tune, validate_limit
@@ -124,7 +127,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
 
     parse_budget(budget)
     if resume_path is not None:
-        _resume_tune(ctx, resume_path, budget, execution, quiet)
+        _resume_tune(ctx, resume_path, budget, execution, quiet, data)
         return
     if not model:
         raise InvalidInputError("--model is required", "e.g. clsbench tune --model resnet50, or --resume FILE")
@@ -144,31 +147,64 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     chosen_backends = api.split_list(backends) or None
     if backends and not chosen_backends:
         raise InvalidInputError("--backend names no backend", "e.g. --backend export,tensorrt")
+    settings, pipelines, workers = tune_data(data)
     resolved, env, path = start(device, output)
     if not quiet:
-        click.echo(f"clsbench {__version__}: tune {model} {workload} on {resolved}; results -> {path}", err=True)
+        on = f" with data from {settings.directory}" if settings is not None else ""
+        click.echo(f"clsbench {__version__}: tune {model} {workload}{on} on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
     _finish_tune(path, progress, lambda: tune(
         model, workload, resolved, max_latency_ms=max_latency_ms, max_memory_gb=max_memory_gb, modes=chosen_modes,
         batch_sizes=sizes, output=path, options=measure,
         execution=dataclasses.replace(execution, progress=progress, env=env), compile_variants=compile_variants,
         variants=chosen_variants, max_autotune=max_autotune, check_outputs=check_outputs, backends=chosen_backends,
-        budget=budget, announce=None if quiet else _announce))
+        budget=budget, announce=None if quiet else _announce, data=settings, pipelines=pipelines, workers=workers))
+
+
+#: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.
+TUNE_CHOOSES = {"pin_memory": "--pin-memory", "persistent_workers": "--persistent-workers",
+                "prefetch_factor": "--prefetch-factor", "normalize_on": "--normalize-on",
+                "gpu_augment": "--gpu-augment"}
+
+
+def tune_data(options: dict[str, Any]) -> tuple[Any, list[str] | None, int | None]:
+    """``tune``'s real-data options: the base settings (--data, --data-source, --prime-cache, --data-timeout), the
+    pipelines to try (--pipeline, comma-separated) and the worker count (--num-workers); the options that pick one
+    setting of a pipeline are refused, since tune tries each pipeline's most tuned setting itself."""
+    from clsbench.cli.data_options import data_settings
+
+    chosen = [flag for name, flag in TUNE_CHOOSES.items() if options.get(name) is not None]
+    if chosen:
+        raise InvalidInputError(f"tune chooses {chosen[0]} itself for each pipeline it tries",
+                                "drop it; measure one setting of your own with clsbench run --data DIR "
+                                f"{chosen[0]}")
+    base = {k: options.get(k) for k in ("data_dir", "data_source", "prime_cache", "data_timeout")}
+    pipelines = [p.strip() for p in options["pipeline"].split(",") if p.strip()] if options.get("pipeline") \
+        else None
+    workers = options.get("num_workers")
+    if options.get("data_dir") is None and (pipelines is not None or workers is not None):
+        raise InvalidInputError(f"{'--pipeline' if pipelines is not None else '--num-workers'} needs --data DIR",
+                                "e.g. --data ./images --num-workers 8")
+    return data_settings(**base), pipelines, workers
 
 
 def _announce(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: Execution, quiet: bool) -> None:
-    """``tune --resume FILE``: the search's own options come from the file and are refused on the line."""
+def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: Execution, quiet: bool,
+                 data: dict[str, Any] | None = None) -> None:
+    """``tune --resume FILE``: the search's own options (the data options too) come from the file and are refused
+    on the line."""
     from click.core import ParameterSource
 
+    from clsbench.cli.data_options import given as data_given
     from clsbench.procedures.tune import resume_tune
     from clsbench.version import __version__
 
     given = [name for name in SEARCH_OPTIONS if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT,
                                                                                        None)]
+    given += [flag.lstrip("-").replace("-", "_") for flag in data_given(data or {})]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise InvalidInputError(f"--resume continues the search stored in {path}; it takes no {flags}",

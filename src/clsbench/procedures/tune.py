@@ -26,6 +26,10 @@ one registry entry each, which propose what the phases below describe:
    dtypes), with and without ``+cl``, and for infer-latency with ``+cudagraph`` too, at the batch size of the best
    eager result. A combination a backend cannot express here (a missing library, a mode it refuses) is not measured
    and is listed as pruned with the reason. Builds run in the workers, so their time counts in the search time.
+5. **pipeline** (``--data DIR``, train only; longer rung): the best synthetic candidates again on real data, under
+   each pipeline's most tuned setting; a pipeline that cannot run here is pruned with its reason. Only these
+   real-data cells can win; the synthetic cells are their ceilings (verdict ``ceiling``), and the analysis gives
+   each real-data cell's ratio to the ceiling of its mode and batch and whether it is kept fed (diagnose's rule).
 
 **Objective**: highest ``throughput_img_s`` for infer-throughput and train; lowest p50 request wall latency for
 infer-latency (its score is 1000 / p50 ms, so "lost by 25%" means the same in both).
@@ -50,6 +54,7 @@ continues a search (:func:`resume_tune`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import gc
 import math
@@ -60,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.analysis import stats
+from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions, profile_command, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, TrainSettings
 from clsbench.core.vocab import Reason, Status
@@ -71,7 +77,7 @@ from clsbench.procedures.base import PROCEDURES, ProcedureView
 from clsbench.procedures.sweep import AUTO_MIN_GAIN, parse_batch_sizes
 from clsbench.procedures.tune_budget import Budget, CostModel, default_budget, parse_budget
 from clsbench.results import io as result_io
-from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix, data_label
 from clsbench.system.machine import resolve_device, run_facts
 
 #: Precisions explored for every workload, each with and without ``+cl``.
@@ -266,6 +272,7 @@ def candidate_figures(m: Measurement, workload: str) -> dict[str, Any]:
         "mode": m.mode,
         "backend": m.backend,
         "batch_size": m.batch_size,
+        "data": data_label(m.data),
         "status": m.status,
         "reason": m.reason,
         "detail": m.detail,
@@ -590,6 +597,9 @@ def tune(
     budget: float | str | None = None,
     budget_clock: Callable[[], float] | None = None,
     announce: Callable[[str], None] | None = None,
+    data: DataSettings | None = None,
+    pipelines: Sequence[str] | None = None,
+    workers: int | None = None,
 ) -> TuneResult:
     """Search execution modes x batch sizes x backends for the fastest configuration within the limits and the
     time budget (module docstring; the search itself: :mod:`clsbench.procedures.tune_search`).
@@ -615,7 +625,15 @@ def tune(
         budget: seconds, or a duration such as ``10m`` (default: :data:`clsbench.procedures.tune_budget.
             DEFAULT_BUDGET_S` of the device type).
         budget_clock: the clock the budget reads, in seconds (default ``time.monotonic``; a fake in tests).
-        announce: called with each line of the up-front plan (what will be tried, what is left out).
+        announce: called with each line of the up-front plan (what will be tried, what is left out), and with a
+            ``warning:`` line for each file the dataset scan skipped.
+        data: train on real data too (train only): the directory, source, data timeout and cache priming of every
+            real-data cell (``--data DIR``); the pipeline kind measures the best compute candidates under each
+            pipeline's most tuned setting, and the winner is a real-data cell.
+        pipelines: with ``data``, the pipelines to try (default: every registered one; those that cannot run here
+            are pruned with their reason).
+        workers: with ``data``, the DataLoader workers of the cpu pipeline (and dali's threads); default: the CPU
+            count (:func:`clsbench.procedures.tune_kinds.pipeline_workers`).
 
     Raises:
         InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names, a bad budget...).
@@ -636,6 +654,10 @@ def tune(
     total = parse_budget(budget) or default_budget(resolved)
     sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
     backend_names = _backend_names(workload, backends) if compile_variants else ()
+    data_facts = _data_facts(data, workload, resolved, sizes, pipelines, workers, announce) \
+        if data is not None or pipelines is not None or workers is not None else None
+    if data_facts is not None:  # overlapped preparation would take CPU time from the pipeline measured (diagnose)
+        execution = dataclasses.replace(execution, overlap=False)
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
@@ -645,6 +667,8 @@ def tune(
                    compile_variants=compile_variants, max_autotune=max_autotune, check_outputs=check_outputs,
                    tolerances=tolerances, backends=backend_names)
     facts["budget_s"] = total
+    if data_facts is not None:
+        facts["data"] = data_facts
     run = IncrementalRun(plan, path, environment=run_facts(resolved, execution.env, probe=execution.probe),
                          key="tune", facts=facts, execution=execution)
     return _search(run, Budget(total, budget_clock), announce, tolerances)
@@ -676,6 +700,11 @@ def resume_tune(path: str | Path, *, budget: float | str | None = None, executio
     current = execution.env if execution.env is not None else environment(device)
     if not force:
         check_resume_compatible(result, current, str(source))
+        if facts.get("data"):
+            from clsbench.data.plan import check_data_unchanged
+
+            check_data_unchanged([DataSettings.from_dict(s) for s in facts["data"].get("settings") or []],
+                                 str(source))
     total = parse_budget(budget) or float(facts.get("budget_s") or default_budget(device))
     run = IncrementalRun.reopen(result, source, key="tune", execution=execution)
     _settle_pending(run)
@@ -743,6 +772,40 @@ def _search(run: IncrementalRun, budget: Budget, announce: Callable[[str], None]
                    "--budget 20m"
         raise NoConfigurationError(message, hint, outcome)
     return outcome
+
+
+def _data_facts(data: DataSettings | None, workload: str, device: str, sizes: Sequence[int],
+                pipelines: Sequence[str] | None, workers: int | None,
+                announce: Callable[[str], None] | None) -> dict[str, Any]:
+    """``settings["tune"]["data"]`` of a ``--data`` search: the scanned dataset and the real-data settings the
+    pipeline kind measures (stored, so that a resumed search measures the same). Bad input raises here, before
+    anything is written: data for an inference workload, an unknown pipeline, an unusable dataset."""
+    import os
+
+    from clsbench.data.base import ordered_pipelines
+    from clsbench.data.plan import check_settings, prepare_data_settings
+    from clsbench.procedures.diagnose import INPUT_BOUND_RATIO, parse_pipelines
+    from clsbench.procedures.tune_kinds import PIPELINE_LEADERS, pipeline_settings, pipeline_workers
+    from clsbench.workloads import get_workload
+
+    if data is None:
+        raise InvalidInputError("the pipeline options of tune need --data DIR", "e.g. --data ./images --pipeline cpu")
+    if get_workload(workload).kind != "train":
+        raise InvalidInputError(f"--data searches the input pipeline of training, not of {workload}",
+                                "drop --data, or tune --workload train --data DIR")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise InvalidInputError(f"the worker count must be a whole number >= 0, got {workers!r}",
+                                "e.g. --num-workers 8")
+    chosen = parse_pipelines(pipelines) if pipelines is not None else [p.name for p in ordered_pipelines()]
+    count = pipeline_workers(os.cpu_count()) if workers is None else workers
+    base, index = prepare_data_settings(data, sizes)  # the dataset is scanned and checked here, once
+    for line in index.warnings():
+        if announce is not None:
+            announce(f"warning: {line}")
+    settings = [check_settings(s) for s in pipeline_settings(base, device, count, chosen)]
+    return {"directory": base.directory, "source": base.source, "dataset": index.facts(limit=20),
+            "pipelines": chosen, "workers": count, "settings": [s.to_dict() for s in settings],
+            "rules": {"input_bound_ratio": INPUT_BOUND_RATIO, "pipeline_leaders": PIPELINE_LEADERS}}
 
 
 def _validate_tolerances(tolerances: Mapping[str, float] | None) -> None:
@@ -859,8 +922,9 @@ def _guard(search: Any, needed: int, tolerances: Mapping[str, float] | None, iso
         if key not in done:
             # The top candidate alone first (it usually passes); after a rejection, a few at a time.
             size = CHECK_GROUP if any(not v["ok"] for v in done.values()) else 1
-            group = [(x.mode, x.batch_size) for x in ranked[position:] if x.mode != "fp32"
-                     and x.backend == DEFAULT_BACKEND and (x.mode, x.batch_size) not in done][:size]
+            group = list(dict.fromkeys((x.mode, x.batch_size) for x in ranked[position:] if x.mode != "fp32"
+                                       and x.backend == DEFAULT_BACKEND and (x.mode, x.batch_size) not in done))
+            group = group[:size]  # a real-data cell and its synthetic ceiling are one case: the same mode and batch
             if not _check_group(search, group, done, tolerances, isolation):
                 return  # the budget holds no check process more
         passed += bool(done[key]["ok"])
@@ -922,11 +986,15 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         if facts and (m.model, m.workload, m.device) != (facts.get("model"), workload, facts.get("device")):
             continue
         f = _judged_candidate(m, workload or m.workload, limits, checks, guard)
-        f["rung"] = rungs.get(candidate_key(f))
+        f["rung"] = rungs.get((*candidate_key(f), f.get("data")))
         f["rung_level"] = _RUNG_LEVELS.get(f["rung"], -1)
         f["repeats"] = sum(1 for r in m.repeats if r.get("status", Status.OK) == Status.OK)
+        f["data_settings"] = m.data
+        f["idle_fraction"] = _num(((m.summary or {}).get("data") or {}).get("idle_fraction"))
         candidates.append(f)
-    candidates.sort(key=rank_key)
+    if facts.get("data"):
+        _judge_against_ceilings(candidates)
+    candidates.sort(key=lambda f: (bool(facts.get("data")) and f.get("data") is None, *rank_key(f)))
     winner = next((f for f in candidates if f["verdict"] == "allowed"
                    and (not guard or (f["correctness"] or {}).get("ok"))), None)
     if winner is not None:
@@ -935,12 +1003,14 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         # (format 1) say nothing either way.
         winner["confirmed"] = (winner["rung"] == "confirm" and winner["repeats"] > 1) if rungs else None
     baseline = max((f["score"] for f in candidates if f["mode"] == "fp32" and f["backend"] == DEFAULT_BACKEND
-                    and f["score"] is not None), default=None)
+                    and f.get("data") is None and f["score"] is not None), default=None)
     for rank, f in enumerate(candidates, start=1):
         f["rank"] = rank
         f["vs_fp32"] = f["score"] / baseline if baseline and f["score"] is not None else None
     command = _winner_command(result, facts, workload, winner) if winner is not None else None
-    closest = _closest(candidates, limits) if winner is None else None
+    # Ceilings never win: with real-data cells measured, the closest is one of them.
+    eligible = [f for f in candidates if f.get("data")] or candidates
+    closest = _closest(eligible, limits) if winner is None else None
     return {
         "model": facts.get("model"),
         "workload": workload,
@@ -960,6 +1030,7 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         "left_out": facts.get("left_out") or [],
         "trials": facts.get("trials") or [],
         "interrupted": bool(rungs) and facts.get("search_s") is None,
+        "data": facts.get("data"),
         "measurements": len(candidates),
         "checks": len(checks),
     }
@@ -968,13 +1039,14 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
 _RUNG_LEVELS = {"screen": 0, "longer": 1, "confirm": 2}
 
 
-def _latest_rungs(trials: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, str], str]:
-    """Each candidate's highest rung among its finished trials (pure)."""
-    out: dict[tuple[str, int, str], str] = {}
+def _latest_rungs(trials: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int, str, str | None], str]:
+    """Each candidate's highest rung among its finished trials (pure); keyed by mode, batch, backend and the data
+    label (None: synthetic)."""
+    out: dict[tuple[str, int, str, str | None], str] = {}
     for t in trials:
         if t.get("actual_s") is None or t.get("rung") not in _RUNG_LEVELS:
             continue
-        key = (t["mode"], int(t["batch_size"]), t.get("backend") or DEFAULT_BACKEND)
+        key = (t["mode"], int(t["batch_size"]), t.get("backend") or DEFAULT_BACKEND, t.get("data"))
         if _RUNG_LEVELS[t["rung"]] >= _RUNG_LEVELS.get(out.get(key), -1):
             out[key] = t["rung"]
     return out
@@ -1010,6 +1082,30 @@ def _judged_candidate(m: Measurement, workload: str, limits: Mapping[str, Any],
     return f
 
 
+def _judge_against_ceilings(candidates: list[dict[str, Any]]) -> None:
+    """``tune --data``: each real-data candidate's synthetic ceiling (the synthetic candidate of the same mode, batch
+    and backend), its ratio to it and whether the pipeline keeps that ceiling fed (``diagnose``'s rule,
+    :func:`clsbench.procedures.diagnose.classify`: at least :data:`~clsbench.procedures.diagnose.INPUT_BOUND_RATIO`
+    of it, and not idle beyond its limit); a synthetic candidate that would have been allowed is a ``ceiling``, never
+    the winner (pure)."""
+    from clsbench.procedures.diagnose import classify
+
+    ceilings = {candidate_key(f): f for f in candidates if f.get("data") is None}
+    for f in candidates:
+        if f.get("data") is None:
+            if f["verdict"] == "allowed":
+                f["verdict"] = "ceiling"
+            continue
+        ceiling = ceilings.get(candidate_key(f))
+        rate = ceiling.get("throughput_img_s") if ceiling is not None and ceiling["status"] == Status.OK else None
+        f["ceiling_img_s"] = rate
+        f["ratio_to_synthetic"] = f["throughput_img_s"] / rate if rate and f["throughput_img_s"] is not None \
+            else None
+        verdict = classify({"ratio_to_synthetic": f["ratio_to_synthetic"], "idle_fraction": f.get("idle_fraction")},
+                           None)
+        f["keeps_fed"] = None if verdict is None else verdict != "input-bound"
+
+
 def _winner_command(result: BenchmarkResult, facts: Mapping[str, Any], workload: str | None,
                     winner: dict[str, Any]) -> str | None:
     """The command that measures the winner again with the tune's settings; None when the file's settings do not
@@ -1018,9 +1114,12 @@ def _winner_command(result: BenchmarkResult, facts: Mapping[str, Any], workload:
         plan = RunPlan.from_dict(result.settings)
     except (KeyError, TypeError, ValueError):
         return None
+    from clsbench.core.data_settings import DataSettings
+
+    data = DataSettings.from_dict(winner["data_settings"]) if winner.get("data_settings") else None
     return reproduce_command(plan, Cell(facts.get("model") or "", workload or "", winner["mode"],
                                         winner["batch_size"], facts.get("device") or "cpu",
-                                        facts.get("input_size"), backend=winner["backend"]))
+                                        facts.get("input_size"), data=data, backend=winner["backend"]))
 
 
 def _closest(candidates: list[dict[str, Any]], limits: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -1038,7 +1137,8 @@ def _describe(f: dict[str, Any]) -> str:
              f"{f['memory_kind']} {f['memory_bytes'] / GB:.3g} GB" if f.get("memory_bytes") is not None else None,
              f"{f['throughput_img_s']:,.1f} img/s" if f.get("throughput_img_s") is not None else None]
     figures = ", ".join(p for p in parts if p)
-    return f"{f['mode']}{backend_suffix(f.get('backend'))} at batch {f['batch_size']} ({figures})"
+    data = f" on {f['data']}" if f.get("data") else ""
+    return f"{f['mode']}{backend_suffix(f.get('backend'))} at batch {f['batch_size']}{data} ({figures})"
 
 
 def _limits_text(limits: Mapping[str, Any], workload: str | None) -> str:
@@ -1057,6 +1157,16 @@ def no_winner_message(analysis: dict[str, Any]) -> tuple[str, str]:
     candidates = analysis.get("candidates") or []
     closest = analysis.get("closest")
     text = _limits_text(limits, analysis.get("workload"))
+    real = [f for f in candidates if f.get("data")]
+    ceilings = [f for f in candidates if f["verdict"] == "ceiling"]
+    if analysis.get("data") and (real or ceilings) and not any(f["status"] == Status.OK for f in real):
+        # Compute candidates qualified, but no pipeline fed one: say what each pipeline tried met.
+        reasons = sorted({f"{f['data']}: {f['status']}: {f['detail'] or f['reason']}" for f in real} |
+                         {f"{p['mode']}: {p['reason']}" for p in analysis.get("pruned") or []
+                          if p.get("stage") == "pipeline"})
+        return (f"no real-data setting ran successfully ({'; '.join(reasons) or 'none was measured'})",
+                "see the table and the pruned lines; `clsbench diagnose MODEL --data DIR` measures the pipelines "
+                "one by one")
     if not any(f["status"] == Status.OK for f in candidates):
         reasons = sorted({f"{f['status']}: {f['reason']}" for f in candidates})
         return (f"no configuration ran successfully ({'; '.join(reasons) or 'nothing measured'})",
@@ -1098,10 +1208,17 @@ def render_tune(analysis: dict[str, Any]) -> str:
     candidates = analysis.get("candidates") or []
     with_backend = any((f.get("backend") or DEFAULT_BACKEND) != DEFAULT_BACKEND for f in candidates)
     with_rung = any(f.get("rung") for f in candidates)
+    with_data = any(f.get("data") for f in candidates)
     header = ("rank", "mode", *(("backend",) if with_backend else ()), "batch", *(("rung",) if with_rung else ()),
               "img/s", "vs fp32", "p50 ms", "p99 ms", "memory", "outputs", "verdict")
     rows = [_candidate_row(f, with_backend, with_rung) for f in candidates]
-    lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "p50 ms", "p99 ms", "memory"})
+    if with_data:  # the pipeline setting and the share of the synthetic ceiling, after the batch column
+        at = header.index("batch") + 1
+        header = (*header[:at], "data", "vs synth", *header[at:])
+        rows = [(*row[:at], f.get("data") or "synthetic", _pct(f.get("ratio_to_synthetic")), *row[at:])
+                for row, f in zip(rows, candidates, strict=True)]
+    lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "vs synth", "p50 ms", "p99 ms",
+                                        "memory"})
     lines.append("")
     lines += _outcome_lines(analysis)
     for pruned in analysis.get("pruned") or []:
@@ -1124,6 +1241,10 @@ def render_tune(analysis: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
 def _left_out_lines(left_out: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> list[str]:
     """One line per stage the plan left out up front (unless its candidates are listed), and per candidate (or
     check) the budget left out while the search ran, saying why."""
@@ -1131,8 +1252,10 @@ def _left_out_lines(left_out: Sequence[Mapping[str, Any]], plan: Sequence[Mappin
     lines = [f"left out for the budget: {stage['stage']} (up to {stage['candidates']} candidate(s)): "
              f"{stage.get('reason')}" for stage in plan if not stage.get("planned") and stage["stage"] not in listed]
     for entry in left_out:
+        data = f" on {entry['data']}" if entry.get("data") else ""
         what = entry.get("stage") if entry.get("mode") is None else \
-            f"{entry['mode']}{backend_suffix(entry.get('backend'))} batch {entry['batch_size']} ({entry['stage']})"
+            f"{entry['mode']}{backend_suffix(entry.get('backend'))} batch {entry['batch_size']}{data} " \
+            f"({entry['stage']})"
         lines.append(f"left out for the budget: {what}: {entry.get('reason')}")
     return lines
 
@@ -1178,6 +1301,26 @@ def _verdict_cell(f: dict[str, Any]) -> str:
     return verdict
 
 
+def _fed_line(winner: Mapping[str, Any]) -> str:
+    """``tune --data``: the winner's share of the synthetic ceiling of its mode and batch, and whether it is fed."""
+    from clsbench.procedures.diagnose import IDLE_LIMIT, INPUT_BOUND_RATIO
+
+    ceiling = winner.get("ceiling_img_s")
+    if ceiling is None or winner.get("ratio_to_synthetic") is None:
+        return f"input: {winner['data']}: no synthetic ceiling of {winner['mode']} at batch {winner['batch_size']} " \
+               "to compare with"
+    idle = winner.get("idle_fraction")
+    if winner.get("keeps_fed"):
+        fed = "kept fed"
+    elif winner["ratio_to_synthetic"] >= INPUT_BOUND_RATIO and idle is not None:
+        fed = f"not kept fed: it sat idle waiting for data {_pct(idle)} of the time (above {IDLE_LIMIT:.0%})"
+    else:
+        fed = "not kept fed: the input pipeline limits training"
+    return (f"input: {winner['data']}: {_pct(winner['ratio_to_synthetic'])} of the synthetic ceiling of "
+            f"{winner['mode']} at batch {winner['batch_size']} ({ceiling:,.1f} img/s): {fed} (kept fed, as in "
+            f"diagnose: at least {INPUT_BOUND_RATIO:.0%} of it, idle at most {IDLE_LIMIT:.0%})")
+
+
 def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     """The lines under the table: the winner, how its outputs compare with fp32 eager's and the command that
     reproduces it; or, without a winner, why (:func:`no_winner_message`)."""
@@ -1191,6 +1334,8 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     how = "" if confirmed is None else f"; confirmed over {repeats} repeats" if confirmed else \
         f"; from {repeats} repeat{'' if repeats == 1 else 's'}, unconfirmed"
     lines = [f"winner: {_describe(winner)}{speed}{how}"]
+    if winner.get("data"):
+        lines.append(_fed_line(winner))
     correctness = winner.get("correctness") or {}
     if correctness.get("reference"):
         lines.append("outputs: fp32 eager is the reference")

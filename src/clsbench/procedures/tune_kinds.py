@@ -13,7 +13,10 @@ budget, the plan, the halving and the result file take it from there. Built-in k
   and dominance pruning across batch sizes;
 - ``compile``: ``+compile`` (and for inference ``+cudagraph``, ``+compile+cudagraph``) of the best eager families;
 - ``max-autotune``: ``+compile:max-autotune`` of the best precision;
-- ``backend``: the inference backends, in the weight-cast form of the best eager precision.
+- ``backend``: the inference backends, in the weight-cast form of the best eager precision;
+- ``pipeline`` (``tune --data DIR``, train only; keep it the last kind registered): the best compute candidates
+  measured again on real data under each pipeline's most tuned setting (:func:`pipeline_settings`); the synthetic
+  cells stay in the file as the ceilings of those real-data cells.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from clsbench.procedures.tune import (
 )
 
 if TYPE_CHECKING:
+    from clsbench.core.data_settings import DataSettings
     from clsbench.core.plan import Cell
     from clsbench.procedures.tune_search import Search
+    from clsbench.results.schema import Measurement
 
 #: Rounds a kind yields: (stage name, the cells to measure now). The search measures them, then resumes the
 #: generator, which reads what it needs from the search.
@@ -276,13 +281,118 @@ register_kind(CandidateKind(
     rounds=_backend_rounds, enabled=lambda s: bool(s.backends)))
 
 
+
+# --------------------------------------------------------------------------------------------------- pipeline
+
+#: The pipeline kind measures real data for this many of the best compute candidates (their synthetic figures are
+#: the ceilings): the data pipeline does not change which compute setting is fastest, only how much of it is left,
+#: and a second leader covers a mode whose outputs the guard rejects, or whose step leaves the pipeline less time.
+PIPELINE_LEADERS = 2
+#: Seconds a real-data cell costs before its timed region beyond a synthetic one, per repeat, until one was observed
+#: here: scanning the dataset, opening it, starting the DataLoader workers (forkserver, each importing torch: about
+#: 1 s each on a CPU, 2 on a GPU host) and the priming pass that reads every file once. A first estimate only: the
+#: cost model replaces it by what the first real-data cell cost.
+PIPELINE_START_S = {"cuda": 10.0, "cpu": 4.0}
+#: With ``--data`` the winner must be a real-data cell: the pipeline stage is planned as early as the confirmation.
+PRIORITY["pipeline"] = PRIORITY["confirm"]
+
+
+def pipeline_workers(cpu_count: int | None) -> int:
+    """The worker count the pipeline kind gives the cpu pipeline (and dali's threads): the largest count
+    ``clsbench diagnose`` sweeps (:func:`clsbench.procedures.diagnose.sweep_workers`), the CPU count."""
+    from clsbench.procedures.diagnose import sweep_workers
+
+    return max(sweep_workers(cpu_count))
+
+
+def pipeline_settings(base: DataSettings, device: str, workers: int,
+                      pipelines: Sequence[str] | None = None) -> list[DataSettings]:
+    """Each pipeline's most tuned setting at ``workers`` workers: the last of the settings it proposes to
+    ``clsbench diagnose`` (:meth:`clsbench.data.base.Pipeline.candidates`, listed from PyTorch's defaults towards the
+    most tuned: for cpu, pinned where there is a GPU, persistent workers, uint8 batches normalised on the device; for
+    gpu, its default batched augmentation; for dali, ``workers`` threads). ``pipelines``: those to try (default:
+    every registered one, in their order)."""
+    from clsbench.data.base import ordered_pipelines
+
+    out = []
+    for pipeline in ordered_pipelines(pipelines):
+        proposed = pipeline.candidates(base, device, [workers])
+        if proposed:
+            out.append(proposed[-1])
+    return list(dict.fromkeys(out))
+
+
+def stored_settings(search: Search) -> list[DataSettings]:
+    """The real-data settings of a ``--data`` search, from its file (so that ``tune --resume`` measures the same)."""
+    from clsbench.core.data_settings import DataSettings
+
+    return [DataSettings.from_dict(s) for s in (search.facts.get("data") or {}).get("settings") or []]
+
+
+def pipeline_skip_reason(setting: DataSettings, device: str) -> str | None:
+    """Why ``setting``'s pipeline cannot run on ``device``, in the pipeline's own words, known without a worker."""
+    import torch
+
+    from clsbench.data.base import PIPELINES
+
+    return PIPELINES.get(setting.pipeline).unsupported_reason(torch.device(device), setting)
+
+
+def pipeline_leaders(search: Search) -> list[Measurement]:
+    """The :data:`PIPELINE_LEADERS` best synthetic candidates within the limits (highest rung, then score)."""
+    leaders = []
+    for m in search.ranked():
+        if m.data is None and (m.mode, m.batch_size, m.backend) not in [(x.mode, x.batch_size, x.backend)
+                                                                      for x in leaders]:
+            leaders.append(m)
+    return leaders[:PIPELINE_LEADERS]
+
+
+def _pipeline_rounds(search: Search) -> Rounds:
+    """Each leader under each setting; a setting whose pipeline cannot run here is pruned with its reason, without
+    starting a worker."""
+    import dataclasses
+
+    from clsbench.core.plan import Cell
+
+    leaders = pipeline_leaders(search)
+    if not leaders:
+        return
+    cells = []
+    for setting in stored_settings(search):
+        reason = pipeline_skip_reason(setting, search.device)
+        if reason:
+            search.prune("pipeline", setting.label(), [f"{m.mode} bs{m.batch_size}" for m in leaders], reason)
+            continue
+        cells += [dataclasses.replace(Cell.of(m), data=setting) for m in leaders]
+    if cells:
+        yield "pipeline", cells
+
+
+def _pipeline_count(search: Search) -> int:
+    runnable = [s for s in stored_settings(search) if not pipeline_skip_reason(s, search.device)]
+    return PIPELINE_LEADERS * len(runnable)
+
+
+register_kind(CandidateKind(
+    name="pipeline", rung="longer", build_s=PIPELINE_START_S,
+    stages=lambda s: [("pipeline", _pipeline_count(s), PRIORITY["pipeline"])],
+    rounds=_pipeline_rounds, enabled=lambda s: bool(s.facts.get("data"))))
+
+
 __all__ = [
     "DOMINANCE_MARGIN",
+    "PIPELINE_LEADERS",
+    "PIPELINE_START_S",
     "PRIORITY",
     "TUNE_KINDS",
     "CandidateKind",
     "backend_modes",
     "dominated",
     "kinds",
+    "pipeline_leaders",
+    "pipeline_settings",
+    "pipeline_skip_reason",
+    "pipeline_workers",
     "register_kind",
 ]

@@ -39,7 +39,7 @@ from clsbench.procedures.tune import (
 )
 from clsbench.procedures.tune_budget import Budget, CostModel, Window, format_seconds
 from clsbench.procedures.tune_kinds import PRIORITY, CandidateKind, kinds
-from clsbench.results.schema import DEFAULT_BACKEND, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND, Measurement, data_label
 
 #: The rungs, lowest first.
 RUNGS = ("screen", "longer", "confirm")
@@ -63,8 +63,29 @@ def screen_rule(rule: StopRule) -> StopRule:
                                min_seconds=rule.min_seconds * SCREEN_FRACTION)
 
 
-def trial_key(entry: Mapping[str, Any]) -> tuple[str, int, str, str]:
-    return (entry["mode"], int(entry["batch_size"]), entry.get("backend") or DEFAULT_BACKEND, entry["rung"])
+def trial_key(entry: Mapping[str, Any]) -> tuple[str, int, str, str | None, str]:
+    """(mode, batch, backend, data label or None, rung) of a trial (or a left-out entry)."""
+    return (*trial_cell(entry), entry["rung"])
+
+
+def trial_cell(entry: Mapping[str, Any]) -> tuple[str, int, str, str | None]:
+    """(mode, batch, backend, data label or None): which candidate a trial measured."""
+    return (entry["mode"], int(entry["batch_size"]), entry.get("backend") or DEFAULT_BACKEND, entry.get("data"))
+
+
+def cell_id(cell: Cell | Measurement) -> tuple[str, int, str, str | None]:
+    """(mode, batch, backend, data label or None): a candidate as :func:`trial_cell` names it (a real-data cell of
+    ``tune --data`` and the synthetic cell of the same mode and batch are two candidates)."""
+    data = cell.data
+    label = None if data is None else data.label() if hasattr(data, "label") else data_label(data)
+    return (cell.mode, cell.batch_size, cell.backend, label)
+
+
+def candidate_name(cell: Cell | Measurement) -> str:
+    """``mode[ @backend] bsN[ [data label]]``: a candidate in the phases and the pruned lists."""
+    _, _, backend, label = cell_id(cell)
+    return (cell.mode + ("" if backend == DEFAULT_BACKEND else f" @{backend}") + f" bs{cell.batch_size}"
+            + ("" if label is None else f" [{label}]"))
 
 
 class Search:
@@ -125,7 +146,8 @@ class Search:
 
     def family_point(self, family: str, extra: Sequence[Measurement] = ()) -> Measurement | None:
         """The eager family's best point within the limits; else its smallest ok batch (most likely to fit)."""
-        points = [m for m in self.run.result.measurements if m.mode == family and m.backend == DEFAULT_BACKEND]
+        points = [m for m in self.run.result.measurements if m.mode == family and m.backend == DEFAULT_BACKEND
+                  and m.data is None]
         ok = [m for m in [*points, *extra] if m.status == Status.OK]
         within = [m for m in ok if not limit_violations(self.figures(m), self.limits)]
         if within:
@@ -136,7 +158,8 @@ class Search:
         """Each eager family's best score (with ``compiled``: counting its compiled variants' results too)."""
         out = {}
         for family in self.base_modes:
-            extra = [m for m in self.run.result.measurements if compiled and self.family_of.get(m.mode) == family]
+            extra = [m for m in self.run.result.measurements if compiled and self.family_of.get(m.mode) == family
+                     and m.data is None]
             score = self.score(self.family_point(family, extra))
             if score is not None:
                 out[family] = score
@@ -167,7 +190,9 @@ class Search:
         """Seconds per timed iteration, from what was measured of this cell or of its mode (None: unknown)."""
         m = self.measurement(cell)
         if m is None or m.status != Status.OK:
-            same = [x for x in self.run.result.measurements if x.mode == cell.mode and x.status == Status.OK]
+            same = [x for x in self.run.result.measurements if x.mode == cell.mode and x.status == Status.OK
+                    and cell_id(x)[3] == cell_id(cell)[3]]
+            same = same or [x for x in self.run.result.measurements if x.mode == cell.mode and x.status == Status.OK]
             m = same[0] if same else None
         if m is None:
             return None
@@ -233,7 +258,8 @@ class Search:
         repeat, or starts anew from a screened one; a built kind's build is warm by then); before, for
         :data:`CONFIRM_TOP` leaders of the costliest kind planned so far."""
         window = self.window("confirm")
-        leaders = [m for m in self.ranked() if self.passed(m) or not self.checked(m)][:CONFIRM_TOP]
+        leaders = [m for m in self.ranked() if (self.passed(m) or not self.checked(m)) and self.eligible(m)]
+        leaders = leaders[:CONFIRM_TOP]
         if leaders:
             total = 0.0
             for m in leaders:
@@ -249,8 +275,7 @@ class Search:
 
     def kind_of(self, m: Measurement) -> str:
         """The kind whose round proposed ``m`` (from the trials)."""
-        return next((t["kind"] for t in self.facts["trials"] if trial_key(t)[:3] == (m.mode, m.batch_size,
-                                                                                      m.backend)), "eager")
+        return next((t["kind"] for t in self.facts["trials"] if trial_cell(t) == cell_id(m)), "eager")
 
     def checked(self, m: Measurement) -> bool:
         """Whether the correctness guard has judged ``m`` yet (fp32 eager and backends judge themselves)."""
@@ -289,7 +314,7 @@ class Search:
     # -------------------------------------------------------------------------------------------- measuring
 
     def find_trial(self, cell: Cell, rung: str) -> dict[str, Any] | None:
-        key = (cell.mode, cell.batch_size, cell.backend, rung)
+        key = (*cell_id(cell), rung)
         return next((t for t in reversed(self.facts["trials"]) if trial_key(t) == key), None)
 
     def at_rung(self, cell: Cell, rung: str) -> Measurement | None:
@@ -304,8 +329,7 @@ class Search:
         return None
 
     def latest_rung(self, cell: Cell) -> str | None:
-        done = [t["rung"] for t in self.facts["trials"] if trial_key(t)[:3] == (cell.mode, cell.batch_size,
-                                                                                cell.backend)
+        done = [t["rung"] for t in self.facts["trials"] if trial_cell(t) == cell_id(cell)
                 and t.get("actual_s") is not None]
         return max(done, key=rung_level) if done else None
 
@@ -341,6 +365,8 @@ class Search:
                  "repeats": repeats, "estimate_s": estimate, "start_s": self.budget.spent_s(), "actual_s": None}
         if cell.backend != DEFAULT_BACKEND:
             entry["backend"] = cell.backend
+        if cell.data is not None:
+            entry["data"] = cell.data.label()
         self.facts["trials"].append(entry)
         self.run.save()
         before = self.budget.clock()
@@ -377,6 +403,8 @@ class Search:
             entry.update({"mode": cell.mode, "batch_size": cell.batch_size})
             if cell.backend != DEFAULT_BACKEND:
                 entry["backend"] = cell.backend
+            if cell.data is not None:
+                entry["data"] = cell.data.label()
         entry["reason"] = (f"estimated {format_seconds(estimate)}, but {format_seconds(max(0.0, entry['left_s']))} "
                            f"of the budget was left" + (f", {format_seconds(reserve)} of it kept for the stages "
                                                         "after" if reserve > 0 else ""))
@@ -411,9 +439,7 @@ class Search:
                 self.skip_stage(stage, kind.name, kind.rung, cells)
                 break
             self.facts["phases"].append({"phase": kind.name, "stage": stage, "rung": kind.rung,
-                                         "candidates": [c.mode + ("" if c.backend == DEFAULT_BACKEND else
-                                                                  f" @{c.backend}") + f" bs{c.batch_size}"
-                                                        for c in cells]})
+                                         "candidates": [candidate_name(c) for c in cells]})
             self.measure(cells, kind.name, kind.rung, stage)
             self.done_stages.add(stage)
         for stage in kind.stages(self):
@@ -430,6 +456,8 @@ class Search:
                      "reason": f"left out by the plan: {reason}"}
             if cell.backend != DEFAULT_BACKEND:
                 entry["backend"] = cell.backend
+            if cell.data is not None:
+                entry["data"] = cell.data.label()
             self.facts["left_out"].append(entry)
         self.save()
 
@@ -444,8 +472,8 @@ class Search:
             latest = self.latest_rung(Cell.of(m))
             if rung is None or latest == rung:
                 pool.append((m, f, latest))
-        pool.sort(key=lambda item: (-rung_level(item[2]), -(item[1]["score"] or 0.0), item[0].mode,
-                                    item[0].batch_size, item[0].backend))
+        pool.sort(key=lambda item: (not self.eligible(item[0]), -rung_level(item[2]), -(item[1]["score"] or 0.0),
+                                    item[0].mode, item[0].batch_size, item[0].backend, cell_id(item[0])[3] or ""))
         return [m for m, _, _ in pool]
 
     def longer(self) -> None:
@@ -453,7 +481,10 @@ class Search:
         if not self.planned("longer"):
             self.done_stages.add("longer")
             return
-        screened = self.ranked("screen")
+        # Every candidate screened, also those a resumed search finds at a higher rung already: ranked() puts them
+        # first, so the same ones are chosen again (taken from the file) and the others are not promoted instead.
+        screened = [m for m in self.ranked() if (self.find_trial(Cell.of(m), "screen") or {}).get("actual_s")
+                    is not None]
         chosen = screened[:self._longer_count(len(screened))]
         if chosen:
             self.facts["phases"].append({"phase": "longer", "stage": "longer", "rung": "longer",
@@ -469,12 +500,17 @@ class Search:
     def confirm(self) -> None:
         """The full protocol for the best :data:`CONFIRM_TOP` candidates that passed the guard (or all, without
         the guard)."""
-        chosen = [m for m in self.ranked() if self.passed(m)][:CONFIRM_TOP]
+        chosen = [m for m in self.ranked() if self.passed(m) and self.eligible(m)][:CONFIRM_TOP]
         if chosen:
             self.facts["phases"].append({"phase": "confirm", "stage": "confirm", "rung": "confirm",
-                                         "candidates": [f"{m.mode} bs{m.batch_size}" for m in chosen]})
+                                         "candidates": [candidate_name(m) for m in chosen]})
         for m in chosen:
             self.measure_one(Cell.of(m), self.kind_of(m), "confirm", "confirm")
+
+    def eligible(self, m: Measurement) -> bool:
+        """Whether ``m`` may win: any candidate, except that with ``--data`` only real-data cells may (the synthetic
+        ones are their ceilings); those rank first and alone are confirmed."""
+        return m.data is not None or not self.facts.get("data")
 
     def passed(self, m: Measurement) -> bool:
         """Whether ``m`` passed the correctness guard (always, with the guard off or for fp32 eager)."""
@@ -491,4 +527,5 @@ class Search:
         return bool(checks and checks[-1].get("ok"))
 
 
-__all__ = ["CONFIRM_TOP", "HALVING_ETA", "RUNGS", "SCREEN_FRACTION", "Search", "rung_level", "screen_rule"]
+__all__ = ["CONFIRM_TOP", "HALVING_ETA", "RUNGS", "SCREEN_FRACTION", "Search", "candidate_name", "cell_id",
+           "rung_level", "screen_rule", "trial_cell"]

@@ -435,7 +435,8 @@ def _tune_points(run: _Run) -> list[dict[str, Any]]:
         end, score = _num(t.get("end_s")), _num(t.get("score"))
         if end is not None and score is not None and t.get("rung") in TUNE_RUNG_MARKERS:
             out.append({"end_s": end, "score": score, "rung": t["rung"], "kind": str(t.get("kind") or "?"),
-                        "label": f"{t.get('mode')} bs{t.get('batch_size')}"})
+                        "label": f"{t.get('mode')} bs{t.get('batch_size')}"
+                                 + (f" [{t['data']}]" if t.get("data") else "")})
     return out
 
 
