@@ -98,8 +98,12 @@ def test_train_step_kind_proposes_the_step_candidates_of_the_best_family(costed:
     assert proposed["train-step"] == [("amp-bf16+fused", 4), ("amp-bf16+compile+fused", 4),
                                       ("amp-bf16+compile+fused+compiled-step", 4)]
     # The captured step is for a GPU: pruned with the mode's own reason, no worker started.
-    assert pruned(outcome, "train-step") == {"amp-bf16+cudagraph": "CUDA graphs need a CUDA device; this device "
-                                                                   "is cpu"}
+    refused = pruned(outcome, "train-step")
+    assert refused.pop("amp-bf16+cudagraph") == "CUDA graphs need a CUDA device; this device is cpu"
+    # The other family lost by more than the margin: none of its step candidates is tried.
+    assert set(refused) == {"fp32+fused", "fp32+compile+fused", "fp32+compile+fused+compiled-step",
+                            "fp32+cudagraph"}
+    assert all(reason.startswith("its best result is 27% of the best") for reason in refused.values())
     stage = next(s for s in facts["plan"] if s["stage"] == "train-step")
     assert (stage["kind"], stage["rung"], stage["candidates"], stage["priority"]) == \
         ("train-step", "longer", 3, PRIORITY["train-step"])

@@ -18,6 +18,11 @@ one registry entry each, which propose what the phases below describe:
    eager modes not pruned, each at the batch size where its eager form did best within the limits. A mode is pruned
    when its eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains
    that much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
+   Then, refining the best compiled family (:mod:`clsbench.procedures.tune_kinds`): for inference **freeze**,
+   ``+compile+freeze`` (Inductor freezing; with ``+cudagraph`` too for infer-latency on a GPU); for train
+   **train-step**, the optimizer implementation (``+fused``, or ``+foreach`` where the mode refuses it), ``+compile``
+   with it, the whole step compiled (``+compile+compiled-step``) and captured (``+cudagraph``, GPU only), each
+   refusal of the mode pruned with its reason.
 3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
    :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
 4. **backends** (inference only): every registered inference backend other than ``eager``
@@ -37,9 +42,11 @@ reserved by torch's caching allocator on a GPU, or the worker's peak RSS on a CP
 **Correctness guard**: a candidate wins only if its outputs match fp32 eager on a fixed seeded input (same
 weights, same seed) within a documented tolerance (:data:`OUTPUT_RTOL`, :data:`TRAIN_LOSS_RTOL`). The check runs
 :func:`output_errors` in a fresh process (:func:`output_errors_in_subprocess`), top candidate first, until one
-passes; a rejected candidate keeps its figures and carries the reason. A backend candidate is judged by the parity
-check its own measurement made (:mod:`clsbench.backends.parity`, the same tolerances); one whose parity failed is
-``rejected`` (reason ``parity_failed``) whether the guard is on or not, so it can never win.
+passes; a train candidate is checked by training parity (:mod:`clsbench.procedures.train_parity`: its training
+step as the worker runs it, optimizer implementation, compiled and captured step included); a rejected candidate
+keeps its figures and carries the reason. A backend candidate is judged by the parity check its own measurement
+made (:mod:`clsbench.backends.parity`, the same tolerances); one whose parity failed is ``rejected`` (reason
+``parity_failed``) whether the guard is on or not, so it can never win.
 
 Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
 correctness checks, the budget, the plan, every trial with its estimated and actual cost, what was left out, how
