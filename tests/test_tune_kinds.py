@@ -27,7 +27,7 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
 from clsbench.modes import MODIFIERS, Modifier
 from clsbench.modes.optimizer import OptimizerImplementation
-from clsbench.procedures.tune import TRAIN_LOSS_RTOL, judge, output_errors, tune
+from clsbench.procedures.tune import TRAIN_LOSS_RTOL, judge, output_errors, resume_tune, tune
 from clsbench.procedures.tune_kinds import PRIORITY, TUNE_KINDS, freeze_suffixes
 from clsbench.procedures.tune_search import Search
 from clsbench.results import io as result_io
@@ -165,7 +165,17 @@ def test_foreach_replaces_fused_where_the_mode_refuses_it(costed: Any, env: dict
     assert "CUDA device" in refused["amp-bf16+cudagraph"]
 
 
-def test_foreach_is_tried_after_torch_refused_fused(costed: Any, env: dict[str, Any],
+def test_a_family_naming_its_implementation_keeps_it(costed: Any, env: dict[str, Any],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The family's own implementation stays; its ``+compile`` is the compile kind's and is not proposed again."""
+    proposed = watch(monkeypatch)
+    outcome = run_tune(costed, env, modes=["fp32", "amp-bf16+foreach"])
+    assert ("amp-bf16+compile+foreach", 4) in proposed["compile"]
+    assert proposed["train-step"] == [("amp-bf16+compile+foreach+compiled-step", 4)]
+    assert "CUDA device" in pruned(outcome, "train-step")["amp-bf16+cudagraph+foreach"]
+
+
+def test_foreach_is_tried_after_torch_refused_fused(costed: Any, env: dict[str, Any], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """torch refuses fused only when the optimizer is built: the worker records the skip, the kind goes on with
     foreach in a second round."""
@@ -178,7 +188,8 @@ def test_foreach_is_tried_after_torch_refused_fused(costed: Any, env: dict[str, 
 
     monkeypatch.setitem(step_module.OPTIMIZERS, "sgd", (Refusing, step_module.OPTIMIZERS["sgd"][1]))
     proposed = watch(monkeypatch, measure_if=lambda kind, cell: "compile" not in cell.mode)
-    outcome = run_tune(costed, env)
+    path = tmp_path / "tune.json"
+    outcome = run_tune(costed, env, output=path)
     assert proposed["train-step"][-1] == ("amp-bf16+foreach", 4)
     rows = {(c["mode"], c["batch_size"]): c for c in outcome.candidates}
     assert rows[("amp-bf16+fused", 4)]["verdict"] == "skipped"
@@ -186,6 +197,13 @@ def test_foreach_is_tried_after_torch_refused_fused(costed: Any, env: dict[str, 
     assert rows[("amp-bf16+foreach", 4)]["status"] == "ok"
     phases = [p for p in outcome.result.settings["tune"]["phases"] if p["phase"] == "train-step"]
     assert phases[-1]["candidates"] == ["amp-bf16+foreach bs4"]
+    # A resumed search proposes the same rounds, and measures none of them again.
+    first = list(proposed["train-step"])
+    proposed["train-step"] = []
+    started = len(outcome.result.settings["tune"]["trials"])
+    again = resume_tune(path, execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
+    assert proposed["train-step"] == first
+    assert len(again.result.settings["tune"]["trials"]) == started
 
 
 # ------------------------------------------------------------------------------------- the guard for train

@@ -203,12 +203,16 @@ def default_modes(workload: str) -> list[str]:
 
 
 def variant_of(base: str, suffix: str) -> str | None:
-    """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one."""
-    from clsbench.modes import parse_mode
+    """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one, or
+    one of the same group (``+foreach`` for ``+fused``: both choose the optimizer implementation)."""
+    from clsbench.modes import MODIFIERS, parse_mode
 
     have = {m.split(":")[0] for m in parse_mode(base).modifier_names}
-    if any(token.split(":")[0] in have for token in suffix.strip("+").split("+")):
-        return None
+    groups = {MODIFIERS.get(name).group for name in have} - {None}
+    for token in suffix.strip("+").split("+"):
+        name = token.split(":")[0]
+        if name in have or (name in MODIFIERS and MODIFIERS.get(name).group in groups):
+            return None
     return parse_mode(base + suffix).name
 
 

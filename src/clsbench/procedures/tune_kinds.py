@@ -41,6 +41,7 @@ from clsbench.procedures.tune import (
     variant_of,
 )
 from clsbench.procedures.tune_budget import FREEZE_BUILD_S, TRAIN_STEP_BUILD_S
+from clsbench.results.schema import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from clsbench.core.plan import Cell
@@ -290,9 +291,18 @@ def optimizer_implementation(search: Search, family: str, batch: int) -> tuple[s
     return None, refused
 
 
+def proposed_by_another_kind(search: Search, cell: Cell, kind: str) -> bool:
+    """Whether another kind's round of this search proposed ``cell`` already (``+compile`` of a family that names
+    its optimizer implementation is the compile kind's), from the phases logged so far; a resumed search logs its
+    phases afresh, in the same order, so it decides the same."""
+    label = f"{cell.mode} bs{cell.batch_size}"
+    return cell.backend == DEFAULT_BACKEND and any(
+        p["phase"] != kind and label in p["candidates"] for p in search.facts["phases"])
+
+
 def train_step_cells(search: Search, family: str, batch: int) -> list[Cell]:
-    """The family's training-step candidates at ``batch`` not measured yet; those a mode refuses here are pruned
-    with its reason."""
+    """The family's training-step candidates at ``batch`` that no other kind proposed; those a mode refuses here
+    are pruned with its reason."""
     implementation, refused = optimizer_implementation(search, family, batch)
     cells = []
     for suffix in TRAIN_STEP_SUFFIXES:
@@ -300,7 +310,7 @@ def train_step_cells(search: Search, family: str, batch: int) -> list[Cell]:
             continue
         text = suffix.format(impl=implementation or "")
         variant = variant_of(family, text) if text else None
-        if not variant or search.measurement(search.cell(variant, batch)) is not None:
+        if not variant or proposed_by_another_kind(search, search.cell(variant, batch), "train-step"):
             continue
         reason = mode_refusal(search, search.cell(variant, batch))
         if reason:
@@ -327,7 +337,7 @@ def _foreach_instead(search: Search, cells: Sequence[Cell]) -> list[Cell]:
         reason = mode_refusal(search, again)
         if reason:
             search.prune("train-step", search.family_of.get(cell.mode, cell.mode), [variant], reason)
-        elif search.measurement(again) is None:
+        elif not proposed_by_another_kind(search, again, "train-step"):
             search.family_of[variant] = search.family_of.get(cell.mode, cell.mode)
             out.append(again)
     return out
@@ -463,4 +473,5 @@ __all__ = [
     "optimizer_implementation",
     "register_kind",
     "train_step_cells",
+    "proposed_by_another_kind",
 ]
