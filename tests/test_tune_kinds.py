@@ -93,6 +93,7 @@ def test_train_step_kind_proposes_the_step_candidates_of_the_best_family(costed:
     outcome = run_tune(costed, env)
     facts = outcome.result.settings["tune"]
     assert facts["kinds"] == ["eager", "compile", "train-step"]  # no freeze for train; max-autotune off
+    assert (facts["rules"]["max_train_step_families"], facts["rules"]["max_freeze_families"]) == (1, 1)
     assert [p["phase"] for p in facts["phases"]] == ["eager", "longer", "compile", "train-step"]
     # amp-bf16 is the best family; fused is the implementation (this torch has CPU fused kernels for SGD).
     assert proposed["train-step"] == [("amp-bf16+fused", 4), ("amp-bf16+compile+fused", 4),

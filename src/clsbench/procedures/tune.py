@@ -815,6 +815,11 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
         "correctness": [],
         "search_s": None,
     }
+    if compile_variants:  # the freeze and train-step kinds' limits, written only when those kinds may run
+        from clsbench.procedures.tune_kinds import MAX_FREEZE_FAMILIES, MAX_TRAIN_STEP_FAMILIES
+
+        facts["rules"]["max_freeze_families"] = MAX_FREEZE_FAMILIES
+        facts["rules"]["max_train_step_families"] = MAX_TRAIN_STEP_FAMILIES
     if backends:  # written only when there is a backend phase, so other searches read as before
         facts["rules"]["backends"] = list(backends)
         facts["rules"]["max_backend_families"] = MAX_BACKEND_FAMILIES

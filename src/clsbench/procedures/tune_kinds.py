@@ -326,13 +326,15 @@ def train_step_cells(search: Search, family: str, batch: int) -> list[Cell]:
 def _foreach_instead(search: Search, cells: Sequence[Cell]) -> list[Cell]:
     """``+foreach`` in place of each ``+fused`` candidate that torch refused when its optimizer was built (the
     worker recorded it as skipped, ``unsupported_mode``: the device check the mode cannot make without torch)."""
+    from clsbench.modes import parse_mode
+
     out = []
     for cell in cells:
         m = search.measurement(cell)
         if m is None or m.status != Status.SKIPPED or m.reason != Reason.UNSUPPORTED_MODE \
-                or "+fused" not in cell.mode:
+                or "fused" not in parse_mode(cell.mode).modifier_names:
             continue
-        variant = cell.mode.replace("+fused", "+foreach")
+        variant = parse_mode(cell.mode.replace("+fused", "+foreach")).name
         again = search.cell(variant, cell.batch_size)
         reason = mode_refusal(search, again)
         if reason:
@@ -471,7 +473,7 @@ __all__ = [
     "kinds",
     "mode_refusal",
     "optimizer_implementation",
+    "proposed_by_another_kind",
     "register_kind",
     "train_step_cells",
-    "proposed_by_another_kind",
 ]
