@@ -90,8 +90,9 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
              help="Batch sizes to try (repeat or comma-separate); default: 1 for infer-latency, a short doubling "
                   "otherwise.")
 @click.option("--compile/--no-compile", "compile_variants", default=True, show_default=True,
-              help="Also try torch.compile and CUDA graphs for the best eager modes, and for inference the "
-                   "inference backends (--backend).")
+              help="Also try torch.compile and CUDA graphs for the best eager modes, then Inductor freezing "
+                   "(inference) or the training-step candidates (train: fused/foreach optimizer, compiled and "
+                   "captured step), and for inference the inference backends (--backend).")
 @list_option("--backend", "backends",
              help="Inference backends the backend phase tries (repeat or comma-separate), e.g. export,tensorrt; "
                   "default: every one but eager (those that cannot run here are listed as pruned).")

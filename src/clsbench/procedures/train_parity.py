@@ -16,6 +16,7 @@ before any update) within the precision's output tolerance (``tolerance_for``), 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import math
 from collections.abc import Sequence
@@ -110,6 +111,16 @@ def compare_losses(mode: str, losses: list[float] | str, reference: list[float])
     return entry
 
 
+def free_memory(device: str) -> None:
+    """Collect the previous case's network, optimizer state and graphs, and on a GPU hand the cached blocks back, so
+    that every case starts from the same memory (tune checks several candidates in one process)."""
+    import torch
+
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def train_parity(model: str, device: str, cases: Sequence[tuple[str, int]], *, steps: int = TRAIN_CHECK_STEPS,
                  **kwargs: Any) -> dict[tuple[str, int], dict[str, Any]]:
     """Compare each ``(mode, batch_size)`` case's training losses with fp32 eager's, in this process.
@@ -138,4 +149,6 @@ def train_parity(model: str, device: str, cases: Sequence[tuple[str, int]], *, s
         except Exception as exc:  # noqa: BLE001 - a case that cannot run is reported, the others go on
             text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
             out[(mode, batch)] = compare_losses(mode, f"the check failed: {text}", [])
+        finally:
+            free_memory(device)
     return out

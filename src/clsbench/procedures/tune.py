@@ -18,6 +18,11 @@ one registry entry each, which propose what the phases below describe:
    eager modes not pruned, each at the batch size where its eager form did best within the limits. A mode is pruned
    when its eager result lost by more than :data:`PRUNE_LOSS_FRACTION` to the best so far (compilation rarely gains
    that much, and costs a minute or more per process), and only the :data:`MAX_COMPILE_FAMILIES` best are compiled.
+   Then, refining the best compiled family (:mod:`clsbench.procedures.tune_kinds`): for inference **freeze**,
+   ``+compile+freeze`` (Inductor freezing; with ``+cudagraph`` too for infer-latency on a GPU); for train
+   **train-step**, the optimizer implementation (``+fused``, or ``+foreach`` where the mode refuses it), ``+compile``
+   with it, the whole step compiled (``+compile+compiled-step``) and captured (``+cudagraph``, GPU only), each
+   refusal of the mode pruned with its reason.
 3. **max-autotune**: ``+compile:max-autotune`` (which brings its own CUDA graphs) for the
    :data:`MAX_AUTOTUNE_FAMILIES` best precisions still within the margin: the slowest compile there is.
 4. **backends** (inference only): every registered inference backend other than ``eager``
@@ -41,9 +46,11 @@ reserved by torch's caching allocator on a GPU, or the worker's peak RSS on a CP
 **Correctness guard**: a candidate wins only if its outputs match fp32 eager on a fixed seeded input (same
 weights, same seed) within a documented tolerance (:data:`OUTPUT_RTOL`, :data:`TRAIN_LOSS_RTOL`). The check runs
 :func:`output_errors` in a fresh process (:func:`output_errors_in_subprocess`), top candidate first, until one
-passes; a rejected candidate keeps its figures and carries the reason. A backend candidate is judged by the parity
-check its own measurement made (:mod:`clsbench.backends.parity`, the same tolerances); one whose parity failed is
-``rejected`` (reason ``parity_failed``) whether the guard is on or not, so it can never win.
+passes; a train candidate is checked by training parity (:mod:`clsbench.procedures.train_parity`: its training
+step as the worker runs it, optimizer implementation, compiled and captured step included); a rejected candidate
+keeps its figures and carries the reason. A backend candidate is judged by the parity check its own measurement
+made (:mod:`clsbench.backends.parity`, the same tolerances); one whose parity failed is ``rejected`` (reason
+``parity_failed``) whether the guard is on or not, so it can never win.
 
 Like a sweep, the procedure's own facts go under ``settings["tune"]`` (limits, rules, pruned branches, the
 correctness checks, the budget, the plan, every trial with its estimated and actual cost, what was left out, how
@@ -202,12 +209,16 @@ def default_modes(workload: str) -> list[str]:
 
 
 def variant_of(base: str, suffix: str) -> str | None:
-    """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one."""
-    from clsbench.modes import parse_mode
+    """``base`` with the modifiers of ``suffix`` added, canonically spelt; None when ``base`` already has one, or
+    one of the same group (``+foreach`` for ``+fused``: both choose the optimizer implementation)."""
+    from clsbench.modes import MODIFIERS, parse_mode
 
     have = {m.split(":")[0] for m in parse_mode(base).modifier_names}
-    if any(token.split(":")[0] in have for token in suffix.strip("+").split("+")):
-        return None
+    groups = {MODIFIERS.get(name).group for name in have} - {None}
+    for token in suffix.strip("+").split("+"):
+        name = token.split(":")[0]
+        if name in have or (name in MODIFIERS and MODIFIERS.get(name).group in groups):
+            return None
     return parse_mode(base + suffix).name
 
 
@@ -349,21 +360,6 @@ def tolerance_for(mode: str, tolerances: Mapping[str, float] | None = None) -> f
 # --------------------------------------------------------------------------------------- correctness check
 
 
-def _quiet_random_layers(model: Any) -> None:
-    """Dropout and stochastic depth off (eval) inside a training model: compiled code draws other random masks
-    than eager code, which would make identical arithmetic look wrong. BatchNorm stays in training mode."""
-    for module in model.modules():
-        name = type(module).__name__
-        if "Dropout" in name or "DropPath" in name or "StochasticDepth" in name:
-            module.eval()
-
-
-def _rel(value: float, ref: float) -> float:
-    if not math.isfinite(value):
-        return math.inf
-    return abs(value - ref) / abs(ref) if ref else (0.0 if value == ref else math.inf)
-
-
 def _free_memory(dev: Any) -> None:
     """Collect the previous case's network and outputs, and on a GPU hand the cached blocks back, so that every
     case starts from the same memory (a case must not fail for the memory an earlier one left held)."""
@@ -375,25 +371,22 @@ def _free_memory(dev: Any) -> None:
 
 
 def _case_errors(metric: str, got: Any, ref: Any) -> dict[str, Any]:
-    """One case's entry of :func:`output_errors`: how far its outputs lie from fp32 eager's.
+    """One inference case's entry of :func:`output_errors`: how far its logits lie from fp32 eager's.
 
     Args:
-        metric: "logits" (inference: ``got`` and ``ref`` are logit tensors) or "loss" (train: lists of losses,
-            one per step).
-        got: the case's outputs, or a string saying why it could not run here (the entry's ``detail``).
-        ref: fp32 eager's outputs on the same input.
+        metric: "logits".
+        got: the case's logits, or a string saying why it could not run here (the entry's ``detail``).
+        ref: fp32 eager's logits on the same input.
     """
     import torch
 
     if isinstance(got, str):
         return {"metric": metric, "error": None, "error_last": None, "detail": got}
-    if metric == "logits":
-        finite = bool(torch.isfinite(got).all())
-        scale = float(ref.abs().max())
-        diff = float((got - ref).abs().max())
-        error = math.inf if not finite else (diff / scale if scale else (0.0 if diff == 0 else math.inf))
-        return {"metric": metric, "error": error, "error_last": None, "detail": None}
-    return {"metric": metric, "error": _rel(got[0], ref[0]), "error_last": _rel(got[-1], ref[-1]), "detail": None}
+    finite = bool(torch.isfinite(got).all())
+    scale = float(ref.abs().max())
+    diff = float((got - ref).abs().max())
+    error = math.inf if not finite else (diff / scale if scale else (0.0 if diff == 0 else math.inf))
+    return {"metric": metric, "error": error, "error_last": None, "detail": None}
 
 
 def output_errors(
@@ -415,8 +408,11 @@ def output_errors(
 
     The network is built afresh for every case with the same seed (identical weights) and fed the same seeded
     input as the workloads (``randn`` from ``data_seed``); the mode is applied exactly as a worker applies it
-    (``parse_mode(mode).configure`` and ``.prepare``). Inference compares logits; train compares the loss of the
-    first step and after ``train_steps`` optimizer steps (dropout off, see :func:`_quiet_random_layers`).
+    (``parse_mode(mode).configure`` and ``.prepare``). Inference compares logits. Train compares the loss of the
+    first step and after ``train_steps`` updates through
+    :func:`clsbench.procedures.train_parity.train_parity`, which builds the optimizer and the step the way the
+    worker does (:mod:`clsbench.workloads.step`: ``+foreach``, ``+fused``, ``+compiled-step``, ``+cudagraph``), so
+    that what is checked is what was measured; its entries also say how many updates they compared (``steps``).
 
     Returns:
         For each case: ``metric`` ("logits" or "loss"), ``error`` (max relative error of the logits, normalised by
@@ -430,15 +426,19 @@ def output_errors(
     from clsbench.models import get_model_spec
     from clsbench.modes import parse_mode
     from clsbench.workloads import get_workload
-    from clsbench.workloads.train import make_optimizer, train_step
 
-    dev = torch.device(device)
     kind = get_workload(workload).kind
+    if kind != "inference":
+        from clsbench.procedures.train_parity import train_parity  # it imports this module's tolerances
+
+        return train_parity(model, device, cases, steps=train_steps, seed=seed, data_seed=data_seed,
+                            input_size=input_size, compile_mode=compile_mode, cudnn_benchmark=cudnn_benchmark,
+                            train=train, num_classes=num_classes)
+    dev = torch.device(device)
     spec = get_model_spec(model)
     side = input_size or spec.input_size
     bf16, tf32 = device_capabilities(dev)
-    settings = train or TrainSettings()
-    metric = "logits" if kind == "inference" else "loss"
+    metric = "logits"
 
     def run(mode_name: str, batch: int) -> Any:
         mode = parse_mode(mode_name)
@@ -448,26 +448,13 @@ def output_errors(
             return f"unsupported here: {reason}"
         torch.backends.cudnn.benchmark = cudnn_benchmark
         mode.configure(ctx)
-        net = spec.build(seed=seed, num_classes=num_classes, input_size=input_size).to(dev)
-        if kind == "inference":
-            net.eval()
+        net = spec.build(seed=seed, num_classes=num_classes, input_size=input_size).to(dev).eval()
         prepared = mode.prepare(net, ctx)
         images = torch.randn((batch, 3, side, side), generator=torch.Generator().manual_seed(data_seed))
         x = images.to(dtype=prepared.input_dtype).contiguous(memory_format=prepared.memory_format).to(dev)
         try:
-            if kind == "inference":
-                with torch.inference_mode(), prepared.autocast(dev.type):
-                    return prepared.forward(x).float().cpu()  # a copy: a graph's static output is overwritten later
-            prepared.model.train()
-            _quiet_random_layers(prepared.model)
-            optimizer = make_optimizer(prepared.model, settings)
-            scaler = torch.amp.GradScaler(dev.type) if prepared.grad_scaler else None
-            labels = torch.randint(0, num_classes, (batch,), generator=torch.Generator().manual_seed(data_seed + 1))
-            labels = labels.to(dev)
-            losses = []
-            for _ in range(train_steps):
-                losses.append(float(train_step(prepared, x, labels, optimizer, scaler, dev.type).detach()))
-            return losses
+            with torch.inference_mode(), prepared.autocast(dev.type):
+                return prepared.forward(x).float().cpu()  # a copy: a graph's static output is overwritten later
         finally:
             if "compile" in {m.split(":")[0] for m in mode.modifier_names}:
                 import importlib
@@ -550,14 +537,16 @@ def judge(check: dict[str, Any], mode: str, tolerances: Mapping[str, float] | No
     error, error_last = _num(check.get("error")), _num(check.get("error_last"))
     verdict = {"metric": check.get("metric"), "error": error, "tolerance": tolerance, "error_last": error_last,
                "tolerance_last": TRAIN_LOSS_RTOL if error_last is not None else None, "ok": False, "reason": None}
+    if check.get("steps") is not None:  # train parity: the updates compared (a captured step's warm-up counts)
+        verdict["steps"] = check["steps"]
     what = "logits" if check.get("metric") == "logits" else "first-step loss"
     if error is None:
         verdict["reason"] = check.get("detail") or "no output to compare"
     elif not error <= tolerance:
         verdict["reason"] = f"{what} differ from fp32 eager by {error:.3g} (relative; tolerance {tolerance:g})"
     elif error_last is not None and not error_last <= TRAIN_LOSS_RTOL:
-        verdict["reason"] = (f"the loss after {TRAIN_CHECK_STEPS} steps differs from fp32 eager's by "
-                             f"{error_last:.3g} (relative; tolerance {TRAIN_LOSS_RTOL:g})")
+        verdict["reason"] = (f"the loss after {check.get('steps') or TRAIN_CHECK_STEPS} steps differs from fp32 "
+                             f"eager's by {error_last:.3g} (relative; tolerance {TRAIN_LOSS_RTOL:g})")
     else:
         verdict["ok"] = True
     return verdict
@@ -889,6 +878,11 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
         "correctness": [],
         "search_s": None,
     }
+    if compile_variants:  # the freeze and train-step kinds' limits, written only when those kinds may run
+        from clsbench.procedures.tune_kinds import MAX_FREEZE_FAMILIES, MAX_TRAIN_STEP_FAMILIES
+
+        facts["rules"]["max_freeze_families"] = MAX_FREEZE_FAMILIES
+        facts["rules"]["max_train_step_families"] = MAX_TRAIN_STEP_FAMILIES
     if backends:  # written only when there is a backend phase, so other searches read as before
         facts["rules"]["backends"] = list(backends)
         facts["rules"]["max_backend_families"] = MAX_BACKEND_FAMILIES

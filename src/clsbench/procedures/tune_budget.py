@@ -32,6 +32,17 @@ PROCESS_S = {"cuda": 7.0, "cpu": 2.0}
 #: Seconds of one correctness check (a fresh process running fp32 eager and the candidate on one batch), before the
 #: first one was observed here.
 CHECK_S = {"cuda": 15.0, "cpu": 4.0}
+#: Build priors of the candidate kinds that modify a compiled mode, per device type, before one was observed here (each
+#: kind's ``build_s``, :mod:`clsbench.procedures.tune_kinds`). ``+compile+freeze``: the compile kind's 45 s / 30 s
+#: plus the 12 s the issue's H200 run (ResNet-50 bf16+cl, batch 512) took to build compile+freeze; an overestimate
+#: keeps the budget safe, and the first frozen candidate measured here replaces it.
+FREEZE_BUILD_S = {"cuda": 57.0, "cpu": 40.0}
+#: ``train-step``: its candidates are the optimizer implementation (no build), the compiled forward and backward
+#: with it (the compile kind's 45 s / 30 s), the whole step compiled (a second graph for the optimizer step: about
+#: 11 s for the tiny test network on 2 CPU cores, more than the forward alone) and the captured step (a few warm-up
+#: steps and one capture); one prior covers them all, so it is their rough mean, and the cost model replaces it with
+#: the mean observed here after the first one.
+TRAIN_STEP_BUILD_S = {"cuda": 35.0, "cpu": 20.0}
 #: A candidate built once before rebuilds in this fraction of its first build (warm compile and artifact caches).
 WARM_BUILD_FRACTION = 0.3
 #: Seconds per iteration assumed when nothing is known about a mode yet (only the stop rule's minimum time counts).
@@ -213,6 +224,8 @@ class CostModel:
 
 __all__ = [
     "DEFAULT_BUDGET_S",
+    "FREEZE_BUILD_S",
+    "TRAIN_STEP_BUILD_S",
     "Budget",
     "CostModel",
     "Window",

@@ -12,6 +12,12 @@ budget, the plan, the halving and the result file take it from there. Built-in k
 - ``eager``: every precision +/- channels_last over the batch doubling (screen rung), with the plateau, the limits
   and dominance pruning across batch sizes;
 - ``compile``: ``+compile`` (and for inference ``+cudagraph``, ``+compile+cudagraph``) of the best eager families;
+- ``freeze`` (inference): ``+compile+freeze`` (Inductor freezing) of the best family, ranked with its compiled
+  results, and for infer-latency on a GPU ``+compile+freeze+cudagraph`` too;
+- ``train-step`` (train): the training-step candidates of the best family: the optimizer implementation
+  (``+fused``, or ``+foreach`` where the mode refuses ``+fused`` here), ``+compile`` with it, the whole step compiled
+  (``+compile+compiled-step`` with it) and the whole step captured (``+cudagraph``); what a mode refuses here is
+  pruned with the mode's reason, without a worker;
 - ``max-autotune``: ``+compile:max-autotune`` of the best precision;
 - ``backend``: the inference backends, in the weight-cast form of the best eager precision;
 - ``pipeline`` (``tune --data DIR``, train only; keep it the last kind registered): the best compute candidates
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clsbench.core.registry import Registry
-from clsbench.core.vocab import Status
+from clsbench.core.vocab import Reason, Status
 from clsbench.procedures.sweep import AUTO_MIN_GAIN
 from clsbench.procedures.tune import (
     BACKEND_PRECISION,
@@ -37,6 +43,8 @@ from clsbench.procedures.tune import (
     limit_violations,
     variant_of,
 )
+from clsbench.procedures.tune_budget import FREEZE_BUILD_S, TRAIN_STEP_BUILD_S
+from clsbench.results.schema import DEFAULT_BACKEND
 
 if TYPE_CHECKING:
     from clsbench.core.data_settings import DataSettings
@@ -57,8 +65,17 @@ DOMINANCE_MARGIN = AUTO_MIN_GAIN
 #: before larger batch sizes and the longer rung: on a ResNet-50 class network on an H200 it gained 1.4-1.6x, more
 #: than any of those. While the search runs, a stage's candidates leave the planned stages after it that rank at or
 #: above it their estimated share of the budget.
+#: Inductor freezing comes after the longer rung and before later batch sizes: on the H200 it gained 13% over plain
+#: compile (ResNet-50 bf16+cl, batch 512: 24,961 -> 28,241 img/s), where throughput beyond batch 256 is flat within
+#: a few %. The training-step candidates (a train search has no freeze stage) take the same place.
 PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "longer": 4,
-            "screen-more": 5, "max-autotune": 6, "backend": 7}
+            "freeze": 5, "train-step": 5, "screen-more": 6, "max-autotune": 7, "backend": 8}
+#: ``+compile+freeze`` is tried for this many families (the best, by their compiled or eager scores): one cold
+#: compile each, and freezing refines a compile rather than opening a new direction.
+MAX_FREEZE_FAMILIES = 1
+#: The training-step candidates are tried for this many families (the best, by their compiled or eager scores):
+#: three or four builds each, two of them cold compiles.
+MAX_TRAIN_STEP_FAMILIES = 1
 
 
 @dataclass(frozen=True)
@@ -193,14 +210,178 @@ register_kind(CandidateKind(
     rounds=_compile_rounds, enabled=lambda s: s.compile_variants))
 
 
-def _autotune_rounds(search: Search) -> Rounds:
-    """max-autotune of the best precisions still within the margin, rescored with their compiled results."""
+def best_compiled_families(search: Search, stage: str, suffixes: Sequence[str], keep: int) -> list[str]:
+    """The families a kind that refines a compile tries: those compiled so far (all, when none was), rescored with
+    their compiled results, within the pruning margin of the best result so far, at most ``keep``, best first."""
     scores = search.family_scores(compiled=True)
     eager = search.family_scores()
     best = max([*scores.values(), *eager.values()], default=0.0)
     compiled_families = {search.family_of.get(m.mode) for m in search.run.result.measurements}
     scores = {f: s for f, s in scores.items() if f in compiled_families} or scores
-    chosen = search.rank_families("max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES, scores, best)
+    return search.rank_families(stage, suffixes, keep, scores, best)
+
+
+# ----------------------------------------------------------------------------------------------------- freeze
+
+
+def freeze_suffixes(search: Search) -> tuple[str, ...]:
+    """The freeze kind's variants: ``+compile+freeze`` where the compile variants include ``+compile``, and
+    ``+compile+freeze+cudagraph`` for infer-latency on a GPU where they include ``+compile+cudagraph`` (freezing
+    and the compiler's own CUDA graphs go together; at batch 1 the launches they save matter most)."""
+    out = []
+    if "+compile" in search.suffixes:
+        out.append("+compile+freeze")
+    if "+compile+cudagraph" in search.suffixes and search.workload == "infer-latency" \
+            and search.device.startswith("cuda"):
+        out.append("+compile+freeze+cudagraph")
+    return tuple(out)
+
+
+def _workload_kind(search: Search) -> str:
+    from clsbench.workloads import get_workload
+
+    return get_workload(search.workload).kind
+
+
+def _freeze_rounds(search: Search) -> Rounds:
+    """Freezing for the best families by their compiled (else eager) results, at each family's anchor batch."""
+    suffixes = freeze_suffixes(search)
+    cells = []
+    for family in best_compiled_families(search, "freeze", suffixes, MAX_FREEZE_FAMILIES):
+        anchor = search.family_point(family)
+        for variant in (variant_of(family, s) for s in suffixes):
+            if anchor is not None and variant:
+                search.family_of[variant] = family
+                cells.append(search.cell(variant, anchor.batch_size))
+    if cells:
+        yield "freeze", cells
+
+
+register_kind(CandidateKind(
+    name="freeze", rung="longer", build_s=FREEZE_BUILD_S,
+    stages=lambda s: [("freeze", MAX_FREEZE_FAMILIES * len(freeze_suffixes(s)), PRIORITY["freeze"])],
+    rounds=_freeze_rounds,
+    enabled=lambda s: s.compile_variants and _workload_kind(s) == "inference" and bool(freeze_suffixes(s))))
+
+
+# ------------------------------------------------------------------------------------------------- train-step
+
+#: The optimizer implementations the train-step kind tries, preferred first: ``fused`` reads and writes each
+#: tensor once; ``foreach`` where the mode refuses ``fused`` on this device.
+IMPLEMENTATIONS = ("+fused", "+foreach")
+#: The train-step kind's variants of a family, ``{impl}`` standing for the implementation chosen (possibly none).
+TRAIN_STEP_SUFFIXES = ("{impl}", "+compile{impl}", "+compile+compiled-step{impl}", "+cudagraph")
+
+
+def mode_refusal(search: Search, cell: Cell) -> str | None:
+    """Why ``cell``'s mode cannot run here, from the mode's own ``unsupported_reason`` as the runner judges it
+    without a worker (:func:`clsbench.engine.runner.static_skip_reason`), or None."""
+    from clsbench.engine.runner import static_skip_reason
+
+    return static_skip_reason(cell, search.run.result.environment, search.run.plan.compile_mode)
+
+
+def optimizer_implementation(search: Search, family: str, batch: int) -> tuple[str | None, dict[str, str]]:
+    """The first of :data:`IMPLEMENTATIONS` the family's mode accepts here (``""``: the family names one itself;
+    None: none is accepted), and the reasons of those refused, by variant."""
+    refused: dict[str, str] = {}
+    for implementation in IMPLEMENTATIONS:
+        variant = variant_of(family, implementation)
+        if variant is None:
+            return "", refused
+        reason = mode_refusal(search, search.cell(variant, batch))
+        if reason is None:
+            return implementation, refused
+        refused[variant] = reason
+    return None, refused
+
+
+def proposed_by_another_kind(search: Search, cell: Cell, kind: str) -> bool:
+    """Whether another kind's round of this search proposed ``cell`` already (``+compile`` of a family that names
+    its optimizer implementation is the compile kind's), from the phases logged so far; a resumed search logs its
+    phases afresh, in the same order, so it decides the same."""
+    label = f"{cell.mode} bs{cell.batch_size}"
+    return cell.backend == DEFAULT_BACKEND and any(
+        p["phase"] != kind and label in p["candidates"] for p in search.facts["phases"])
+
+
+def train_step_cells(search: Search, family: str, batch: int) -> list[Cell]:
+    """The family's training-step candidates at ``batch`` that no other kind proposed; those a mode refuses here
+    are pruned with its reason."""
+    implementation, refused = optimizer_implementation(search, family, batch)
+    cells = []
+    for suffix in TRAIN_STEP_SUFFIXES:
+        if implementation is None and "{impl}" in suffix:
+            continue
+        text = suffix.format(impl=implementation or "")
+        variant = variant_of(family, text) if text else None
+        if not variant or proposed_by_another_kind(search, search.cell(variant, batch), "train-step"):
+            continue
+        reason = mode_refusal(search, search.cell(variant, batch))
+        if reason:
+            refused[variant] = reason
+            continue
+        search.family_of[variant] = family
+        cells.append(search.cell(variant, batch))
+    for variant, reason in refused.items():
+        search.prune("train-step", family, [variant], reason)
+    return cells
+
+
+def _foreach_instead(search: Search, cells: Sequence[Cell]) -> list[Cell]:
+    """``+foreach`` in place of each ``+fused`` candidate that torch refused when its optimizer was built (the
+    worker recorded it as skipped, ``unsupported_mode``: the device check the mode cannot make without torch)."""
+    from clsbench.modes import parse_mode
+
+    out = []
+    for cell in cells:
+        m = search.measurement(cell)
+        if m is None or m.status != Status.SKIPPED or m.reason != Reason.UNSUPPORTED_MODE \
+                or "fused" not in parse_mode(cell.mode).modifier_names:
+            continue
+        variant = parse_mode(cell.mode.replace("+fused", "+foreach")).name
+        again = search.cell(variant, cell.batch_size)
+        reason = mode_refusal(search, again)
+        if reason:
+            search.prune("train-step", search.family_of.get(cell.mode, cell.mode), [variant], reason)
+        elif not proposed_by_another_kind(search, again, "train-step"):
+            search.family_of[variant] = search.family_of.get(cell.mode, cell.mode)
+            out.append(again)
+    return out
+
+
+def _train_step_rounds(search: Search) -> Rounds:
+    """The training-step candidates of the best families by their compiled (else eager) results, at each family's
+    anchor batch; then ``+foreach`` for the ``+fused`` ones torch refused."""
+    suffixes = tuple(s.format(impl="+fused") for s in TRAIN_STEP_SUFFIXES)
+    cells = []
+    for family in best_compiled_families(search, "train-step", suffixes, MAX_TRAIN_STEP_FAMILIES):
+        anchor = search.family_point(family)
+        if anchor is not None:
+            cells += train_step_cells(search, family, anchor.batch_size)
+    if cells:
+        yield "train-step", cells
+        again = _foreach_instead(search, cells)
+        if again:
+            yield "train-step", again
+
+
+def _train_step_count(search: Search) -> int:
+    return MAX_TRAIN_STEP_FAMILIES * (len(TRAIN_STEP_SUFFIXES) - (0 if search.device.startswith("cuda") else 1))
+
+
+register_kind(CandidateKind(
+    name="train-step", rung="longer", build_s=TRAIN_STEP_BUILD_S,
+    stages=lambda s: [("train-step", _train_step_count(s), PRIORITY["train-step"])],
+    rounds=_train_step_rounds, enabled=lambda s: s.compile_variants and _workload_kind(s) == "train"))
+
+
+# ----------------------------------------------------------------------------------------------- max-autotune
+
+
+def _autotune_rounds(search: Search) -> Rounds:
+    """max-autotune of the best precisions still within the margin, rescored with their compiled results."""
+    chosen = best_compiled_families(search, "max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES)
     cells = []
     for family in chosen:
         anchor = search.family_point(family)
@@ -381,18 +562,28 @@ register_kind(CandidateKind(
 
 
 __all__ = [
+    "CandidateKind",
     "DOMINANCE_MARGIN",
+    "IMPLEMENTATIONS",
+    "MAX_FREEZE_FAMILIES",
+    "MAX_TRAIN_STEP_FAMILIES",
     "PIPELINE_LEADERS",
     "PIPELINE_START_S",
     "PRIORITY",
+    "TRAIN_STEP_SUFFIXES",
     "TUNE_KINDS",
-    "CandidateKind",
     "backend_modes",
+    "best_compiled_families",
     "dominated",
+    "freeze_suffixes",
     "kinds",
+    "mode_refusal",
+    "optimizer_implementation",
     "pipeline_leaders",
     "pipeline_settings",
     "pipeline_skip_reason",
     "pipeline_workers",
+    "proposed_by_another_kind",
     "register_kind",
+    "train_step_cells",
 ]

@@ -208,6 +208,7 @@ class Search:
         """Price every stage and keep them, in priority order, while they fit in the budget (the first screening
         round always); store and announce the plan. Returns the stages in the order they run."""
         stages = []
+        self.facts["kinds"] = [kind.name for kind in kinds(self)]  # the kinds this search tries, in their order
         for kind in kinds(self):
             for name, count, priority in kind.stages(self):
                 stages.append({"stage": name, "kind": kind.name, "rung": kind.rung, "candidates": count,
