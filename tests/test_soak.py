@@ -18,11 +18,12 @@ from click.testing import CliRunner
 
 from clsbench.analysis import soak as analysis
 from clsbench.cli import main
+from clsbench.core.durations import parse_duration
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.errors import InvalidInputError
 from clsbench.measure.clock import FakeClock
 from clsbench.procedures.base import PROCEDURES, comparer, sections
-from clsbench.procedures.soak import SoakSettings, compare_runs, parse_duration, soak
+from clsbench.procedures.soak import SoakSettings, compare_runs, soak
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.system.telemetry import FakeSource

@@ -94,7 +94,8 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
     ends the soak after the current window and keeps everything measured.
     """
     from clsbench.analysis.soak import MLPERF_MIN_DURATION_S, render_soak
-    from clsbench.procedures.soak import SoakSettings, parse_duration, soak
+    from clsbench.core.durations import parse_duration
+    from clsbench.procedures.soak import SoakSettings, soak
     from clsbench.report import table
     from clsbench.version import __version__
 

@@ -18,7 +18,6 @@ this module, and ``compare`` compares two soaks' steady states through its ``com
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,32 +42,6 @@ DEFAULT_DURATION_S = 600.0
 DEFAULT_WINDOW_S = 10.0
 #: The default telemetry interval of a soak: NVML's power reading is itself averaged over about a second.
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
-
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms])")
-
-
-def parse_duration(text: str | float, option: str = "--duration") -> float:
-    """Seconds from ``90s``, ``10m``, ``1h``, ``1h30m``, ``2.5m`` or plain seconds (``600``).
-
-    Raises:
-        InvalidInputError: anything else, or a duration that is not positive.
-    """
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        spec = str(text).strip().lower().replace(" ", "")
-        try:
-            seconds = float(spec)
-        except ValueError:
-            parts = _PART.findall(spec)
-            if not parts or "".join(number + unit for number, unit in parts) != spec:
-                raise InvalidInputError(f"{option} {text!r} is not a duration",
-                                        f"e.g. {option} 90s, {option} 10m, {option} 1h or seconds") from None
-            seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if not seconds > 0:
-        raise InvalidInputError(f"{option} must be more than 0 seconds, got {text!r}", f"e.g. {option} 10m")
-    return seconds
 
 
 @dataclass(frozen=True)

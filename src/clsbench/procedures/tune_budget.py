@@ -16,13 +16,12 @@ The clock is injectable (:class:`Budget`): the search never reads the wall clock
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from clsbench.errors import InvalidInputError
+from clsbench.core.durations import parse_duration
 
 #: The budget when none is given, per device type: 10 minutes on a GPU (one device call), 3 minutes on a CPU.
 DEFAULT_BUDGET_S = {"cuda": 600.0, "cpu": 180.0}
@@ -48,9 +47,6 @@ WARM_BUILD_FRACTION = 0.3
 #: Seconds per iteration assumed when nothing is known about a mode yet (only the stop rule's minimum time counts).
 UNKNOWN_ITERATION_S = 0.0
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([hms]?)")
-
 
 def parse_budget(value: str | float | int | None) -> float | None:
     """A budget in seconds from ``10m``, ``600s``, ``600``, ``1h``, ``1h30m`` or a number; None stays None.
@@ -58,29 +54,7 @@ def parse_budget(value: str | float | int | None) -> float | None:
     Raises:
         InvalidInputError: not a duration, or not > 0.
     """
-    if value is None:
-        return None
-    hint = "e.g. --budget 10m, --budget 600s or --budget 1h"
-    if isinstance(value, bool):
-        raise InvalidInputError(f"budget must be a duration, got {value!r}", hint)
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        text = str(value).strip().lower().replace(" ", "")
-        seconds = 0.0
-        position = 0
-        while position < len(text):
-            match = _PART.match(text, position)
-            # A bare number only alone ("600"): "5s10" is a typo, not 15 seconds.
-            if match is None or (not match.group(2) and (position > 0 or match.end() != len(text))):
-                raise InvalidInputError(f"budget {value!r} is not a duration", hint)
-            seconds += float(match.group(1)) * _UNITS[match.group(2) or "s"]
-            position = match.end()
-        if not text:
-            raise InvalidInputError("budget is empty", hint)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidInputError(f"budget must be > 0, got {value!r}", hint)
-    return seconds
+    return None if value is None else parse_duration(value, "--budget", "budget")
 
 
 def device_type(device: str) -> str:
