@@ -62,7 +62,7 @@ def check_comparable(default: BenchmarkResult, exhaustive: BenchmarkResult,
     hint = "compare a default and an exhaustive tune of the same model, workload, device and limits"
     for key in SAME:
         if a.get(key) != b.get(key):
-            raise InvalidInputError(f"{names[0]} and {names[1]} tune different {key.replace('_', ' ')}s: "
+            raise InvalidInputError(f"{names[0]} and {names[1]} differ in {key.replace('_', ' ')}: "
                                     f"{a.get(key)!r} against {b.get(key)!r}", hint)
     device = str(a.get("device") or "cpu")
     machine_a, machine_b = hardware(default, device), hardware(exhaustive, device)
