@@ -22,6 +22,10 @@
 #            benchmarks/results/h200/tune-vs-exhaustive-20261202-013000
 #      which resumes whichever search is not finished (a file without `search_s`); repeat until both are finished;
 #   3. once both are, every call prints the comparison (also saved as comparison.txt) and the two tables.
+# TUNE_ARGS (default empty) go to both new searches alike, to narrow the pair the same way, e.g.
+#   TUNE_ARGS="--no-max-autotune --backend export" (a full ResNet-50 exhaustive search on an H200 is estimated, not
+#   measured, at 2-3 hours: 48 eager cells, 36 compiles, 12 frozen compiles, 12 max-autotune compiles at about 5
+#   minutes each, 32 backend builds).
 # A candidate that is interrupted is measured again from its start on the next call, so no single candidate may
 # take longer than one call (a max-autotune compile of ResNet-50 takes a few minutes: it fits). Each call starts on a
 # bare machine: Inductor's cache is cold again, which the cost model's observed build times include.
@@ -34,6 +38,7 @@ MODEL=$1 WORKLOAD=$2
 DIR=${3:-benchmarks/results/h200/tune-vs-exhaustive-$(date -u +%Y%m%d-%H%M%S)}
 LIMIT_S=${LIMIT_S:-540}
 EXHAUSTIVE_BUDGET=${EXHAUSTIVE_BUDGET:-6h}
+read -r -a EXTRA <<< "${TUNE_ARGS:-}"
 mkdir -p "$DIR"
 T0=$(date +%s)
 left() { echo $(( LIMIT_S - ($(date +%s) - T0) )); }
@@ -50,7 +55,8 @@ search() { local name=$1; shift; local file="$DIR/$name.json" t=$(date +%s) now
            if (( $(left) < 60 )); then echo "== $name: $(left) s left in this call, next call"; return; fi
            if [[ $now == absent ]]; then
                timeout -s INT -k 30 "$(left)" "$PY" -m clsbench tune --model "$MODEL" --workload "$WORKLOAD" \
-                   --device cuda --no-probe -q -o "$file" "$@" > "$DIR/$name-$(date -u +%H%M%S).log" 2>&1
+                   --device cuda --no-probe -q -o "$file" "${EXTRA[@]}" "$@" \
+                   > "$DIR/$name-$(date -u +%H%M%S).log" 2>&1
            else
                timeout -s INT -k 30 "$(left)" "$PY" -m clsbench tune --resume "$file" --no-probe -q \
                    > "$DIR/$name-$(date -u +%H%M%S).log" 2>&1
