@@ -121,7 +121,7 @@ def test_exhaustive_tries_every_family_in_the_kinds_that_limit_them(costed: Any,
     assert [m for m, _ in proposed["max-autotune"]] == ["fp32+cl+compile:max-autotune"]
     assert {m for m, _ in proposed["train-step"]} == {"fp32+cl+fused", "fp32+cl+compile+fused",
                                                       "fp32+cl+compile+fused+compiled-step"}
-    assert {p["reason"] for p in cut_for_speed(default)} == {"not among the 2 best modes", "not among the 1 best modes"}
+    assert {"not among the 2 best modes", "not among the 1 best modes"} <= {p["reason"] for p in cut_for_speed(default)}
     proposed.clear()
 
     outcome = search(costed, env, exhaustive=True, **options)
