@@ -73,7 +73,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
 
 #: The options that define a search: ``tune --resume`` takes them from the file and refuses them on the line.
 SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes", "batch_sizes", "compile_variants",
-                  "backends", "variants", "max_autotune", "check_outputs")
+                  "backends", "variants", "max_autotune", "check_outputs", "exhaustive")
 
 
 @click.command("tune")
@@ -104,8 +104,14 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
 @click.option("--check/--no-check", "check_outputs", default=True, show_default=True,
               help="Reject candidates whose outputs differ from fp32 eager beyond the documented tolerance.")
 @click.option("--budget", metavar="DURATION",
-              help="Time for the whole search, e.g. 10m, 600s, 1h (default: 10m on a GPU, 3m on a CPU). Candidates "
-                   "that cannot finish within it are not started; they are listed as left out.")
+              help="Time for the whole search, e.g. 10m, 600s, 1h (default: 10m on a GPU, 3m on a CPU; none with "
+                   "--exhaustive). Candidates that cannot finish within it are not started; they are listed as left "
+                   "out.")
+@click.option("--exhaustive", is_flag=True, default=False,
+              help="Cut nothing for speed: every candidate measured at the longer rung (no screen, no halving), no "
+                   "plateau or dominance stop, every mode in the compile, freeze, train-step, max-autotune and "
+                   "backend kinds, no budget unless --budget is given; the best two are confirmed as usual. The "
+                   "reference for benchmarks/tune_vs_exhaustive.py.")
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
 @measure_options(TUNE_OPTIONS)
@@ -114,7 +120,8 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
 def tune_command(ctx: click.Context, model: str | None, workload: str, max_latency_ms: float | None,
                  max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
                  compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
-                 check_outputs: bool, budget: str | None, resume_path: str | None, measure: MeasureOptions,
+                 check_outputs: bool, budget: str | None, exhaustive: bool, resume_path: str | None,
+                 measure: MeasureOptions,
                  execution: Execution, device: str, output: str | None, quiet: bool, **data: Any) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
@@ -152,14 +159,16 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     resolved, env, path = start(device, output)
     if not quiet:
         on = f" with data from {settings.directory}" if settings is not None else ""
-        click.echo(f"clsbench {__version__}: tune {model} {workload}{on} on {resolved}; results -> {path}", err=True)
+        what = "tune --exhaustive" if exhaustive else "tune"
+        click.echo(f"clsbench {__version__}: {what} {model} {workload}{on} on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
     _finish_tune(path, progress, lambda: tune(
         model, workload, resolved, max_latency_ms=max_latency_ms, max_memory_gb=max_memory_gb, modes=chosen_modes,
         batch_sizes=sizes, output=path, options=measure,
         execution=dataclasses.replace(execution, progress=progress, env=env), compile_variants=compile_variants,
         variants=chosen_variants, max_autotune=max_autotune, check_outputs=check_outputs, backends=chosen_backends,
-        budget=budget, announce=None if quiet else _announce, data=settings, pipelines=pipelines, workers=workers))
+        budget=budget, announce=None if quiet else _announce, data=settings, pipelines=pipelines, workers=workers,
+        exhaustive=exhaustive))
 
 
 #: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.

@@ -57,6 +57,12 @@ correctness checks, the budget, the plan, every trial with its estimated and act
 long the search took); the ranking (highest rung first, then score), the winner (confirmed or not) and the command
 that reproduces it are derived on reading by the pure function :func:`analyze_tune`. ``tune --resume FILE``
 continues a search (:func:`resume_tune`).
+
+**Exhaustive** (``tune --exhaustive``, ``exhaustive=True``): the same kinds and candidate space with nothing cut for
+speed (no screen rung and so no halving, no plateau or dominance stop, every family in the kinds that limit them, no
+pruning margin, no budget unless one is given), recorded as ``settings["tune"]["exhaustive"]`` so that
+``tune --resume`` continues it as such: the reference a default search's winner is judged against
+(:mod:`clsbench.procedures.tune_compare`).
 """
 
 from __future__ import annotations
@@ -589,6 +595,7 @@ def tune(
     data: DataSettings | None = None,
     pipelines: Sequence[str] | None = None,
     workers: int | None = None,
+    exhaustive: bool = False,
 ) -> TuneResult:
     """Search execution modes x batch sizes x backends for the fastest configuration within the limits and the
     time budget (module docstring; the search itself: :mod:`clsbench.procedures.tune_search`).
@@ -623,6 +630,10 @@ def tune(
             are pruned with their reason).
         workers: with ``data``, the DataLoader workers of the cpu pipeline (and dali's threads); default: the CPU
             count (:func:`clsbench.procedures.tune_kinds.pipeline_workers`).
+        exhaustive: cut nothing for speed (:mod:`clsbench.procedures.tune_search`, "Exhaustive"): every candidate at
+            the longer rung, no plateau, dominance, halving or family limit; no budget unless ``budget`` is given
+            (a candidate that cannot finish within it is still not started). The limits, the guard and the
+            confirmation apply as usual.
 
     Raises:
         InvalidInputError: bad input (limits <= 0, an empty or invalid batch list, unknown names, a bad budget...).
@@ -640,7 +651,7 @@ def tune(
     base_modes = _base_modes(workload, modes)
     suffixes = parse_variants(workload, variants)
     resolved = resolve_device(device)
-    total = parse_budget(budget) or default_budget(resolved)
+    total = parse_budget(budget) or (math.inf if exhaustive else default_budget(resolved))
     sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
     backend_names = _backend_names(workload, backends) if compile_variants else ()
     data_facts = _data_facts(data, workload, resolved, sizes, pipelines, workers, announce) \
@@ -654,8 +665,8 @@ def tune(
                     options=options, execution=execution, environment=execution.env)
     facts = _facts(model, workload, resolved, options.input_size, limits, base_modes, sizes, explicit, suffixes,
                    compile_variants=compile_variants, max_autotune=max_autotune, check_outputs=check_outputs,
-                   tolerances=tolerances, backends=backend_names)
-    facts["budget_s"] = total
+                   tolerances=tolerances, backends=backend_names, exhaustive=exhaustive)
+    facts["budget_s"] = _stored_budget(total)
     if data_facts is not None:
         facts["data"] = data_facts
     run = IncrementalRun(plan, path, environment=run_facts(resolved, execution.env, probe=execution.probe),
@@ -694,14 +705,21 @@ def resume_tune(path: str | Path, *, budget: float | str | None = None, executio
 
             check_data_unchanged([DataSettings.from_dict(s) for s in facts["data"].get("settings") or []],
                                  str(source))
-    total = parse_budget(budget) or float(facts.get("budget_s") or default_budget(device))
+    stored = facts.get("budget_s")
+    total = parse_budget(budget) or (float(stored) if stored else math.inf if facts.get("exhaustive")
+                                     else default_budget(device))
     run = IncrementalRun.reopen(result, source, key="tune", execution=execution)
     _settle_pending(run)
     spent = float(run.facts.get("spent_s") or 0.0)
-    run.facts["budget_s"] = total
-    run.facts.setdefault("resumed", []).append({"spent_s": spent, "budget_s": total})
+    run.facts["budget_s"] = _stored_budget(total)
+    run.facts.setdefault("resumed", []).append({"spent_s": spent, "budget_s": _stored_budget(total)})
     tolerances = (run.facts.get("rules") or {}).get("output_rtol")
     return _search(run, Budget(total, budget_clock, spent_before_s=spent), announce, tolerances)
+
+
+def _stored_budget(total_s: float) -> float | None:
+    """``settings["tune"]["budget_s"]``: the budget in seconds, or None for none (an exhaustive search)."""
+    return total_s if math.isfinite(total_s) else None
 
 
 def _settle_pending(run: IncrementalRun) -> None:
@@ -736,7 +754,7 @@ def _search(run: IncrementalRun, budget: Budget, announce: Callable[[str], None]
                     suffixes=tuple("+" + v for v in rules.get("variants") or ()),
                     compile_variants=bool(rules.get("compile_variants")), max_autotune=bool(rules.get("max_autotune")),
                     backends=rules.get("backends") or (), repeats=run.plan.repeats, budget=budget, cost=cost,
-                    announce=announce)
+                    announce=announce, exhaustive=bool(facts.get("exhaustive")))
     guard = None
     if facts.get("correctness_guard", True):
         def guard(s: Any, needed: int) -> None:
@@ -847,7 +865,8 @@ def _batch_sizes(workload: str, device: str, batch_sizes: Sequence[int] | str | 
 def _facts(model: str, workload: str, device: str, input_size: int | None, limits: dict[str, float | None],
            base_modes: list[str], sizes: list[int], explicit: bool, suffixes: tuple[str, ...], *,
            compile_variants: bool, max_autotune: bool, check_outputs: bool,
-           tolerances: Mapping[str, float] | None, backends: Sequence[str] = ()) -> dict[str, Any]:
+           tolerances: Mapping[str, float] | None, backends: Sequence[str] = (),
+           exhaustive: bool = False) -> dict[str, Any]:
     """What ``settings["tune"]`` records before the search starts (the search appends its phases and decisions)."""
     from clsbench.procedures.tune_kinds import DOMINANCE_MARGIN
     from clsbench.procedures.tune_search import CONFIRM_TOP, HALVING_ETA, SCREEN_FRACTION
@@ -886,6 +905,8 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
     if backends:  # written only when there is a backend phase, so other searches read as before
         facts["rules"]["backends"] = list(backends)
         facts["rules"]["max_backend_families"] = MAX_BACKEND_FAMILIES
+    if exhaustive:  # written only for an exhaustive search, so other searches read as before
+        facts["exhaustive"] = True
     return facts
 
 
@@ -1025,6 +1046,7 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
         "trials": facts.get("trials") or [],
         "interrupted": bool(rungs) and facts.get("search_s") is None,
         "data": facts.get("data"),
+        "exhaustive": bool(facts.get("exhaustive")),
         "measurements": len(candidates),
         "checks": len(checks),
     }
@@ -1197,7 +1219,8 @@ def render_tune(analysis: dict[str, Any]) -> str:
     from clsbench.report.table import render_rows
 
     workload = analysis.get("workload")
-    lines = [f"tune: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
+    what = "tune (exhaustive)" if analysis.get("exhaustive") else "tune"
+    lines = [f"{what}: {analysis.get('model')} {workload} on {analysis.get('device')} | objective: "
              f"{analysis.get('objective')} | limits: {_limits_text(analysis.get('limits') or {}, workload)}", ""]
     candidates = analysis.get("candidates") or []
     with_backend = any((f.get("backend") or DEFAULT_BACKEND) != DEFAULT_BACKEND for f in candidates)
@@ -1225,7 +1248,8 @@ def render_tune(analysis: dict[str, Any]) -> str:
                          f"{f['correctness'].get('reason')}")
     checks = analysis.get("checks") or 0
     took = analysis.get("search_s") if analysis.get("search_s") is not None else analysis.get("spent_s")
-    budget = f", budget {_duration(analysis['budget_s'])}" if analysis.get("budget_s") is not None else ""
+    budget = f", budget {_duration(analysis['budget_s'])}" if analysis.get("budget_s") is not None else \
+        ", no budget" if analysis.get("exhaustive") else ""
     count = analysis.get("measurements") or 0
     lines.append(f"search took {_duration(took)}{budget} ({count} candidate{'' if count == 1 else 's'}, "
                  f"{len(analysis.get('trials') or [])} measured in rungs, "

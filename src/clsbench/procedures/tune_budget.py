@@ -67,9 +67,11 @@ def default_budget(device: str) -> float:
 
 
 def format_seconds(seconds: float | None) -> str:
-    """``75`` -> ``1m15s``; ``9.5`` -> ``9.5s``; None -> ``-``."""
+    """``75`` -> ``1m15s``; ``9.5`` -> ``9.5s``; None -> ``-``; infinity (no budget) -> ``unlimited``."""
     if seconds is None:
         return "-"
+    if math.isinf(seconds) and seconds > 0:
+        return "unlimited"
     seconds = max(0.0, float(seconds))
     if seconds >= 60:
         whole = int(round(seconds))

@@ -23,6 +23,11 @@ budget, the plan, the halving and the result file take it from there. Built-in k
 - ``pipeline`` (``tune --data DIR``, train only; keep it the last kind registered): the best compute candidates
   measured again on real data under each pipeline's most tuned setting (:func:`pipeline_settings`); the synthetic
   cells stay in the file as the ceilings of those real-data cells.
+
+An exhaustive search (:attr:`clsbench.procedures.tune_search.Search.exhaustive`) is a setting the kinds read: the
+eager kind stops a mode only where it failed or broke a limit (no plateau, no dominance), and every kind that limits
+its families asks :meth:`~clsbench.procedures.tune_search.Search.family_limit`, which says "all" (None) then. The
+pipeline kind keeps its :data:`PIPELINE_LEADERS`: it measures the winners' input pipelines, not more candidates.
 """
 
 from __future__ import annotations
@@ -117,16 +122,22 @@ def kinds(search: Search) -> list[CandidateKind]:
 # ------------------------------------------------------------------------------------------------------ eager
 
 
+def eager_stage(search: Search, batch: int) -> str:
+    """The eager kind's stage at ``batch``: ``screen bsN``, or ``longer bsN`` in an exhaustive search (which
+    measures eager candidates at the longer rung at once)."""
+    return f"{'longer' if search.exhaustive else 'screen'} bs{batch}"
+
+
 def _eager_stages(search: Search) -> list[tuple[str, int, int]]:
     modes = len(search.base_modes)
     out = []
     for index, batch in enumerate(search.sizes):
         # Dominance leaves about the best third of the modes beyond the second size (an assumption of the plan
-        # only: the search itself prunes by what it measures).
-        count = modes if index < 2 else math.ceil(modes / 3)
+        # only: the search itself prunes by what it measures); an exhaustive search keeps every mode.
+        count = modes if index < 2 or search.exhaustive else math.ceil(modes / 3)
         priority = PRIORITY["screen-first"] if index == 0 else PRIORITY["screen-second"] if index == 1 else \
             PRIORITY["screen-more"]
-        out.append((f"screen bs{batch}", count, priority))
+        out.append((eager_stage(search, batch), count, priority))
     return out
 
 
@@ -147,12 +158,13 @@ def dominated(search: Search, mode: str, others: Sequence[str], sizes: Sequence[
 
 
 def _eager_rounds(search: Search) -> Rounds:
-    """A round per batch size; a mode drops out at a failure, a broken limit, a plateau, or when dominated."""
+    """A round per batch size; a mode drops out at a failure, a broken limit, a plateau, or when dominated (when
+    exhaustive: only at a failure or a broken limit, which larger batches cannot mend)."""
     active = list(search.base_modes)
     for index, batch in enumerate(search.sizes):
         if not active:
             return
-        yield f"screen bs{batch}", [search.cell(mode, batch) for mode in active]
+        yield eager_stage(search, batch), [search.cell(mode, batch) for mode in active]
         still = []
         for mode in active:
             m = search.measurement(search.cell(mode, batch))
@@ -163,10 +175,11 @@ def _eager_rounds(search: Search) -> Rounds:
                 continue
             previous = [search.score(search.measurement(search.cell(mode, b))) for b in search.sizes[:index]]
             previous = [p for p in previous if p is not None]
-            if not search.explicit and previous and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
+            if not (search.explicit or search.exhaustive) and previous \
+                    and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
                 continue  # throughput stopped rising: larger batches only cost memory and latency
             still.append(mode)
-        if index >= 1:
+        if index >= 1 and not search.exhaustive:
             pair = search.sizes[index - 1:index + 1]
             kept = []
             for mode in still:
@@ -206,7 +219,7 @@ def _compile_rounds(search: Search) -> Rounds:
 
 register_kind(CandidateKind(
     name="compile", rung="longer", build_s={"cuda": 45.0, "cpu": 30.0},
-    stages=lambda s: [("compile", MAX_COMPILE_FAMILIES * len(s.suffixes), PRIORITY["compile"])],
+    stages=lambda s: [("compile", s.family_count(MAX_COMPILE_FAMILIES) * len(s.suffixes), PRIORITY["compile"])],
     rounds=_compile_rounds, enabled=lambda s: s.compile_variants))
 
 
@@ -259,7 +272,8 @@ def _freeze_rounds(search: Search) -> Rounds:
 
 register_kind(CandidateKind(
     name="freeze", rung="longer", build_s=FREEZE_BUILD_S,
-    stages=lambda s: [("freeze", MAX_FREEZE_FAMILIES * len(freeze_suffixes(s)), PRIORITY["freeze"])],
+    stages=lambda s: [("freeze", s.family_count(MAX_FREEZE_FAMILIES) * len(freeze_suffixes(s)),
+                       PRIORITY["freeze"])],
     rounds=_freeze_rounds,
     enabled=lambda s: s.compile_variants and _workload_kind(s) == "inference" and bool(freeze_suffixes(s))))
 
@@ -367,7 +381,8 @@ def _train_step_rounds(search: Search) -> Rounds:
 
 
 def _train_step_count(search: Search) -> int:
-    return MAX_TRAIN_STEP_FAMILIES * (len(TRAIN_STEP_SUFFIXES) - (0 if search.device.startswith("cuda") else 1))
+    return search.family_count(MAX_TRAIN_STEP_FAMILIES) * (len(TRAIN_STEP_SUFFIXES)
+                                                           - (0 if search.device.startswith("cuda") else 1))
 
 
 register_kind(CandidateKind(
@@ -395,7 +410,7 @@ def _autotune_rounds(search: Search) -> Rounds:
 
 register_kind(CandidateKind(
     name="max-autotune", rung="longer", build_s={"cuda": 300.0, "cpu": 120.0},
-    stages=lambda s: [("max-autotune", MAX_AUTOTUNE_FAMILIES, PRIORITY["max-autotune"])],
+    stages=lambda s: [("max-autotune", s.family_count(MAX_AUTOTUNE_FAMILIES), PRIORITY["max-autotune"])],
     rounds=_autotune_rounds, enabled=lambda s: s.compile_variants and s.max_autotune))
 
 
@@ -418,7 +433,7 @@ def backend_modes(search: Search) -> tuple[list[str], int | None]:
         if cast not in precisions:
             precisions.append(cast)
     modes = []
-    for precision in precisions[:MAX_BACKEND_FAMILIES]:
+    for precision in precisions[:search.family_limit(MAX_BACKEND_FAMILIES)]:
         for suffix in ("", "+cl"):
             modes.append(parse_mode(precision + suffix).name)
             if search.workload == "infer-latency" and search.device.startswith("cuda"):
@@ -453,7 +468,7 @@ def _backend_rounds(search: Search) -> Rounds:
 
 def _backend_count(search: Search) -> int:
     layouts = 4 if search.workload == "infer-latency" and search.device.startswith("cuda") else 2
-    return len(search.backends) * MAX_BACKEND_FAMILIES * layouts
+    return len(search.backends) * search.family_count(MAX_BACKEND_FAMILIES) * layouts
 
 
 register_kind(CandidateKind(
@@ -575,6 +590,7 @@ __all__ = [
     "backend_modes",
     "best_compiled_families",
     "dominated",
+    "eager_stage",
     "freeze_suffixes",
     "kinds",
     "mode_refusal",

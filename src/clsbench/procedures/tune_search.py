@@ -19,6 +19,14 @@ priority order (:data:`clsbench.procedures.tune_kinds.PRIORITY`) while they fit;
 said so. While it runs, no candidate starts unless its estimate fits in the budget left less what the planned stages
 after it are estimated to need (so that the output check and the confirmation keep their share). A candidate that is
 not started is logged as left out, with its estimate and the seconds that were left.
+
+**Exhaustive** (``tune --exhaustive``, :attr:`Search.exhaustive`, stored as ``settings["tune"]["exhaustive"]``): the
+same kinds and candidate space with nothing cut for speed. The screen rung is skipped: every candidate of a screen
+kind is measured at the longer rung at once (a screen exists to choose what to promote; when everything is
+promoted it only adds a short window and a process start per candidate, and the ranking would come from the longer
+rung anyway), so there is no halving; the eager kind prunes nothing by plateau or dominance; every kind that limits
+its families tries every family (:meth:`Search.family_limit`, no pruning margin); and there is no budget unless one
+is given. Limits, the correctness guard and the confirmation of the best :data:`CONFIRM_TOP` apply as usual.
 """
 
 from __future__ import annotations
@@ -100,7 +108,7 @@ class Search:
                  limits: dict[str, float | None], base_modes: list[str], sizes: list[int], explicit: bool,
                  suffixes: tuple[str, ...], compile_variants: bool, max_autotune: bool,
                  backends: Sequence[str], repeats: int, budget: Budget, cost: CostModel,
-                 announce: Callable[[str], None] | None = None) -> None:
+                 announce: Callable[[str], None] | None = None, exhaustive: bool = False) -> None:
         self.run = run
         self.facts = run.facts
         self.model, self.workload, self.device, self.input_size = model, workload, device, input_size
@@ -111,6 +119,7 @@ class Search:
         self.compile_variants, self.max_autotune = compile_variants, max_autotune
         self.backends = tuple(backends)
         self.repeats = repeats
+        self.exhaustive = exhaustive
         self.budget, self.cost = budget, cost
         self.announce = announce or (lambda line: None)
         self.family_of: dict[str, str] = {}
@@ -141,6 +150,19 @@ class Search:
     def score(self, m: Measurement | None) -> float | None:
         return self.figures(m)["score"] if m is not None else None
 
+    def rung_of(self, kind: CandidateKind) -> str:
+        """The rung a kind's candidates enter: the kind's own, except that an exhaustive search screens nothing
+        (every candidate is measured at the longer rung at once)."""
+        return "longer" if self.exhaustive else kind.rung
+
+    def family_limit(self, limit: int) -> int | None:
+        """How many families a kind that limits them tries: ``limit``, or None (every family) when exhaustive."""
+        return None if self.exhaustive else limit
+
+    def family_count(self, limit: int) -> int:
+        """The families the plan expects such a kind to try: ``limit``, or every eager family when exhaustive."""
+        return len(self.base_modes) if self.exhaustive else limit
+
     def prune(self, stage: str, mode: str, variants: Sequence[str], reason: str) -> None:
         self.facts["pruned"].append({"stage": stage, "mode": mode, "variants": list(variants), "reason": reason})
 
@@ -167,18 +189,22 @@ class Search:
 
     def rank_families(self, stage: str, suffixes: Sequence[str], keep: int, scored: Mapping[str, float],
                       best: float) -> list[str]:
-        """The families worth compiling: within the pruning margin of ``best``, at most ``keep``, best first."""
-        chosen = []
+        """The families worth compiling: within the pruning margin of ``best``, at most ``keep``, best first (when
+        exhaustive: every family, best first)."""
+        chosen: list[str] = []
+        limit = self.family_limit(keep)
         for family in sorted(scored, key=lambda fam: -scored[fam]):
             variants = [v for v in (variant_of(family, s) for s in suffixes) if v]
             if not variants:
                 continue
-            if scored[family] < (1.0 - PRUNE_LOSS_FRACTION) * best:
+            if limit is None:
+                chosen.append(family)
+            elif scored[family] < (1.0 - PRUNE_LOSS_FRACTION) * best:
                 self.prune(stage, family, variants, f"its best result is {100 * scored[family] / best:.0f}% of the "
                                                     f"best so far, below the {100 * (1 - PRUNE_LOSS_FRACTION):.0f}% "
                                                     "needed")
-            elif len(chosen) >= keep:
-                self.prune(stage, family, variants, f"not among the {keep} best modes")
+            elif len(chosen) >= limit:
+                self.prune(stage, family, variants, f"not among the {limit} best modes")
             else:
                 chosen.append(family)
         return chosen
@@ -211,9 +237,9 @@ class Search:
         self.facts["kinds"] = [kind.name for kind in kinds(self)]  # the kinds this search tries, in their order
         for kind in kinds(self):
             for name, count, priority in kind.stages(self):
-                stages.append({"stage": name, "kind": kind.name, "rung": kind.rung, "candidates": count,
+                stages.append({"stage": name, "kind": kind.name, "rung": self.rung_of(kind), "candidates": count,
                                "priority": priority})
-            if kind.rung == "screen":
+            if self.rung_of(kind) == "screen":
                 stages.append({"stage": "longer", "kind": "eager", "rung": "longer", "priority": PRIORITY["longer"],
                                "candidates": self._longer_count(sum(s["candidates"] for s in stages
                                                                     if s["rung"] == "screen"))})
@@ -305,9 +331,10 @@ class Search:
 
     def _announce_plan(self) -> None:
         total = sum(self._stage_total(s) for s in self.stages if s.get("planned"))
-        self.announce(f"tune plan: budget {format_seconds(self.budget.total_s)}, "
-                      f"{format_seconds(self.budget.left_s())} left; the planned stages need about "
-                      f"{format_seconds(total)}")
+        budget = f"budget {format_seconds(self.budget.total_s)}, {format_seconds(self.budget.left_s())} left" \
+            if math.isfinite(self.budget.total_s) else "no budget"
+        what = "exhaustive tune plan" if self.exhaustive else "tune plan"
+        self.announce(f"{what}: {budget}; the planned stages need about {format_seconds(total)}")
         for s in self.stages:
             what = f"{s['stage']}: up to {s['candidates']} candidate(s), about {format_seconds(self._stage_total(s))}"
             self.announce(f"  try {what}" if s.get("planned") else f"  leave out {what} ({s['reason']})")
@@ -424,7 +451,7 @@ class Search:
         self.plan()
         for kind in kinds(self):
             self.run_kind(kind)
-            if kind.rung == "screen":
+            if self.rung_of(kind) == "screen":
                 self.longer()
         if guard is not None and self.planned("check"):
             guard(self, CONFIRM_TOP)
@@ -435,13 +462,14 @@ class Search:
         self.save()
 
     def run_kind(self, kind: CandidateKind) -> None:
+        rung = self.rung_of(kind)
         for stage, cells in kind.rounds(self):
             if not self.planned(stage):
-                self.skip_stage(stage, kind.name, kind.rung, cells)
+                self.skip_stage(stage, kind.name, rung, cells)
                 break
-            self.facts["phases"].append({"phase": kind.name, "stage": stage, "rung": kind.rung,
+            self.facts["phases"].append({"phase": kind.name, "stage": stage, "rung": rung,
                                          "candidates": [candidate_name(c) for c in cells]})
-            self.measure(cells, kind.name, kind.rung, stage)
+            self.measure(cells, kind.name, rung, stage)
             self.done_stages.add(stage)
         for stage in kind.stages(self):
             self.done_stages.add(stage[0])
