@@ -206,15 +206,22 @@ def _compile_rounds(search: Search) -> Rounds:
     scores = search.family_scores()
     families = search.rank_families("compile", search.suffixes, MAX_COMPILE_FAMILIES, scores,
                                     max(scores.values(), default=0.0))
+    cells = variant_cells(search, families, search.suffixes)
+    if cells:
+        yield "compile", cells
+
+
+def variant_cells(search: Search, families: Sequence[str], suffixes: Sequence[str]) -> list[Cell]:
+    """Each family's variants (``suffixes`` added to it; those it cannot take left out) at the family's anchor batch
+    (its best eager point), each variant remembered as the family's."""
     cells = []
     for family in families:
         anchor = search.family_point(family)
-        for variant in (variant_of(family, s) for s in search.suffixes):
+        for variant in (variant_of(family, s) for s in suffixes):
             if anchor is not None and variant:
                 search.family_of[variant] = family
                 cells.append(search.cell(variant, anchor.batch_size))
-    if cells:
-        yield "compile", cells
+    return cells
 
 
 register_kind(CandidateKind(
@@ -259,13 +266,7 @@ def _workload_kind(search: Search) -> str:
 def _freeze_rounds(search: Search) -> Rounds:
     """Freezing for the best families by their compiled (else eager) results, at each family's anchor batch."""
     suffixes = freeze_suffixes(search)
-    cells = []
-    for family in best_compiled_families(search, "freeze", suffixes, MAX_FREEZE_FAMILIES):
-        anchor = search.family_point(family)
-        for variant in (variant_of(family, s) for s in suffixes):
-            if anchor is not None and variant:
-                search.family_of[variant] = family
-                cells.append(search.cell(variant, anchor.batch_size))
+    cells = variant_cells(search, best_compiled_families(search, "freeze", suffixes, MAX_FREEZE_FAMILIES), suffixes)
     if cells:
         yield "freeze", cells
 
@@ -396,14 +397,9 @@ register_kind(CandidateKind(
 
 def _autotune_rounds(search: Search) -> Rounds:
     """max-autotune of the best precisions still within the margin, rescored with their compiled results."""
-    chosen = best_compiled_families(search, "max-autotune", ("+compile:max-autotune",), MAX_AUTOTUNE_FAMILIES)
-    cells = []
-    for family in chosen:
-        anchor = search.family_point(family)
-        variant = variant_of(family, "+compile:max-autotune")
-        if anchor is not None and variant:
-            search.family_of[variant] = family
-            cells.append(search.cell(variant, anchor.batch_size))
+    suffixes = ("+compile:max-autotune",)
+    cells = variant_cells(search, best_compiled_families(search, "max-autotune", suffixes, MAX_AUTOTUNE_FAMILIES),
+                          suffixes)
     if cells:
         yield "max-autotune", cells
 
@@ -602,4 +598,5 @@ __all__ = [
     "proposed_by_another_kind",
     "register_kind",
     "train_step_cells",
+    "variant_cells",
 ]
