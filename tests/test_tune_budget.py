@@ -381,3 +381,30 @@ def test_a_confirmation_stopped_midway_is_continued_not_repeated(costed: Any, en
     assert costed.STATE["started"]["fp32+cl"] == before["fp32+cl"] + 1  # only the interrupted repeat, again
     assert costed.STATE["started"]["amp-bf16"] == before["amp-bf16"] + 2  # the runner-up's, never begun
     assert not outcome.result.pending
+
+
+def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: Any, env: dict[str, Any]) -> None:
+    # The plan prices a kind at the most candidates it may propose (here 6, with a cautious 20 s build each: 132 s,
+    # more than the 80 s budget); when its turn comes it proposes one, priced with what workers cost by then.
+    def rounds(s: Any) -> Any:
+        best = s.family_point("fp32+cl")
+        yield "wide", [s.cell("fp32+cl", best.batch_size * 2)]
+
+    register_kind(CandidateKind(name="test-wide", rung="longer", build_s={"cpu": 20.0, "cuda": 20.0},
+                                stages=lambda s: [("wide", 6, 9)], rounds=rounds))
+    lines: list[str] = []
+    try:
+        outcome = search(costed, env, modes=["fp32", "fp32+cl"], budget="80s", announce=lines.append)
+    finally:
+        TUNE_KINDS.unregister("test-wide")
+    facts = outcome.result.settings["tune"]
+    assert any(line.startswith("  leave out wide: up to 6 candidate(s)") for line in lines)
+    wide = next(s for s in facts["plan"] if s["stage"] == "wide")
+    assert wide["planned"] is True and wide["readmitted"]["candidates"] == 1
+    assert wide["readmitted"]["estimate_s"] < wide["estimate_s"]
+    assert any(line.startswith("tune plan: wide runs after all: 1 candidate(s)") for line in lines)
+    assert ("fp32+cl", 4, "longer") in [(t["mode"], t["batch_size"], t["rung"]) for t in trials(outcome)
+                                        if t["kind"] == "test-wide"]
+    assert not any(e["stage"] == "wide" for e in facts["left_out"])
+    assert "left out for the budget: wide" not in render_tune(outcome.analysis)
+    assert facts["spent_s"] <= facts["budget_s"]

@@ -464,10 +464,15 @@ def worker_main(conn: Any) -> None:
     """
     import faulthandler
 
-    from clsbench.system.lifetime import exit_with_parent_process
+    from clsbench.system.lifetime import (
+        exit_with_parent_process,
+        release_compile_workers,
+        thread_lock_for_progress_bars,
+    )
 
     exit_with_parent_process()
     faulthandler.enable()
+    thread_lock_for_progress_bars()
     try:
         job, gated, ahead = conn.recv()
         early_stop = on_window = None
@@ -483,8 +488,9 @@ def worker_main(conn: Any) -> None:
         message = conn.recv()
         if message != "go":
             return
-        conn.send(("result", measure(job, prepared, Gate(conn) if gated else None, on_window=on_window,
-                                     early_stop=early_stop)))
+        result = measure(job, prepared, Gate(conn) if gated else None, on_window=on_window, early_stop=early_stop)
+        release_compile_workers()
+        conn.send(("result", result))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     finally:

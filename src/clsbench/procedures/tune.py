@@ -490,7 +490,10 @@ def output_errors(
 
 
 def _check_main(conn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Entry point of the fresh check process."""
+    """Entry point of the fresh check process (ended without waiting once it has answered)."""
+    from clsbench.system.lifetime import release_compile_workers, thread_lock_for_progress_bars
+
+    thread_lock_for_progress_bars()
     try:
         try:
             answer: Any = output_errors(*args, **kwargs)
@@ -498,6 +501,7 @@ def _check_main(conn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Non
             text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
             answer = {tuple(case): {"metric": None, "error": None, "error_last": None,
                                     "detail": f"the check failed: {text}"} for case in args[3]}
+        release_compile_workers()
         conn.send(answer)
     finally:
         conn.close()

@@ -464,7 +464,7 @@ class Search:
     def run_kind(self, kind: CandidateKind) -> None:
         rung = self.rung_of(kind)
         for stage, cells in kind.rounds(self):
-            if not self.planned(stage):
+            if not self.planned(stage) and not self.readmit(stage, kind.name, rung, cells):
                 self.skip_stage(stage, kind.name, rung, cells)
                 break
             self.facts["phases"].append({"phase": kind.name, "stage": stage, "rung": rung,
@@ -473,6 +473,28 @@ class Search:
             self.done_stages.add(stage)
         for stage in kind.stages(self):
             self.done_stages.add(stage[0])
+
+    def readmit(self, stage_name: str, kind: str, rung: str, cells: Sequence[Cell]) -> bool:
+        """A stage the up-front plan left out, priced again when its turn comes, for the cells its kind proposes
+        now, with the cost model as it stands (the plan priced it with cautious priors; by now it has seen what
+        candidates cost here). It runs after all when it fits in the budget left less what the planned stages after
+        it that rank above it need (:meth:`reserve_s`); each candidate is still started only while it fits.
+        Returns whether the stage is planned now; a re-admission is announced and stored with the plan."""
+        stage = next((s for s in self.stages if s["stage"] == stage_name), None)
+        if stage is None or not math.isfinite(self.budget.total_s):
+            return False
+        estimate = sum(self.cost.estimate_s(kind, self.window(rung), 1, self.iteration_s(cell)) for cell in cells)
+        room = self.budget.left_s() - self.reserve_s(stage_name)
+        if not cells or estimate > room:
+            return False
+        stage["planned"] = True
+        readmitted = {"estimate_s": estimate, "left_s": self.budget.left_s(), "candidates": len(cells)}
+        for entry in self.facts["plan"]:
+            if entry["stage"] == stage_name:
+                entry.update(planned=True, readmitted=readmitted)
+        self.announce(f"tune plan: {stage_name} runs after all: {len(cells)} candidate(s), now about "
+                      f"{format_seconds(estimate)}, {format_seconds(room)} of the budget free for it")
+        return True
 
     def skip_stage(self, stage: str, kind: str, rung: str, cells: Sequence[Cell]) -> None:
         """A stage the plan left out: its candidates are logged as left out, none is started."""

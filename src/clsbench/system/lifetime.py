@@ -8,12 +8,17 @@ memory, or sleep forever in a hung forward pass. Two mechanisms, used together:
 * :func:`die_with_parent`: Linux's ``PR_SET_PDEATHSIG``, the kernel's own signal to a child whose parent thread
   exits, for processes started with ``subprocess`` (torchrun and its ranks), where there is no sentinel. It is a
   no-op elsewhere.
+
+And a child the run ends without waiting (a finished worker, tune's output check) must not leave named semaphores
+behind, which Python's resource tracker reports as "leaked" at the end of the run: see
+:func:`thread_lock_for_progress_bars` and :func:`release_compile_workers`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import os
 import signal
 import sys
@@ -69,3 +74,36 @@ def die_with_parent(sig: int = signal.SIGKILL) -> bool:
         Whether the request was accepted.
     """
     return _LIBC is not None and _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+
+
+def thread_lock_for_progress_bars() -> None:
+    """Give tqdm (Inductor's compile progress bar) a thread lock instead of the multiprocessing lock it would create.
+
+    That lock is a named semaphore, released only when the process exits normally; the run kills a finished worker
+    without waiting, and Python's resource tracker then warns about a "leaked semaphore" at the end of every run
+    with a compiled mode. A worker draws no progress bars shared with other processes, so a thread lock is enough.
+    """
+    if importlib.util.find_spec("tqdm") is None:
+        return
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+def release_compile_workers() -> None:
+    """Shut Inductor's compile-worker pool down, where a compiled mode started one.
+
+    The run kills a worker once its result has arrived, without waiting for it to exit; a pool still open then
+    leaves its semaphores to Python's resource tracker, which warns about "leaked semaphore objects" at the end of
+    every run with a compiled mode. Best effort: a failure here costs nothing but that warning.
+    """
+    module = sys.modules.get("torch._inductor.async_compile")
+    shutdown = getattr(module, "shutdown_compile_workers", None)
+    if shutdown is None:
+        return
+    try:
+        shutdown()
+    except Exception:  # noqa: BLE001 - see above
+        pass
