@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -87,14 +88,25 @@ costed.input_size = 16
 SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
 
 
-def load_costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom_above: int | None = None) -> ModuleType:
-    """Write the cost-model module under a fresh name, put it on sys.path and import it."""
+def per_image_cost(per_image_ms: Mapping[str, float]) -> Callable[[str, int], int]:
+    """A cost for the costed model, in ns per call: 0.5 ms plus ``per_image_ms[mode]`` per image."""
+    ms = 1_000_000
+    return lambda mode, batch: int(0.5 * ms + per_image_ms[mode] * ms * batch)
+
+
+def load_costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom_above: int | None = None,
+                per_image_ms: Mapping[str, float] | None = None) -> ModuleType:
+    """Write the cost-model module under a fresh name, put it on sys.path and import it; with ``per_image_ms``,
+    its cost is :func:`per_image_cost` of it."""
     name = f"costed_{uuid.uuid4().hex[:12]}"
     directory = tmp_path / "modules"
     directory.mkdir(exist_ok=True)
     (directory / f"{name}.py").write_text(COSTED_SOURCE.format(oom_above=oom_above), encoding="utf-8")
     monkeypatch.syspath_prepend(str(directory))
-    return importlib.import_module(name)
+    module = importlib.import_module(name)
+    if per_image_ms is not None:
+        module.STATE["cost"] = per_image_cost(per_image_ms)
+    return module
 
 
 @pytest.fixture(scope="module")

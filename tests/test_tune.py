@@ -34,7 +34,7 @@ from clsbench.procedures.tune import (
     tune,
 )
 from clsbench.results import io as result_io
-from test_sweep import load_costed
+from test_sweep import load_costed, per_image_cost
 
 TINY = "clsbench_testmodels:tiny"
 SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
@@ -44,10 +44,6 @@ MS = 1_000_000
 PER_IMAGE_MS = {"fp32": 4.0, "amp-bf16": 2.0, "fp32+cl": 1.0, "amp-bf16+cl": 1.1}
 
 
-def cost(per_image: dict[str, float]) -> Any:
-    return lambda mode, batch: int(0.5 * MS + per_image[mode] * MS * batch)
-
-
 @pytest.fixture(scope="module")
 def env() -> dict[str, Any]:
     return api.environment("cpu")
@@ -55,9 +51,7 @@ def env() -> dict[str, Any]:
 
 @pytest.fixture
 def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    module = load_costed(tmp_path, monkeypatch)
-    module.STATE["cost"] = cost(PER_IMAGE_MS)
-    return module
+    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
@@ -143,7 +137,7 @@ def test_conflicting_limits_name_the_closest_candidate(costed: Any, env: dict[st
 
 
 def test_the_correctness_guard_rejects_a_mode_beyond_its_tolerance(costed: Any, env: dict[str, Any]) -> None:
-    costed.STATE["cost"] = cost({**PER_IMAGE_MS, "amp-bf16": 0.5})  # now amp-bf16 is the fastest
+    costed.STATE["cost"] = per_image_cost({**PER_IMAGE_MS, "amp-bf16": 0.5})  # now amp-bf16 is the fastest
     fair = run_tune(costed, env, batch_sizes=[4])
     assert fair.winner["mode"] == "amp-bf16"
     assert 0 < fair.winner["correctness"]["error"] <= OUTPUT_RTOL["amp-bf16"]
@@ -173,7 +167,7 @@ def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dic
     assert table[("fp32+cl+cudagraph", 2)] == "skipped" and table[("amp-bf16+cl+cudagraph", 2)] == "skipped"
     assert ("fp32+cudagraph", 2) not in table
     # Only the best two families get compiled.
-    costed.STATE["cost"] = cost({"fp32": 1.0, "fp32+cl": 1.0, "amp-bf16": 1.0, "amp-bf16+cl": 1.0})
+    costed.STATE["cost"] = per_image_cost({"fp32": 1.0, "fp32+cl": 1.0, "amp-bf16": 1.0, "amp-bf16+cl": 1.0})
     even = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16"], batch_sizes=[2], compile_variants=True,
                     max_autotune=False)
     reasons = [p["reason"] for p in even.result.settings["tune"]["pruned"] if p["stage"] != "halving"]

@@ -40,9 +40,7 @@ def env() -> dict[str, Any]:
 
 @pytest.fixture
 def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    module = load_costed(tmp_path, monkeypatch)
-    module.STATE["cost"] = lambda mode, batch: int(0.5 * MS + PER_IMAGE_MS[mode] * MS * batch)
-    return module
+    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
