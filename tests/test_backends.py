@@ -41,7 +41,7 @@ from clsbench.backends import apply as apply_module
 from clsbench.backends import cache as cache_module
 from clsbench.backends import ort as ort_module
 from clsbench.backends import trt as trt_module
-from clsbench.backends.base import FAILED_BUILD, FAILED_CRASH, FAILED_EXPORT, FAILED_TIMEOUT, PARITY_FAILED
+from clsbench.backends.base import FAILED_BUILD, FAILED_CRASH, FAILED_EXPORT, FAILED_LOAD, FAILED_TIMEOUT, PARITY_FAILED
 from clsbench.backends.isolate import rebuild_model, save_weights
 from clsbench.backends.parity import judge_parity, parity_figures
 from clsbench.errors import InvalidInputError
@@ -640,7 +640,15 @@ def test_backend_on_the_gpu(name: str, mode: str, tmp_path_factory: pytest.TempP
     if reason:
         pytest.skip(reason)
     cache = ArtifactCache(tmp_path_factory.mktemp("gpu-artifacts"))
-    ready, facts = apply_backend(name, prepared_for(req), req, cache=cache)
+    try:
+        ready, facts = apply_backend(name, prepared_for(req), req, cache=cache)
+    except BackendNotRun as err:
+        if name == "export" and err.reason == FAILED_LOAD and "SIGSEGV" in err.detail:
+            # Known on the H200 image (torch 2.11, 2026-12-01 and 2026-12-02): the AOTInductor package builds, and
+            # aoti_load_package kills the process that loads it, for a tiny model too. What clsbench owes there is
+            # to contain it: the crash stays in the build process and becomes this one reason.
+            pytest.xfail(f"AOTInductor's loader crashes with this torch ({torch.__version__}): {err.detail}")
+        raise
     x = req.example().contiguous(memory_format=ready.memory_format)
     with torch.inference_mode():
         out = ready.forward(x)

@@ -140,8 +140,11 @@ def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
 
 #: nvJPEG and libjpeg-turbo decode the same JPEG to slightly different pixels (their IDCTs and chroma upsampling
 #: differ); on top of the augmentation's own tolerance, the GPU path may differ from the CPU reference by this much
-#: more (grey levels: mean, 99th percentile). To be confirmed on the first GPU run.
-DECODER_ALLOWANCE = (1.0, 4.0)
+#: more (grey levels: mean, 99th percentile). The first guess, 4 at the 99th percentile, was short: the H200 run of
+#: 2026-12-02 (torch 2.11's nvJPEG) gave 9.09 end to end against 5 + 4 allowed, its mean within bounds. The
+#: augmentation's share is now checked on its own (on the GPU's pixels, against the reference made from the same
+#: pixels), so this allowance covers the decoders alone: 5, the measured 9.09 less the tolerance, with 0.9 to spare.
+DECODER_ALLOWANCE = (1.0, 5.0)
 
 
 #: The 96 x 72 images cropped to 40: about the proportions of 500 x 375 cropped to 224, for which the batched
@@ -180,6 +183,13 @@ def test_batched_augmentation_on_cuda_equals_the_cpu_one_and_the_reference(datas
     gpu_out = batched.apply(on_gpu, boxes, flips, size, torch.channels_last, torch.bfloat16)
     assert gpu_out.dtype == torch.bfloat16 and gpu_out.is_contiguous(memory_format=torch.channels_last)
     std, mean = torch.tensor(STD).view(1, 3, 1, 1) * 255, torch.tensor(MEAN).view(1, 3, 1, 1) * 255
+    # The augmentation alone, on the GPU's own pixels: within its stated tolerance of the antialiased reference.
+    gpu_f32 = batched.apply(on_gpu, boxes, flips, size, torch.channels_last, torch.float32)
+    alone = (gpu_f32.cpu() * std + mean - grey_reference([im.cpu() for im in on_gpu], boxes, flips, size)).abs()
+    assert float(alone.mean()) <= TOLERANCE_MEAN and float(alone.flatten().quantile(0.99)) <= TOLERANCE_P99
+    # bfloat16 output is the float32 result rounded once (8 significant bits: relative error at most 2**-8).
+    torch.testing.assert_close(gpu_out.float(), gpu_f32, rtol=2.0**-8, atol=1e-6)
+    # End to end against libjpeg-turbo's pixels: the decoders' difference on top of the augmentation's tolerance.
     difference = (gpu_out.float().cpu() * std + mean - grey_reference(on_cpu, boxes, flips, size)).abs().flatten()
     assert float(difference.mean()) <= TOLERANCE_MEAN + DECODER_ALLOWANCE[0]
     assert float(difference.quantile(0.99)) <= TOLERANCE_P99 + DECODER_ALLOWANCE[1]

@@ -96,7 +96,9 @@ def test_overlap_on_the_gpu_prepares_ahead_and_stops_it_while_timed(tmp_path):
                              options=clsbench.MeasureOptions(repeats=2, iterations=10, min_time=0.2))
     assert plan.overlap_prepare
     result = clsbench.run(plan, tmp_path / "overlap.json")
-    records = [r for m in result.measurements for r in m.repeats]
+    # In the order they ran (round order, the default, interleaves the cells; measurements are stored in plan order)
+    records = sorted((r for m in result.measurements for r in m.repeats), key=lambda r: r["sequence"])
+    assert [r["sequence"] for r in records] == [0, 1, 2, 3]
     assert [r["status"] for r in records] == ["ok"] * 4, records
     assert [r["overlap"]["prepared_ahead"] for r in records] == [False, True, True, True]
     assert [r["overlap"]["ahead_stopped_when_timed"] for r in records] == [True, True, True, None]

@@ -135,7 +135,7 @@ def test_reference_soak_text() -> None:
                      "note: 300 s is shorter than MLPerf's 600 s minimum run"):
         assert expected in text, expected
     # Thirty windows fit the listing (at most 24 are listed: every 2nd, first and last kept).
-    assert "(every 2th window of 30" in text
+    assert "(one window in 2 of 30, the last too" in text
     assert "   30    290.0" in text
 
 

@@ -579,7 +579,8 @@ def window_table(analysis: dict[str, Any]) -> list[str]:
     header = ["window", "start s", "wall s", "img/s", "power W", "SM MHz", "mem MHz", "temp C", "fan %", "throttle"]
     lines = text_table(header, body, right=range(9))
     if step > 1:
-        lines.append(f"(every {step}th window of {len(analysis['windows'])}; `clsbench report` draws them all)")
+        lines.append(f"(one window in {step} of {len(analysis['windows'])}, the last too; `clsbench report` draws "
+                     "them all)")
     return lines
 
 
