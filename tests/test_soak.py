@@ -381,7 +381,8 @@ def test_show_and_compare_of_two_soaks(tmp_path: Path) -> None:
     assert comparison.slowdowns and comparison.slowdowns[0][1] == pytest.approx(5.0, abs=0.05)
     throughput = comparison.rows[0]
     assert throughput["figure"] == "throughput img/s" and throughput["change"] == pytest.approx(-5.0, abs=0.05)
-    assert not compare_runs([a, a], ["a", "a2"], 0.05).slowdowns
+    same = compare_runs([a, a], ["a", "a2"], 0.05)
+    assert not same.slowdowns and "B is as fast as A (steady state; " in same.text
     other = soak_result([100.0] * 3, model="resnet18")
     with pytest.raises(InvalidInputError, match="not compared"):
         compare_runs([a, other], ["a", "o"], 0.05)

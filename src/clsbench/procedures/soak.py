@@ -243,13 +243,16 @@ def _verdict(throughput: dict[str, Any], label: str, base: str) -> tuple[str, fl
         return f"steady throughput: not comparable ({basis})", None
     test = throughput.get("test") or {}
     slowdown = throughput["slowdown_pct"]
-    direction = f"{slowdown:.1f}% slower" if slowdown > 0 else f"{-slowdown:.1f}% faster"
+    if round(slowdown, 1) == 0:  # "-0.0% faster" said nothing
+        direction, than = "as fast", "as"
+    else:
+        direction, than = (f"{slowdown:.1f}% slower" if slowdown > 0 else f"{-slowdown:.1f}% faster"), "than"
     if test.get("p") is None:
-        return f"{label} is {direction} than {base} ({basis}); significance not assessed: " \
+        return f"{label} is {direction} {than} {base} ({basis}); significance not assessed: " \
                f"{test.get('reason') or 'too few windows'}", None
     significant = bool(test.get("significant"))
     words = "significant" if significant else "not significant"
-    text = f"{label} is {direction} than {base} ({basis}; {format_p(test['p'])}, {words})"
+    text = f"{label} is {direction} {than} {base} ({basis}; {format_p(test['p'])}, {words})"
     return text, slowdown if significant and slowdown > 0 else None
 
 
