@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.analysis import stats
+from clsbench.backends.parity import PARITY_TOLERANCE
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions, profile_command, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, TrainSettings
@@ -129,21 +130,9 @@ TUNE_OPTIONS = MeasureOptions(repeats=DEFAULT_TUNE_REPEATS)
 
 #: Maximum relative error of the logits against fp32 eager, by precision: max |out - ref| / max |ref| over the
 #: batch (normalised by the largest reference logit, since single logits near zero make elementwise relative
-#: errors meaningless). Each tolerance is about ten units of roundoff of the narrowest format the mode computes in:
-#: fp16 and TF32 keep 10 mantissa bits (2^-11 = 4.9e-4), bf16 keeps 7 (2^-8 = 3.9e-3); fp32 modes differ from fp32
-#: eager only by summation order (compile, channels_last), well below 1e-4. Measured on a CPU (torch 2.14, batch 4,
-#: 224x224, seeded weights): amp-bf16 4.0e-3 (resnet18), 4.8e-3 (resnet50), 1.25e-2 (mobilenet_v3_large), 1.34e-2
-#: (efficientnet_b0); amp-fp16 5.7e-4 / 7.7e-4 on the ResNets; fp32+cl <= 1.4e-6. On mobilenet_v3_large and
-#: efficientnet_b0 with random weights the fp32 logits are ~1e-10 and ~1e-14, which fp16 flushes to zero (error
-#: 1.0): such a mode is rejected, rightly, since it computes nothing.
-OUTPUT_RTOL: dict[str, float] = {
-    "fp32": 1e-4,
-    "tf32": 5e-3,
-    "amp-fp16": 5e-3,
-    "fp16": 5e-3,
-    "amp-bf16": 5e-2,
-    "bf16": 5e-2,
-}
+#: errors meaningless). The inference backends' parity tolerances, so a backend and an eager mode are held to the
+#: same standard (the reasoning, and what was measured, are at :data:`clsbench.backends.parity.PARITY_TOLERANCE`).
+OUTPUT_RTOL: dict[str, float] = PARITY_TOLERANCE
 #: Training is checked by the loss: the first step's loss (the forward in train mode, before any update) against
 #: :data:`OUTPUT_RTOL`, and the loss after :data:`TRAIN_CHECK_STEPS` optimizer steps against
 #: :data:`TRAIN_LOSS_RTOL`. Random-weight networks amplify rounding differences in their first large updates:
