@@ -67,13 +67,17 @@ class StopRule:
         return updated
 
 
-#: Defaults per workload on a GPU. Latency: 20 warm-up requests, then >= 1000 requests AND >= 5 s (issue #2).
+#: Defaults per workload on a GPU. Latency: 20 warm-up requests, then >= 1000 requests (MLPerf SingleStream's
+#: minimum query count is the anchor) AND >= 1 s. The floor was 5 s until 2026-12-02 (issue 15 allowed dropping it):
+#: in the H200 seed suites of 2026-11-30, 1000 batch-1 requests took 3.4-13 ms each, so the 5 s floor bound only the
+#: fastest fp32 cells (ResNet-50, ViT-Tiny, at times MobileNetV3 and EfficientNet: timed 5.0-5.2 s) and cost the
+#: suite about 15 s; 1 s keeps a graph-replayed request (about 0.9 ms) above a second, as the batch workloads are.
 #: Throughput and training: >= 20 iterations AND >= 1 s after >= 5 warm-up iterations lasting >= 0.5 s, which keeps
 #: clocks boosted and cudnn autotuning out of the timed region; the maxima only stop runaway measurements. On the
 #: H200, batch-256 throughput over 2 s windows moved by 0.04-0.9% between fresh processes (seed suite, 2026-11-30),
 #: so 1 s loses nothing and keeps the seed suite inside one 10-minute device call.
 GPU_STOP_RULES: dict[str, StopRule] = {
-    "infer-latency": StopRule(warmup=20, min_iterations=1000, min_seconds=5.0, warmup_seconds=0.5,
+    "infer-latency": StopRule(warmup=20, min_iterations=1000, min_seconds=1.0, warmup_seconds=0.5,
                               max_seconds=120.0),
     "infer-throughput": StopRule(warmup=5, min_iterations=20, min_seconds=1.0, warmup_seconds=0.5,
                                  max_seconds=120.0),
