@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +33,19 @@ def data_dir() -> Path:
 def _private_history_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs made by tests are indexed in a throw-away database, never in the user's history."""
     monkeypatch.setenv("CLSBENCH_DB", str(tmp_path_factory.mktemp("index") / "index.sqlite3"))
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, Any]:
+    """This machine's environment facts for a CPU run, captured once per test module."""
+    from clsbench import api
+
+    return api.environment("cpu")
+
+
+@pytest.fixture
+def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
+    """The costed test model (``test_sweep.load_costed``), priced by the requesting module's ``PER_IMAGE_MS``."""
+    from test_sweep import load_costed
+
+    return load_costed(tmp_path, monkeypatch, per_image_ms=request.module.PER_IMAGE_MS)

@@ -49,11 +49,6 @@ def plan(models: list[str], *, workloads: tuple[str, ...] = ("infer-throughput",
                         execution=Execution(order=order))
 
 
-@pytest.fixture(scope="module")
-def env() -> dict:
-    return api.environment("cpu")
-
-
 def _is_multiprocessing_helper(process: psutil.Process) -> bool:
     """The forkserver and resource tracker live for the whole session by design; they are not strays."""
     try:

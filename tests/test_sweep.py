@@ -109,11 +109,6 @@ def load_costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oom_above: int 
     return module
 
 
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
-
-
 def invoke_group(*args: str) -> Any:
     from clsbench.cli.sweep_cmds import register
 

@@ -18,7 +18,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from clsbench import api
 from clsbench.cli import main
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
@@ -34,7 +33,7 @@ from clsbench.procedures.tune import (
     tune,
 )
 from clsbench.results import io as result_io
-from test_sweep import load_costed, per_image_cost
+from test_sweep import per_image_cost
 
 TINY = "clsbench_testmodels:tiny"
 SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
@@ -42,16 +41,6 @@ MS = 1_000_000
 
 #: Per-image cost in ms by mode, plus 0.5 ms per call: fp32+cl is the fastest, amp-bf16 next, fp32 last.
 PER_IMAGE_MS = {"fp32": 4.0, "amp-bf16": 2.0, "fp32+cl": 1.0, "amp-bf16+cl": 1.1}
-
-
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
-
-
-@pytest.fixture
-def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:

@@ -27,7 +27,6 @@ from clsbench.procedures.tune_budget import PROCESS_S, Budget, CostModel, Window
 from clsbench.procedures.tune_kinds import TUNE_KINDS, CandidateKind, register_kind
 from clsbench.procedures.tune_search import screen_rule
 from clsbench.results import io as result_io
-from test_sweep import load_costed
 
 MS = 1_000_000
 #: What starting one worker costs on the budget's clock in these tests.
@@ -35,16 +34,6 @@ PROCESS_NS = 5_000 * MS
 #: 1 warm-up, 8 timed iterations (the screen rung times 2), no minimum time; the full protocol is 3 repeats.
 OPTIONS = MeasureOptions(repeats=3, warmup=1, iterations=8, min_time=0.0)
 PER_IMAGE_MS = {"fp32": 4.0, "amp-bf16": 2.0, "fp32+cl": 1.0, "amp-bf16+cl": 1.02, "bf16": 3.0, "bf16+cl": 2.5}
-
-
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
-
-
-@pytest.fixture
-def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def inline(costed: Any, env: dict[str, Any]) -> Execution:

@@ -18,7 +18,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from clsbench import api
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.data import DataSettings
 from clsbench.data.make import MakeSpec, make_dataset
@@ -40,11 +39,6 @@ PROCESS_NS = 5_000 * MS
 OPTIONS = MeasureOptions(repeats=3, warmup=1, iterations=4, min_time=0.0)
 PER_IMAGE_MS = {"fp32": 4.0, "fp32+cl": 1.0, "amp-bf16": 2.0}
 TINY = "clsbench_testmodels:tiny"
-
-
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
 
 
 @pytest.fixture(scope="module")

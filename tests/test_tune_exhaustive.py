@@ -16,13 +16,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from clsbench import api
 from clsbench.cli import main
 from clsbench.errors import InvalidInputError
 from clsbench.procedures.tune import TuneInterrupted, render_tune, resume_tune, tune
 from clsbench.procedures.tune_compare import compare_tunes, gap_pct, render_tune_comparison
 from clsbench.results import io as result_io
-from test_sweep import load_costed
 from test_tune_budget import MS, OPTIONS, PER_IMAGE_MS, inline, invoke_group
 from test_tune_kinds import SHORT, watch
 
@@ -31,16 +29,6 @@ MODES = ["fp32", "fp32+cl", "amp-bf16+cl"]
 SIZES = [2, 4, 8]
 #: What the default search prunes for speed (the stages of :meth:`Search.prune` that are not a refusal).
 SPEED_STAGES = {"dominance", "halving", "compile", "freeze", "max-autotune"}
-
-
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
-
-
-@pytest.fixture
-def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:

@@ -21,7 +21,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from clsbench import api
 from clsbench.cli import main
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
@@ -32,7 +31,6 @@ from clsbench.procedures.tune_kinds import PRIORITY, TUNE_KINDS, freeze_suffixes
 from clsbench.procedures.tune_search import Search
 from clsbench.results import io as result_io
 from clsbench.workloads import step as step_module
-from test_sweep import load_costed
 
 TINY = "clsbench_testmodels:tiny"
 MS = 1_000_000
@@ -41,16 +39,6 @@ SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
 PER_IMAGE_MS = {"fp32": 4.0, "fp32+cl": 3.0, "amp-bf16": 1.0, "amp-bf16+cl": 2.0}
 #: Inductor builds CPU kernels with a C++ compiler; without one a compiled mode cannot run on this machine.
 NO_CXX = not any(shutil.which(name) for name in ("g++", "c++", "clang++"))
-
-
-@pytest.fixture(scope="module")
-def env() -> dict[str, Any]:
-    return api.environment("cpu")
-
-
-@pytest.fixture
-def costed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return load_costed(tmp_path, monkeypatch, per_image_ms=PER_IMAGE_MS)
 
 
 def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
