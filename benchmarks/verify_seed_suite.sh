@@ -5,9 +5,16 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s)
-timeout -s INT ${LIMIT_S:-588} python3 -m clsbench run --suite seed --device cuda -o "$OUT/seed-suite.json" 2>"$OUT/progress.log" \
-    >"$OUT/table.txt"
-echo "rc=$? seed suite: $(( $(date +%s) - t0 )) s"
+# Each progress line gets the seconds since the start, so the gaps between repeats can be read off progress.log.
+stamp() { python3 -u -c 'import sys, time
+t0 = time.monotonic()
+for line in sys.stdin:
+    print(f"{time.monotonic() - t0:8.2f} {line}", end="", flush=True)'; }
+timeout -s INT ${LIMIT_S:-588} python3 -m clsbench run --suite seed --device cuda -o "$OUT/seed-suite.json" \
+    2> >(stamp > "$OUT/progress.log") >"$OUT/table.txt"
+rc=$?
+wait $! 2>/dev/null  # the time stamper finishes the log
+echo "rc=$rc seed suite: $(( $(date +%s) - t0 )) s"
 tail -n 45 "$OUT/table.txt"
 python3 - "$OUT/seed-suite.json" <<'PY'
 import json, statistics, sys
