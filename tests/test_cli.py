@@ -467,9 +467,15 @@ def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path: Path) 
                                env=_subprocess_env(tmp_path), cwd=tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
+        def command_line(child: psutil.Process) -> str:
+            try:
+                return " ".join(child.cmdline())
+            except psutil.Error:  # a short-lived child (e.g. one the environment capture ran) already gone
+                return ""
+
         while time.monotonic() < deadline:
             children = psutil.Process(process.pid).children()
-            if any("forkserver" in " ".join(child.cmdline()) for child in children):
+            if any("forkserver" in command_line(child) for child in children):
                 break
             time.sleep(0.05)
         time.sleep(0.5)  # the forkserver is importing its preload modules now
