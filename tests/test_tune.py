@@ -82,15 +82,21 @@ def test_tune_picks_the_fastest_candidate_and_says_how_to_reproduce_it(costed: A
     assert "winner: fp32+cl at batch 4" in text and "reproduce: clsbench run" in text and "search took" in text
 
 
+def rerun_printed(words: list[str], path: Path) -> None:
+    """Run the ``clsbench run ...`` command a tune printed (split into ``words``), inline on a fake clock, into
+    ``path``; it must succeed."""
+    result = CliRunner().invoke(main, [*words[1:], "--isolation", "inline", "--clock", "fake:1ms", "-q",
+                                       "-o", str(path)])
+    assert result.exit_code == 0, result.output
+
+
 def test_the_printed_command_reproduces_the_winning_cell(costed: Any, env: dict[str, Any], tmp_path: Path) -> None:
     outcome = run_tune(costed, env, batch_sizes=[4], modes=["fp32", "fp32+cl"],
                        options=dataclasses.replace(SHORT, seed=3))
     words = shlex.split(outcome.command)
     assert words[:2] == ["clsbench", "run"] and "--seed" in words
     path = tmp_path / "again.json"
-    result = CliRunner().invoke(main, [*words[1:], "--isolation", "inline", "--clock", "fake:1ms", "-q",
-                                       "-o", str(path)])
-    assert result.exit_code == 0, result.output
+    rerun_printed(words, path)
     rerun = result_io.load(path)
     tuned = RunPlan.from_dict(outcome.result.settings)
     plan = RunPlan.from_dict(rerun.settings)

@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from clsbench.cli import main
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
 from clsbench.modes import MODIFIERS, Modifier
@@ -31,6 +29,7 @@ from clsbench.procedures.tune_kinds import PRIORITY, TUNE_KINDS, freeze_suffixes
 from clsbench.procedures.tune_search import Search
 from clsbench.results import io as result_io
 from clsbench.workloads import step as step_module
+from test_tune import rerun_printed
 
 TINY = "clsbench_testmodels:tiny"
 MS = 1_000_000
@@ -248,9 +247,7 @@ def test_a_foreach_winner_passes_the_guard_and_its_command_runs(costed: Any, env
     words = shlex.split(outcome.command)
     assert words[:2] == ["clsbench", "run"] and "amp-bf16+foreach" in words
     path = tmp_path / "again.json"
-    result = CliRunner().invoke(main, [*words[1:], "--isolation", "inline", "--clock", "fake:1ms", "-q",
-                                       "-o", str(path)])
-    assert result.exit_code == 0, result.output
+    rerun_printed(words, path)
     again = result_io.load(path).measurements[0]
     assert (again.mode, again.status) == ("amp-bf16+foreach", "ok")
     assert RunPlan.from_dict(result_io.load(path).settings).cells[0].mode == "amp-bf16+foreach"
