@@ -13,7 +13,10 @@ for line in sys.stdin:
 timeout -s INT ${LIMIT_S:-588} python3 -m clsbench run --suite seed --device cuda -o "$OUT/seed-suite.json" \
     2> >(stamp > "$OUT/progress.log") >"$OUT/table.txt"
 rc=$?
-wait $! 2>/dev/null  # the time stamper finishes the log
+# The time stamper finishes the log. Bash does not always give a process substitution's pid in $! (the H200's bash
+# did not, on 2026-12-02: "$!: unbound variable" under set -u ended the script before its summary), so wait only
+# when there is one, else give the stamper a moment.
+if [ -n "${!:-}" ]; then wait "$!" 2>/dev/null; else sleep 0.5; fi
 echo "rc=$rc seed suite: $(( $(date +%s) - t0 )) s"
 tail -n 45 "$OUT/table.txt"
 python3 - "$OUT/seed-suite.json" <<'PY'

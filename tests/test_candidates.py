@@ -192,6 +192,35 @@ def test_freezing_runs_and_is_noted():
     assert importlib.import_module("torch._inductor.config").freezing is False  # scoped to that compile
 
 
+class ConvNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x)).relu()
+
+
+@needs_cpu_inductor
+@pytest.mark.parametrize(("mode", "frozen"), [("fp32+compile+freeze", True), ("fp32+compile", False)])
+def test_freezing_takes_effect_the_frozen_forward_ignores_changed_weights(mode, frozen):
+    """Freezing folds the weights into the compiled code: changing them afterwards changes nothing. Without the
+    first-call scope (``freezing`` in torch.compile's options alone) the frozen forward followed the weights."""
+    torch.manual_seed(0)
+    parsed = parse_mode(mode)
+    model = ConvNorm().eval()
+    ctx = parsed.context(torch.device("cpu"), "inference", bf16_supported=False, tf32_supported=False)
+    prepared = parsed.prepare(model, ctx)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        before = prepared.forward(x)
+        with torch.no_grad():
+            model.conv.weight.mul_(2.0)
+        after = prepared.forward(x)
+    assert torch.equal(before, after) is frozen
+    assert importlib.import_module("torch._inductor.config").freezing is False  # scoped to that first call
+
+
 @needs_cpu_inductor
 def test_frozen_outputs_match_eager_within_the_fp32_tolerance():
     check = output_errors(TINY, "infer-throughput", "cpu", [("fp32+compile+freeze", 4)])[("fp32+compile+freeze", 4)]

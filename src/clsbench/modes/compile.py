@@ -4,9 +4,9 @@ Compilation is lazy: it happens during the first call, which the workloads time 
 timed region. With ``+cudagraph`` as well, inference takes its CUDA graphs from the compiler itself
 ("reduce-overhead"), since capturing a graph around a compiled module by hand duplicates what the compiler does
 better; training captures the whole step by hand (:mod:`clsbench.workloads.step`), so there the compile mode must
-bring no CUDA graphs of its own. With ``+freeze`` the compile also turns on Inductor's freezing
-(:mod:`clsbench.modes.freeze`), for this compile only: the setting travels in ``torch.compile``'s ``options`` (the
-mode's own options plus ``freezing``), which Inductor applies while it compiles this function and nowhere else.
+bring no CUDA graphs of its own. With ``+freeze`` the compile also carries Inductor's freezing in
+``torch.compile``'s ``options`` (the mode's own options plus ``freezing``); that alone does not freeze (Dynamo reads
+the global setting while tracing), so :mod:`clsbench.modes.freeze` also runs the first call under the setting.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ set); the measurement's mode notes record ``inductor_freezing: true``.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any
 
 from clsbench.modes.base import MODIFIERS, ModeContext, Modifier, Prepared
@@ -25,8 +27,27 @@ class Freeze:
         return {"inductor_freezing": True}
 
     def apply(self, prepared: Prepared, ctx: ModeContext) -> Prepared:
-        prepared.notes["inductor_freezing"] = True  # +compile, applied before, compiled with freezing
+        prepared.forward = FrozenOnFirstCall(prepared.forward)  # +compile, applied before, made the forward
+        prepared.notes["inductor_freezing"] = True
+        prepared.notes["freeze_scope"] = "first call"
         return prepared
+
+
+class FrozenOnFirstCall:
+    """A compiled function whose first call (the trace and compile) runs with Inductor's freezing turned on."""
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        self.compiled = compiled
+        self.called = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.called:
+            return self.compiled(*args, **kwargs)
+        config = importlib.import_module("torch._inductor.config")
+        with config.patch(freezing=True):
+            out = self.compiled(*args, **kwargs)
+        self.called = True
+        return out
 
 
 MODIFIERS.register("freeze", Modifier(
