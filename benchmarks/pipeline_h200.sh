@@ -1,52 +1,73 @@
 #!/usr/bin/env bash
-# Does the gpu pipeline feed the fastest training configuration? ResNet-50 and MobileNetV3-Large, amp-bf16+cl,
-# eager and +compile, batch 256, on synthetic data, the best cpu pipeline setting and the gpu pipeline (batched
-# augmentation); then `diagnose` in the compiled mode, which prints each gpu stage's rate alone and names the
-# pipeline that keeps that ceiling fed. Written for one H200 with 16 vCPUs: about 7 minutes (each command has its
-# own time limit, and is interrupted with SIGINT so a result file keeps the cells it finished).
+# Does the gpu pipeline feed the fastest training configuration? One model per device call (MODEL, default
+# resnet50; then MODEL=mobilenet_v3_large), amp-bf16+cl+compile, batch 256, generated ImageNet-sized JPEGs:
 #
-#   DATA=/path/to/jpegs benchmarks/pipeline_h200.sh     # default DATA: /tmp/clsbench-pipeline-jpegs (made if absent)
+#   1. `clsbench diagnose MODEL --mode amp-bf16+cl+compile --pipeline gpu --repeats 3`: the compiled synthetic ceiling,
+#      PyTorch's default loader and the gpu pipeline (default augmentation), 3 fresh processes each, in ONE result
+#      file (the goal's file), plus every gpu stage alone (read, decode, each registered augmentation: GPU ms per
+#      batch and peak memory);
+#   2. the gpu pipeline with each other augmentation (`--gpu-augment`, e.g. separable), 3 repeats each;
+#   3. `clsbench profile` of the gpu-pipeline cell, if time is left: where the step's time goes while the pipeline
+#      shares the GPU (its kernels on the side streams against the step's).
 #
-# 1. `clsbench data make DATA --images IMAGES --classes 100` if DATA is absent (default 6,000 ImageNet-sized JPEGs);
-# 2. three `clsbench run`s, each of both models x both modes: synthetic, cpu (16 workers, pinned, persistent,
-#    uint8 batches normalised on the device: the best cpu setting on this machine so far), gpu (w0, batched);
-# 3. `clsbench diagnose resnet50 --mode amp-bf16+cl+compile --pipeline gpu`.
-# Every file goes to a new folder benchmarks/results/h200/pipeline-<UTC time>/ (never overwritten); the tables are
-# printed at the end (`clsbench show`).
+# The 2026-12-02 run of the earlier version (both models x eager/compiled x three pipelines in one call) finished
+# 3 of its 12 cells: a cold Inductor compile takes about 60 s, a warm one 8-10 s. This version gives every step what
+# is left of a 560 s guard (SIGINT at the end, so a result file keeps its finished repeats).
+#
+#   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh     # DATA=/path/to/jpegs to use your own images
+#
+# Every file goes to a new folder benchmarks/results/h200/pipeline-<MODEL>-<UTC time>/ (never overwritten), copied to
+# $OUT as one tarball when OUT is set; the tables are printed at the end (`clsbench show`).
 set -uo pipefail
+cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
 PY=${PY:-python3}
+MODEL=${MODEL:-resnet50}
+MODE=${MODE:-amp-bf16+cl+compile}
 DATA=${DATA:-/tmp/clsbench-pipeline-jpegs}
 IMAGES=${IMAGES:-6000}
-OUT=benchmarks/results/h200/pipeline-$(date -u +%Y%m%dT%H%M%SZ)
-if [ -e "$OUT" ]; then echo "error: $OUT exists; results are never overwritten" >&2; exit 3; fi
-mkdir -p "$OUT"
-MODELS=resnet50,mobilenet_v3_large
-MODES=amp-bf16+cl,amp-bf16+cl+compile
-COMMON=(--workload train --batch-size 256 --device cuda --repeats 1 --warmup 3 --min-time 2 --no-probe -q)
+CLASSES=${CLASSES:-100}
+DEVICE=${DEVICE:-cuda}  # cpu: a smoke test of the script itself (the gpu pipeline is then skipped with its reason)
+GUARD_S=${GUARD_S:-560}
+NAME=$(echo "$MODEL" | tr ':/' '--')  # a folder name: timm/x and module:name models
+DEST=${DEST:-benchmarks/results/h200}/pipeline-$NAME-$(date -u +%Y%m%dT%H%M%SZ)
+if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
+mkdir -p "$DEST"
+T0=$(date +%s)
+left() { echo $(( GUARD_S - ($(date +%s) - T0) )); }
+BATCH=${BATCH:-256}
+COMMON=(--batch-size "$BATCH" --device "$DEVICE" --repeats 3)
 
-if [ ! -d "$DATA" ]; then
-  timeout 150 $PY -m clsbench data make "$DATA" --images "$IMAGES" --classes 100 -q || exit $?
-fi
-$PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
-torch.cuda.get_device_name())" | tee "$OUT/environment.txt"
-
-step() {  # NAME LIMIT_S ARGS...: one clsbench command, its output kept, its exit status said
-  local name=$1 limit=$2; shift 2
-  timeout -s INT "$limit" $PY -m clsbench "$@" > "$OUT/$name.txt" 2>&1
-  echo "$name: exit $?"
+step() {  # NAME MIN_S ARGS...: one clsbench command under what is left of the guard, its output kept
+  local name=$1 need=$2 t; shift 2; t=$(date +%s)
+  if (( $(left) < need )); then echo "$name: not run ($(left) s left, needs about $need)"; return; fi
+  timeout -s INT "$(left)" $PY -m clsbench "$@" > "$DEST/$name.txt" 2>&1
+  echo "$name: exit $? after $(( $(date +%s) - t )) s (total $(( $(date +%s) - T0 )) s)"
 }
 
-step synthetic 130 run --model "$MODELS" --mode "$MODES" "${COMMON[@]}" -o "$OUT/synthetic.json"
-step cpu 100 run --model "$MODELS" --mode "$MODES" "${COMMON[@]}" --data "$DATA" --pipeline cpu --num-workers 16 \
-  --pin-memory --persistent-workers --normalize-on device -o "$OUT/cpu.json"
-step gpu 100 run --model "$MODELS" --mode "$MODES" "${COMMON[@]}" --data "$DATA" --pipeline gpu \
-  -o "$OUT/gpu.json"
-step diagnose 100 diagnose resnet50 --data "$DATA" --mode amp-bf16+cl+compile --batch-size 256 --device cuda \
-  --pipeline gpu --quick -o "$OUT/diagnose.json"
+if [ ! -d "$DATA" ]; then
+  timeout 150 $PY -m clsbench data make "$DATA" --images "$IMAGES" --classes "$CLASSES" -q || exit $?
+  echo "data make: $(( $(date +%s) - T0 )) s"
+fi
+$PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
+torch.cuda.get_device_name())" | tee "$DEST/environment.txt"
 
-for name in synthetic cpu gpu; do
-  echo; echo "== $name"; $PY -m clsbench show "$OUT/$name.json" 2>&1 | tee "$OUT/$name.table.txt"
+step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
+  -o "$DEST/diagnose.json"
+others=$($PY -c "from clsbench.data.base import AUGMENTS, DEFAULT_AUGMENT
+print(' '.join(n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT))")
+for augment in $others; do
+  step "gpu-$augment" 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
+    --pipeline gpu --gpu-augment "$augment" --no-probe -q -o "$DEST/gpu-$augment.json"
 done
-echo; echo "== diagnose"; cat "$OUT/diagnose.txt"
-echo; echo "results: $OUT"
+step profile 60 profile --model "$MODEL" --workload train --mode "$MODE" --batch-size "$BATCH" --device "$DEVICE" \
+  --data "$DATA" --pipeline gpu -o "$DEST/profile"
+
+echo; echo "== diagnose"; cat "$DEST/diagnose.txt"
+for f in "$DEST"/gpu-*.json; do
+  [ -f "$f" ] || continue
+  echo; echo "== $(basename "$f")"; $PY -m clsbench show "$f" 2>&1 | tee "${f%.json}.table.txt"
+done
+[ -f "$DEST/profile.txt" ] && { echo; echo "== profile"; tail -n 40 "$DEST/profile.txt"; }
+echo; echo "results: $DEST ($(( $(date +%s) - T0 )) s)"
+if [ -n "${OUT:-}" ]; then tar -czf "$OUT/pipeline-$NAME.tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
