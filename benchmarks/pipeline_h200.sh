@@ -7,8 +7,9 @@
 #      file (the goal's file), plus every gpu stage alone (read, decode, each registered augmentation: GPU ms per
 #      batch and peak memory);
 #   2. the gpu pipeline with each other augmentation (`--gpu-augment`, e.g. separable), 3 repeats each;
-#   3. `clsbench profile` of the gpu-pipeline cell, if time is left: where the step's time goes while the pipeline
-#      shares the GPU (its kernels on the side streams against the step's).
+#   3. the same diagnosis with the step captured as a CUDA graph (`+cudagraph`, short windows);
+#   4. `clsbench profile` of the gpu-pipeline cell, if time is left: where the step's time goes while the pipeline
+#      shares the GPU (its kernels on the side streams against the step's, and gaps in the step's own launches).
 #
 # The 2026-12-02 run of the earlier version (both models x eager/compiled x three pipelines in one call) finished
 # 3 of its 12 cells: a cold Inductor compile takes about 60 s, a warm one 8-10 s. This version gives every step what
@@ -55,15 +56,21 @@ torch.cuda.get_device_name())" | tee "$DEST/environment.txt"
 step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
   -o "$DEST/diagnose.json"
 others=$($PY -c "from clsbench.data.base import AUGMENTS, DEFAULT_AUGMENT
-print(' '.join(n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT))")
+names = [n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT]
+print(' '.join(sorted(names, key=lambda n: n == 'per-image')))")  # per-image last: measured slower on 2026-12-02
 for augment in $others; do
   step "gpu-$augment" 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
     --pipeline gpu --gpu-augment "$augment" --no-probe -q -o "$DEST/gpu-$augment.json"
 done
+# If the pipeline's threads starve the compiled step's kernel launches of the GIL (one of the two readings of the
+# 2026-12-02 run), a step captured as one CUDA graph is immune: the same diagnosis in that mode, short windows.
+step diagnose-cudagraph 90 diagnose "$MODEL" --data "$DATA" --mode "$MODE+cudagraph" --pipeline gpu \
+  --batch-size "$BATCH" --device "$DEVICE" --quick -o "$DEST/diagnose-cudagraph.json"
 step profile 60 profile --model "$MODEL" --workload train --mode "$MODE" --batch-size "$BATCH" --device "$DEVICE" \
   --data "$DATA" --pipeline gpu -o "$DEST/profile"
 
 echo; echo "== diagnose"; cat "$DEST/diagnose.txt"
+[ -f "$DEST/diagnose-cudagraph.txt" ] && { echo; echo "== diagnose +cudagraph"; tail -n 30 "$DEST/diagnose-cudagraph.txt"; }
 for f in "$DEST"/gpu-*.json; do
   [ -f "$f" ] || continue
   echo; echo "== $(basename "$f")"; $PY -m clsbench show "$f" 2>&1 | tee "${f%.json}.table.txt"
