@@ -7,7 +7,8 @@
 #      file (the goal's file), plus every gpu stage alone (read, decode, each registered augmentation: GPU ms per
 #      batch and peak memory);
 #   2. the gpu pipeline with each other augmentation (`--gpu-augment`, e.g. separable), 3 repeats each;
-#   3. the same diagnosis with the step captured as a CUDA graph (`+cudagraph`, short windows);
+#   3. the same diagnosis with the step captured as a CUDA graph (`+cudagraph`, short windows), and the gpu pipeline
+#      with its files read by 8 worker processes;
 #   4. `clsbench profile` of the gpu-pipeline cell, if time is left: where the step's time goes while the pipeline
 #      shares the GPU (its kernels on the side streams against the step's, and gaps in the step's own launches).
 #
@@ -56,18 +57,22 @@ torch.cuda.get_device_name())" | tee "$DEST/environment.txt"
 step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
   -o "$DEST/diagnose.json"
 others=$($PY -c "from clsbench.data.base import AUGMENTS, DEFAULT_AUGMENT
-names = [n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT]
-print(' '.join(sorted(names, key=lambda n: n == 'per-image')))")  # per-image last: measured slower on 2026-12-02
-for augment in $others; do
-  step "gpu-$augment" 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
-    --pipeline gpu --gpu-augment "$augment" --no-probe -q -o "$DEST/gpu-$augment.json"
-done
-# If the pipeline's threads starve the compiled step's kernel launches of the GIL (one of the two readings of the
-# 2026-12-02 run), a step captured as one CUDA graph is immune: the same diagnosis in that mode, short windows.
+print(' '.join(n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT))")
+augment_cell() {  # AUGMENT: the gpu pipeline with that augmentation, 3 repeats
+  step "gpu-$1" 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
+    --pipeline gpu --gpu-augment "$1" --no-probe -q -o "$DEST/gpu-$1.json"
+}
+for augment in $others; do [ "$augment" = per-image ] || augment_cell "$augment"; done
+# Two readings of the 2026-12-02 run (38.9 ms added to each compiled step while no step waited for data): the
+# pipeline's kernels take SM time from the step, or its threads hold the GIL while the compiled step's wrapper
+# launches kernels. A step captured as one CUDA graph, and reading in worker processes, are immune to the second.
 step diagnose-cudagraph 90 diagnose "$MODEL" --data "$DATA" --mode "$MODE+cudagraph" --pipeline gpu \
   --batch-size "$BATCH" --device "$DEVICE" --quick -o "$DEST/diagnose-cudagraph.json"
+step gpu-w8 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
+  --pipeline gpu --num-workers 8 --no-probe -q -o "$DEST/gpu-w8.json"
 step profile 60 profile --model "$MODEL" --workload train --mode "$MODE" --batch-size "$BATCH" --device "$DEVICE" \
   --data "$DATA" --pipeline gpu -o "$DEST/profile"
+case " $others " in *" per-image "*) augment_cell per-image ;; esac  # last: slower than batched on 2026-12-02
 
 echo; echo "== diagnose"; cat "$DEST/diagnose.txt"
 [ -f "$DEST/diagnose-cudagraph.txt" ] && { echo; echo "== diagnose +cudagraph"; tail -n 30 "$DEST/diagnose-cudagraph.txt"; }
