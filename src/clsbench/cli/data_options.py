@@ -35,8 +35,9 @@ RUN_DATA_OPTIONS = [
                  help="cpu pipeline: normalise in the workers (default; float32 batches) or on the device after the "
                       "copy (uint8 batches: a quarter of the bytes to move)."),
     click.option("--gpu-augment", "gpu_augment",
-                 help="gpu pipeline: batched (default: a few batched operations per batch, roi_align) or per-image "
-                      "(one antialiased resize per image)."),
+                 help="gpu pipeline: batched (default: a few batched operations per batch, roi_align), separable "
+                      "(the antialiased resize as two batched matmuls) or per-image (one antialiased resize per "
+                      "image)."),
     click.option("--data-timeout", type=float,
                  help=f"Seconds one batch may take before the measurement fails as data_loader_timeout (default "
                       f"{DEFAULT_DATA_TIMEOUT_S:g})."),

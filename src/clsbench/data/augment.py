@@ -67,6 +67,31 @@ def normalisation_constants(device: torch.device, dtype: torch.dtype = torch.flo
     return mean, scale
 
 
+#: Per device: the (scale, shift) of :func:`affine_normalisation`.
+_AFFINE: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def affine_normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(1/(255 std), -mean/std)`` as (1, 3, 1, 1) float32 tensors on ``device``: ``addcmul(shift, x, scale)``
+    normalises 0-255 values and, with ``out=``, casts and lays them out in the same kernel (the gpu pipeline's
+    batched augmentations). Made once per device (making them copies from host memory)."""
+    key = str(device)
+    if key not in _AFFINE:
+        scale = torch.tensor([1.0 / (255.0 * s) for s in STD], dtype=torch.float32).view(1, 3, 1, 1)
+        shift = torch.tensor([-m / s for m, s in zip(MEAN, STD, strict=True)], dtype=torch.float32)
+        _AFFINE[key] = (scale.to(device), shift.view(1, 3, 1, 1).to(device))
+    return _AFFINE[key]
+
+
+def device_table(rows: list[list[int]], device: torch.device) -> torch.Tensor:
+    """A small int64 table (per-image facts of a batch) on ``device``: one copy, asynchronous from pinned memory on
+    a GPU."""
+    host = torch.tensor(rows, dtype=torch.int64)
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def normalise_(batch: torch.Tensor, constants: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """In place on a float batch (N, 3, H, W) of 0-255 values: ``(x / 255 - mean) / std``."""
     mean, scale = constants or normalisation_constants(batch.device, batch.dtype)

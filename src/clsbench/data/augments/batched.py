@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
-from clsbench.data.augment import MEAN, STD
+from clsbench.data.augment import affine_normalisation, device_table
 from clsbench.data.base import AUGMENTS
 
 #: A group's canvas may hold at most this many times its crops' pixels (the rest is padding); an image that would
@@ -69,14 +69,6 @@ def groups(sizes: Sequence[tuple[int, int]]) -> list[list[int]]:
     return out
 
 
-def _to_device(rows: list[list[int]], device: torch.device) -> torch.Tensor:
-    """A small int64 table on ``device``: one copy, asynchronous from pinned memory on a GPU."""
-    host = torch.tensor(rows, dtype=torch.int64)
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
-
-
 def resize_group(images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int, int, int]],
                  flips: Sequence[bool], members: Sequence[int], size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 1-3 of the module docstring for the images ``members``: their (K, 3, size, size) float32 crops, 0-255,
@@ -91,7 +83,7 @@ def resize_group(images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int,
     for slot, i in enumerate(members):
         top, left, h, w = boxes[i]
         canvas[slot, :, :h, :w].copy_(images[i][:, top:top + h, left:left + w])
-    meta = _to_device([[h, w, int(bool(flips[i])), i] for (h, w), i in zip(sizes, members, strict=True)], device)
+    meta = device_table([[h, w, int(bool(flips[i])), i] for (h, w), i in zip(sizes, members, strict=True)], device)
     h_t, w_t, flip_t, where = meta.unbind(1)
     last_row, last_col = (h_t - 1)[:, None], (w_t - 1)[:, None]
     rows = torch.minimum(torch.arange(height, device=device)[None, :], last_row)
@@ -111,19 +103,6 @@ class Batched:
     name = "batched"
     resize = "bilinear, area-averaged when shrinking (torchvision.ops.roi_align, sampling_ratio=0, aligned)"
 
-    def __init__(self) -> None:
-        self._constants: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(1/(255 std), -mean/std)`` as (1, 3, 1, 1) float32 tensors on ``device``, made once per device (making
-        them copies from host memory)."""
-        key = str(device)
-        if key not in self._constants:
-            scale = torch.tensor([1.0 / (255.0 * s) for s in STD], dtype=torch.float32).view(1, 3, 1, 1)
-            shift = torch.tensor([-m / s for m, s in zip(MEAN, STD, strict=True)], dtype=torch.float32)
-            self._constants[key] = (scale.to(device), shift.view(1, 3, 1, 1).to(device))
-        return self._constants[key]
-
     def apply(self, images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int, int, int]],
               flips: Sequence[bool], size: int, memory_format: torch.memory_format,
               dtype: torch.dtype) -> torch.Tensor:
@@ -132,7 +111,7 @@ class Batched:
         for members in groups([(box[2], box[3]) for box in boxes]):
             out, where = resize_group(images, boxes, flips, members, size)
             staged.index_copy_(0, where, out)
-        scale, shift = self.constants(device)
+        scale, shift = affine_normalisation(device)
         batch = torch.empty((len(images), 3, size, size), dtype=dtype, device=device, memory_format=memory_format)
         return torch.addcmul(shift, staged, scale, out=batch)
 

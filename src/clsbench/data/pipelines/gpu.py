@@ -15,7 +15,8 @@ of its slowest stage, not the sum of the three):
 3. **augment**, on another stream that first waits for that event: RandomResizedCrop, flips and normalisation
    for the whole batch, straight into the mode's dtype and memory format, by the augmentation the settings name
    (``--gpu-augment``, :data:`clsbench.data.base.AUGMENTS`): ``batched`` (the default; a few batched operations
-   per batch around one ``roi_align``, :mod:`clsbench.data.augments.batched`) or ``per-image`` (one antialiased
+   per batch around one ``roi_align``, :mod:`clsbench.data.augments.batched`), ``separable`` (the antialiased
+   resize as two batched matmuls, :mod:`clsbench.data.augments.separable`) or ``per-image`` (one antialiased
    resize per image, :mod:`clsbench.data.augments.per_image`); the decoded images are marked as used on this
    stream (``record_stream``) so their memory is not reused too early; an event marks the batch ready, and it
    waits in a queue ``prefetch_factor`` (default 2) deep.
