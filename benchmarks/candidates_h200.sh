@@ -9,6 +9,8 @@
 # saves what it measured. Results go to benchmarks/results/h200/candidates-<UTC time>-*.json, never over an
 # existing file (clsbench refuses to, and the time stamp keeps names apart); with $OUT set they are copied there.
 # The learning rate stays at its default whatever the batch: these are speed figures, not a training recipe.
+# PARTS picks the steps (default: all three), e.g. PARTS="infer-freeze train-parity" after the 2026-12-02 run, whose
+# freeze row measured a compile without freezing (fixed since) and which left no time for the parity check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
@@ -19,7 +21,9 @@ mkdir -p "$DEST"
 T0=$(date +%s)
 left() { echo $(( 470 - ($(date +%s) - T0) )); }
 files=()
+PARTS=" ${PARTS:-infer-freeze train-steps train-parity} "
 run() { local name=$1; shift; local out="$DEST/candidates-$STAMP-$name.json" t=$(date +%s)
+        if [[ $PARTS != *" $name "* ]]; then echo "== $name: not in PARTS"; return; fi
         if (( $(left) < 30 )); then echo "== $name: skipped, $(left) s left"; return; fi
         timeout -s INT "$(left)" "$PY" -m clsbench run "$@" --device cuda --no-probe --timeout 300 -q -o "$out"
         echo "== $name rc=$? $(( $(date +%s) - t )) s (total $(( $(date +%s) - T0 )) s)"
@@ -32,7 +36,9 @@ run train-steps --model resnet50 --workload train --batch-size 256 --repeats 2 \
     --mode amp-bf16+cl+compile+compiled-step,amp-bf16+cl+compile+cudagraph
 
 parity="$DEST/candidates-$STAMP-train-parity.json"
-if (( $(left) > 90 )); then
+if [[ $PARTS != *" train-parity "* ]]; then
+    echo "== train-parity: not in PARTS"
+elif (( $(left) > 90 )); then
     timeout -s INT "$(left)" "$PY" - "$parity" <<'PYEOF'
 import json, sys
 from clsbench.procedures.train_parity import train_parity
