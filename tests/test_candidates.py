@@ -221,6 +221,32 @@ def test_freezing_takes_effect_the_frozen_forward_ignores_changed_weights(mode, 
     assert importlib.import_module("torch._inductor.config").freezing is False  # scoped to that first call
 
 
+def test_first_calls_on_threads_leave_freezing_off_and_each_compiles_under_it():
+    """Serving starts model instances on threads: overlapping first calls must not leave the global setting on."""
+    import threading
+    import time
+
+    from clsbench.modes.freeze import FrozenOnFirstCall
+
+    config = importlib.import_module("torch._inductor.config")
+    seen: list[bool] = []
+
+    def compiled(x: int) -> int:
+        seen.append(config.freezing)
+        time.sleep(0.05)  # a compile takes a while: the other thread's first call arrives meanwhile
+        return x
+
+    wrappers = [FrozenOnFirstCall(compiled) for _ in range(3)]
+    threads = [threading.Thread(target=w, args=(1,)) for w in wrappers for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert config.freezing is False
+    assert seen.count(True) == 3 and all(w.called for w in wrappers)  # one frozen first call per wrapper
+    assert wrappers[0](2) == 2 and seen[-1] is False  # later calls run outside the patch
+
+
 @needs_cpu_inductor
 def test_frozen_outputs_match_eager_within_the_fp32_tolerance():
     check = output_errors(TINY, "infer-throughput", "cpu", [("fp32+compile+freeze", 4)])[("fp32+compile+freeze", 4)]

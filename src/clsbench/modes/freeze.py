@@ -11,6 +11,7 @@ set); the measurement's mode notes record ``inductor_freezing: true``.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,11 @@ class Freeze:
         return prepared
 
 
+#: One first call at a time in the process: ``config.patch`` saves and restores a global, so two overlapping first
+#: calls (serving's model instances start on threads) could restore each other's patched value and leave freezing on.
+_FIRST_CALL = threading.Lock()
+
+
 class FrozenOnFirstCall:
     """A compiled function whose first call (the trace and compile) runs with Inductor's freezing turned on."""
 
@@ -44,9 +50,12 @@ class FrozenOnFirstCall:
         if self.called:
             return self.compiled(*args, **kwargs)
         config = importlib.import_module("torch._inductor.config")
-        with config.patch(freezing=True):
-            out = self.compiled(*args, **kwargs)
-        self.called = True
+        with _FIRST_CALL:
+            if self.called:  # another thread's first call compiled it meanwhile
+                return self.compiled(*args, **kwargs)
+            with config.patch(freezing=True):
+                out = self.compiled(*args, **kwargs)
+            self.called = True
         return out
 
 
