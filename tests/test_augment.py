@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 import torch
 
+from augment_reference import grey_levels, reference
 from clsbench.core.plan import Cell, StopRule
 from clsbench.data import DataSettings
-from clsbench.data.augment import CROP_RATIO, CROP_SCALE, MEAN, STD, choices, crop_box, sample_rng
+from clsbench.data.augment import CROP_RATIO, CROP_SCALE, choices, crop_box, sample_rng
 from clsbench.data.augments.batched import PAD_LIMIT, TOLERANCE_MEAN, TOLERANCE_P99, groups
 from clsbench.data.base import AUGMENTS, PIPELINES, BatchSpec
 from clsbench.data.make import MakeSpec, make_dataset
@@ -69,23 +70,6 @@ def picks(images: list[torch.Tensor], seed: int, epoch: int) -> tuple[list[tuple
     return [box for box, _ in chosen], [flip for _, flip in chosen]
 
 
-def reference(images: list[torch.Tensor], boxes: list[tuple[int, int, int, int]], flips: list[bool],
-              size: int) -> torch.Tensor:
-    """The cpu pipeline's augmentation before normalisation: uint8 antialiased resized_crop, then the flip."""
-    from torchvision.transforms.v2 import functional as TF
-
-    out = []
-    for image, (top, left, h, w), flip in zip(images, boxes, flips, strict=True):
-        crop = TF.resized_crop(image, top, left, h, w, [size, size], antialias=True)
-        out.append(crop.flip(-1) if flip else crop)
-    return torch.stack(out).to(torch.float32)
-
-
-def grey_levels(batch: torch.Tensor) -> torch.Tensor:
-    """A normalised batch back in 0-255 grey levels."""
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1) * 255.0
-    std = torch.tensor(STD).view(1, 3, 1, 1) * 255.0
-    return batch.to(torch.float32) * std + mean
 
 
 # ------------------------------------------------------------------------------------------- crop geometry

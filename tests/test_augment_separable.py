@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from augment_reference import grey_levels, reference
 from clsbench.data import DataSettings
 from clsbench.data.augment import MEAN, STD, choices
 from clsbench.data.augments.batched import groups
@@ -101,24 +102,6 @@ def sharp_boxes(images: list[torch.Tensor], seed: int) -> tuple[list[tuple[int, 
     return boxes, flips
 
 
-def reference(images: list[torch.Tensor], boxes: list[tuple[int, int, int, int]], flips: list[bool], size: int,
-              as_float: bool = False) -> torch.Tensor:
-    """torchvision's antialiased resized_crop, then the flip, in grey levels: on the uint8 image (the cpu pipeline's
-    result, rounded), or on the image as float32 (no rounding)."""
-    from torchvision.transforms.v2 import functional as TF
-
-    out = []
-    for image, (top, left, h, w), flip in zip(images, boxes, flips, strict=True):
-        crop = TF.resized_crop(image.float() if as_float else image, top, left, h, w, [size, size], antialias=True)
-        out.append(crop.flip(-1) if flip else crop)
-    return torch.stack(out).to(torch.float32)
-
-
-def grey_levels(batch: torch.Tensor) -> torch.Tensor:
-    """A normalised batch back in 0-255 grey levels."""
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1) * 255.0
-    std = torch.tensor(STD).view(1, 3, 1, 1) * 255.0
-    return batch.to(torch.float32) * std + mean
 
 
 def within_tolerance(difference: torch.Tensor) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from augment_reference import reference
 from clsbench.core.plan import Cell, StopRule
 from clsbench.data import DataSettings
 from clsbench.data.base import BatchSpec
@@ -158,15 +159,6 @@ AUGMENT_SIZE = 40
 BATCHED_ON_GPU_PIXELS = (1.0, 6.0)
 
 
-def grey_reference(images: list[torch.Tensor], boxes: list, flips: list[bool], size: int) -> torch.Tensor:
-    from torchvision.transforms.v2 import functional as TF
-
-    out = []
-    for image, box, flip in zip(images, boxes, flips, strict=True):
-        crop = TF.resized_crop(image, *box, [size, size], antialias=True)
-        out.append(crop.flip(-1) if flip else crop)
-    return torch.stack(out).to(torch.float32)
-
 
 def test_batched_augmentation_on_cuda_equals_the_cpu_one_and_the_reference(dataset: Path):
     from clsbench.data.augment import MEAN, STD, choices
@@ -191,13 +183,13 @@ def test_batched_augmentation_on_cuda_equals_the_cpu_one_and_the_reference(datas
     std, mean = torch.tensor(STD).view(1, 3, 1, 1) * 255, torch.tensor(MEAN).view(1, 3, 1, 1) * 255
     # The augmentation alone, on the GPU's own pixels: within its stated tolerance of the antialiased reference.
     gpu_f32 = batched.apply(on_gpu, boxes, flips, size, torch.channels_last, torch.float32)
-    alone = (gpu_f32.cpu() * std + mean - grey_reference([im.cpu() for im in on_gpu], boxes, flips, size)).abs()
+    alone = (gpu_f32.cpu() * std + mean - reference([im.cpu() for im in on_gpu], boxes, flips, size)).abs()
     assert float(alone.mean()) <= BATCHED_ON_GPU_PIXELS[0] and \
         float(alone.flatten().quantile(0.99)) <= BATCHED_ON_GPU_PIXELS[1]
     # bfloat16 output is the float32 result rounded once (8 significant bits: relative error at most 2**-8).
     torch.testing.assert_close(gpu_out.float(), gpu_f32, rtol=2.0**-8, atol=1e-6)
     # End to end against libjpeg-turbo's pixels: the decoders' difference on top of the augmentation's tolerance.
-    difference = (gpu_out.float().cpu() * std + mean - grey_reference(on_cpu, boxes, flips, size)).abs().flatten()
+    difference = (gpu_out.float().cpu() * std + mean - reference(on_cpu, boxes, flips, size)).abs().flatten()
     assert float(difference.mean()) <= TOLERANCE_MEAN + DECODER_ALLOWANCE[0]
     assert float(difference.quantile(0.99)) <= TOLERANCE_P99 + DECODER_ALLOWANCE[1]
 
@@ -226,7 +218,7 @@ def test_separable_augmentation_on_cuda_agrees_with_the_cpu_one_and_the_referenc
     on_cpu = separable.apply(images, boxes, flips, AUGMENT_SIZE, torch.channels_last, torch.float32)
     # float16 on the GPU's tensor cores against float32 on the CPU: the float16 bound, and cuBLAS's reductions.
     assert float(((on_gpu.cpu() - on_cpu) * std).abs().max()) <= FLOAT16_BOUND + CUBLAS_FP16_REDUCTION
-    difference = (on_gpu.cpu() * std + mean - grey_reference(images, boxes, flips, AUGMENT_SIZE)).abs().flatten()
+    difference = (on_gpu.cpu() * std + mean - reference(images, boxes, flips, AUGMENT_SIZE)).abs().flatten()
     assert float(difference.mean()) <= TOLERANCE_MEAN and float(difference.quantile(0.99)) <= TOLERANCE_P99
     assert float(difference.max()) <= TOLERANCE_MAX + CUBLAS_FP16_REDUCTION
 
