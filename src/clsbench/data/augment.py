@@ -77,9 +77,8 @@ def affine_normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tens
     batched augmentations). Made once per device (making them copies from host memory)."""
     key = str(device)
     if key not in _AFFINE:
-        scale = torch.tensor([1.0 / (255.0 * s) for s in STD], dtype=torch.float32).view(1, 3, 1, 1)
-        shift = torch.tensor([-m / s for m, s in zip(MEAN, STD, strict=True)], dtype=torch.float32)
-        _AFFINE[key] = (scale.to(device), shift.view(1, 3, 1, 1).to(device))
+        mean, scale = normalisation_constants(device)  # 255 mean, 1/(255 std)
+        _AFFINE[key] = (scale, -mean * scale)
     return _AFFINE[key]
 
 
