@@ -85,10 +85,11 @@ def test_train_step_kind_proposes_the_step_candidates_of_the_best_family(costed:
                                       ("amp-bf16+compile+fused+compiled-step", 4)]
     # The captured step is for a GPU: pruned with the mode's own reason, no worker started.
     refused = pruned(outcome, "train-step")
-    assert refused.pop("amp-bf16+cudagraph") == "CUDA graphs need a CUDA device; this device is cpu"
+    for captured in ("amp-bf16+cudagraph", "amp-bf16+compile+cudagraph"):
+        assert refused.pop(captured) == "CUDA graphs need a CUDA device; this device is cpu"
     # The other family lost by more than the margin: none of its step candidates is tried.
     assert set(refused) == {"fp32+fused", "fp32+compile+fused", "fp32+compile+fused+compiled-step",
-                            "fp32+cudagraph"}
+                            "fp32+cudagraph", "fp32+compile+cudagraph"}
     assert all(reason.startswith("its best result is 27% of the best") for reason in refused.values())
     stage = next(s for s in facts["plan"] if s["stage"] == "train-step")
     assert (stage["kind"], stage["rung"], stage["candidates"], stage["priority"]) == \
@@ -288,5 +289,6 @@ def test_gpu_train_tune_proposes_fused_compiled_step_and_cudagraph(monkeypatch: 
     outcome = tune("resnet18", "train", "cuda", modes=["amp-bf16+cl"], batch_sizes=[32], options=SHORT,
                    max_autotune=False, budget="10m", check_outputs=False, execution=Execution(isolation="inline"))
     assert proposed["train-step"] == [("amp-bf16+cl+fused", 32), ("amp-bf16+cl+compile+fused", 32),
-                                      ("amp-bf16+cl+compile+fused+compiled-step", 32), ("amp-bf16+cl+cudagraph", 32)]
+                                      ("amp-bf16+cl+compile+fused+compiled-step", 32), ("amp-bf16+cl+cudagraph", 32),
+                                      ("amp-bf16+cl+compile+cudagraph", 32)]
     assert not pruned(outcome, "train-step")

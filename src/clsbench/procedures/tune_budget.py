@@ -38,9 +38,9 @@ CHECK_S = {"cuda": 15.0, "cpu": 4.0}
 FREEZE_BUILD_S = {"cuda": 57.0, "cpu": 40.0}
 #: ``train-step``: its candidates are the optimizer implementation (no build), the compiled forward and backward
 #: with it (the compile kind's 45 s / 30 s), the whole step compiled (a second graph for the optimizer step: about
-#: 11 s for the tiny test network on 2 CPU cores, more than the forward alone) and the captured step (a few warm-up
-#: steps and one capture); one prior covers them all, so it is their rough mean, and the cost model replaces it with
-#: the mean observed here after the first one.
+#: 11 s for the tiny test network on 2 CPU cores, more than the forward alone), the captured step (a few warm-up
+#: steps and one capture) and the compiled step captured (a compile and a capture); one prior covers them all, so it
+#: is their rough mean, and the cost model replaces it with the mean observed here after the first one.
 TRAIN_STEP_BUILD_S = {"cuda": 35.0, "cpu": 20.0}
 #: A candidate built once before rebuilds in this fraction of its first build (warm compile and artifact caches).
 WARM_BUILD_FRACTION = 0.3
