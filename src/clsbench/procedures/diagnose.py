@@ -325,9 +325,9 @@ def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: in
 
 
 def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, Any] | None, ceiling: float,
-            cpu_count: int | None, *, on_gpu: bool = True) -> list[str]:
+            cpu_count: int | None, *, on_gpu: bool = True, mode: str | None = None) -> list[str]:
     """For an input-bound best setting: where its time goes and what would close the gap, in sentences (the gpu
-    pipeline is proposed only where there is a GPU)."""
+    pipeline is proposed only where there is a GPU; a captured step only to a ``mode`` without one)."""
     if split is None:
         return []
     lines = [f"{best['label']} takes {split['iteration_ms']:.1f} ms per step against {split['synthetic_ms']:.1f} ms "
@@ -339,9 +339,14 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
     if best.get("pipeline") == "gpu":
         worth = EXPLAIN_SHARE * split["synthetic_ms"]
         if slower is not None and slower > worth:
+            # torchvision already decodes baseline JPEGs on the hardware JPEG engines of GPUs that have them, so a
+            # different decoder is not the advice; the augmentation's SM time and the stored pixels are.
+            captured = "" if "cudagraph" in (mode or "") else (
+                "; if the step's own kernel launches are held up by the pipeline's threads, a step captured as a "
+                "CUDA graph (+cudagraph) launches without them")
             lines.append("the gpu pipeline decodes and augments on the GPU it feeds, which takes GPU time from every "
-                         "step: a hardware JPEG decoder (DALI's mixed decoder on GPUs that have one), decoding on more "
-                         "CPU cores, or smaller stored images would remove it")
+                         "step: a cheaper augmentation (--gpu-augment; the stages below time each one alone) or "
+                         f"smaller stored images (decoding grows with pixels) would reduce it{captured}")
         if waiting is not None and waiting > worth:
             lines.append("its read, decode and augment threads share the training process's Python interpreter with "
                          "the training loop: more reader workers (--num-workers) or the memory source take file "
@@ -414,7 +419,8 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
             cpu = result.environment.get("cpu") or {}
             out["explanation"] = explain(best, real, out["time_split"], ceiling,
                                          cpu.get("allowed_cpus_count") or cpu.get("logical_cores"),
-                                         on_gpu=str(facts.get("device") or "").startswith("cuda"))
+                                         on_gpu=str(facts.get("device") or "").startswith("cuda"),
+                                         mode=out["mode"])
         if default is not None and default["throughput_img_s"]:
             out["gain_over_default"] = best["throughput_img_s"] / default["throughput_img_s"]
         try:
