@@ -510,9 +510,17 @@ def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, sour
     try:
         batches = [stream.next() for _ in range(9)]  # 7 batches per epoch: two epochs
         dropped = stream.drain(10, 0.002)
+        after_drain = [stream.next() for _ in range(12)]
+        running = stream.facts()["running_stages"]
     finally:
         stream.close()
-    assert not any(thread.is_alive() for thread in stream.threads)
+    assert not any(thread.is_alive() for thread in stream.threads) and len(after_drain) == 12
+    # Each stage thread timed the batches it handled since the drain: the twelve taken, less those already waiting
+    # ahead of it then (queues of 2, one batch in each thread's hands), plus those it has made ahead since.
+    assert [s["stage"] for s in running] == ["read", "decode", "augment"]
+    for figures in running:
+        assert 12 - 3 * 3 <= figures["batches"] <= 12 + 3 * 3, figures
+        assert figures["work_ns"] > 0 and min(figures[f] for f in ("cpu_ns", "wait_in_ns", "wait_out_ns")) >= 0
     images, labels = batches[0]
     assert images.shape == (7, 3, 20, 20) and images.is_contiguous(memory_format=torch.channels_last)
     assert labels.dtype == torch.int64 and stream.facts()["epochs_started"] >= 2 and dropped >= 1

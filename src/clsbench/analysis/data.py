@@ -19,6 +19,11 @@ Where the pipeline measured its stages alone before training (``data.stages``, t
 :mod:`clsbench.data.stages`), ``stages`` holds :func:`stage_figures` of the first ok repeat that has them: each
 stage's images/s (images / host seconds), its device milliseconds per batch (mean of the CUDA event times) and peak
 device memory; the slowest of read, decode and the augmentation the pipeline used, whose rate bounds the pipeline's.
+
+Where the pipeline timed its stage threads while training ran (``data.pipeline.running_stages``, the gpu pipeline:
+:mod:`clsbench.data.running`), ``running`` holds :func:`running_figures`: per stage, the median over the repeats of
+its milliseconds per batch working, of them on its own thread's CPU, waiting for the stage before it, and waiting
+for room after it; and the busiest stage (the most work per batch), whose pace is the pipeline's while it runs.
 """
 
 from __future__ import annotations
@@ -107,6 +112,40 @@ def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def _running_stage(stage: dict[str, Any]) -> dict[str, Any] | None:
+    batches = stage.get("batches")
+    if not isinstance(batches, int) or batches <= 0:
+        return None
+
+    def per_batch(field: str) -> float | None:
+        value = stage.get(field)
+        return value / batches / 1e6 if isinstance(value, (int, float)) else None
+
+    return {"stage": stage.get("stage"), "batches": batches, "work_ms": per_batch("work_ns"),
+            "cpu_ms": per_batch("cpu_ns"), "wait_in_ms": per_batch("wait_in_ns"),
+            "wait_out_ms": per_batch("wait_out_ns")}
+
+
+def running_figures(repeats: Sequence[Sequence[dict[str, Any]] | None]) -> dict[str, Any] | None:
+    """Each stage thread's time per batch while training ran (module docstring), the median over the repeats that
+    recorded it; None when none did (or no stage handled a batch)."""
+    per_stage: dict[str, list[dict[str, Any]]] = {}
+    for stages in repeats:
+        for stage in stages or []:
+            row = _running_stage(stage)
+            if row is not None:
+                per_stage.setdefault(str(row["stage"]), []).append(row)
+    if not per_stage:
+        return None
+    rows = [{"stage": name, "repeats": len(found), "batches": int(_median([r["batches"] for r in found]) or 0),
+             **{field: _median([r[field] for r in found])
+                for field in ("work_ms", "cpu_ms", "wait_in_ms", "wait_out_ms")}}
+            for name, found in per_stage.items()]
+    busiest = max((r for r in rows if r["work_ms"] is not None), key=lambda r: r["work_ms"], default=None)
+    return {"stages": rows, "busiest": busiest["stage"] if busiest else None,
+            "busiest_work_ms": busiest["work_ms"] if busiest else None}
+
+
 def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``summary.data`` block of a real-data measurement (None when no ok repeat carries data facts)."""
     records = [r for r in ok if r.get("data")]
@@ -149,4 +188,7 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     probed = next((r["data"]["stages"] for r in records if r["data"].get("stages") is not None), None)
     if probed is not None:  # left out otherwise: summaries of pipelines without stage figures keep their bytes
         out["stages"] = stage_figures(probed)
+    running = running_figures([(r["data"].get("pipeline") or {}).get("running_stages") for r in records])
+    if running is not None:  # as the stages: only pipelines that time their stage threads
+        out["running"] = running
     return out

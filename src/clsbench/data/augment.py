@@ -82,9 +82,10 @@ def affine_normalisation(device: torch.device) -> tuple[torch.Tensor, torch.Tens
     return _AFFINE[key]
 
 
-def device_table(rows: list[list[int]], device: torch.device) -> torch.Tensor:
-    """A small int64 table (per-image facts of a batch) on ``device``: one copy, asynchronous from pinned memory on
-    a GPU."""
+def device_table(rows: list[int] | list[list[int]], device: torch.device) -> torch.Tensor:
+    """A small int64 tensor (per-image facts of a batch: a list, or a table of rows) on ``device``: one copy,
+    asynchronous from pinned memory on a GPU (the pinned block is not reused before the copy has run), so the
+    calling thread never waits for the work queued on its stream."""
     host = torch.tensor(rows, dtype=torch.int64)
     if device.type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)

@@ -60,6 +60,9 @@ IDLE_LIMIT = 0.10
 DIAGNOSE_FORMAT = 1
 #: A part of the step time worth a sentence in the explanation: more than this share of the synthetic step.
 EXPLAIN_SHARE = 0.02
+#: A stage thread that used its CPU for less than this share of its work time while training mostly waited (for the
+#: GIL, the GPU or the disk) rather than computing on the host.
+WAITING_SHARE = 0.5
 #: A setting that spent more than this share of its time on the first batch of epochs gets a note.
 EPOCH_START_NOTE = 0.02
 
@@ -272,6 +275,7 @@ def _row(m: Measurement, ceiling: float | None, default_label: str | None) -> di
         "data_startup_s": _number(d.get("data_startup_s")),
         "decode_failures_n": d.get("decode_failures_n") or 0,
         "stages": d.get("stages"),
+        "running": d.get("running"),
         "spread_pct": _number(s.get("spread_pct")),
         "is_default": label is not None and label == default_label,
         "cell": Cell.of(m),
@@ -340,17 +344,21 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
         worth = EXPLAIN_SHARE * split["synthetic_ms"]
         if slower is not None and slower > worth:
             # torchvision already decodes baseline JPEGs on the hardware JPEG engines of GPUs that have them, so a
-            # different decoder is not the advice; the augmentation's SM time and the stored pixels are.
+            # different decoder is not the advice. Measured on the H200 (docs/methodology.md 16.4.3): the compiled
+            # ResNet-50 step ran 28.5 ms slower beside the pipeline, and 2.2 ms slower captured as a CUDA graph, so
+            # the interpreter, not the GPU, took most of it.
             captured = "" if "cudagraph" in (mode or "") else (
-                "; if the step's own kernel launches are held up by the pipeline's threads, a step captured as a "
-                "CUDA graph (+cudagraph) launches without them")
-            lines.append("the gpu pipeline decodes and augments on the GPU it feeds, which takes GPU time from every "
-                         "step: a cheaper augmentation (--gpu-augment; the stages below time each one alone) or "
-                         f"smaller stored images (decoding grows with pixels) would reduce it{captured}")
+                "a step captured as a CUDA graph (+cudagraph) launches without the interpreter; ")
+            lines.append("the step itself runs slower beside the gpu pipeline: its kernel launches share the training "
+                         "process's Python interpreter (the GIL) with the pipeline's threads, and the GPU with their "
+                         f"decode and augment kernels: {captured}a cheaper augmentation (--gpu-augment; the stages "
+                         "below time each one alone) or smaller stored images (decoding grows with pixels) take less "
+                         "GPU time")
         if waiting is not None and waiting > worth:
-            lines.append("its read, decode and augment threads share the training process's Python interpreter with "
-                         "the training loop: more reader workers (--num-workers) or the memory source take file "
-                         "reading out of it")
+            lines.append("its read, decode and augment threads do not keep up while training: they share the Python "
+                         "interpreter with each other and with the training loop (the table of the stages while "
+                         "training names the busiest and how much of its time it waited); the memory source "
+                         "(--data-source memory) takes file reading out of it where the images fit in RAM")
         return lines
     copy, wait = best.get("copy_fraction") or 0.0, best.get("data_wait_fraction") or 0.0
     if best.get("pipeline") == "cpu":
@@ -511,13 +519,47 @@ def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[st
     return lines
 
 
+def running_lines(row: dict[str, Any]) -> list[str]:
+    """A setting's stage threads while training ran (:func:`clsbench.analysis.data.running_figures`): a small table
+    and the busiest stage, set against its time alone where the stages were measured alone."""
+    running = row.get("running")
+    if not running or not running.get("stages"):
+        return []
+    alone = {s["stage"]: s for s in (row.get("stages") or {}).get("stages") or []
+             if s["stage"] != "augment" or s.get("augment") == (row.get("stages") or {}).get("augment")}
+    lines = [f"stages of {row['label']} while training (ms per batch in the timed region; CPU: the stage thread's "
+             "own; waits: for the stage before it, for room after it):"]
+    table = [(r["stage"], fmt_ms(r["work_ms"]), fmt_ms(r["cpu_ms"]), fmt_ms(r["wait_in_ms"]), fmt_ms(r["wait_out_ms"]),
+              f"{r['batches']:,}") for r in running["stages"]]
+    lines += render_rows(("stage", "work ms", "CPU ms", "waits in ms", "waits out ms", "batches"), table,
+                         {"work ms", "CPU ms", "waits in ms", "waits out ms", "batches"})
+    busiest = next((r for r in running["stages"] if r["stage"] == running.get("busiest")), None)
+    if busiest is None or busiest["work_ms"] is None:
+        return lines
+    line = f"busiest stage while training: {busiest['stage']} ({busiest['work_ms']:.1f} ms per batch"
+    single = alone.get(busiest["stage"])
+    if single and single.get("img_s") and (row.get("stages") or {}).get("batch_size"):
+        alone_ms = 1000.0 * row["stages"]["batch_size"] / single["img_s"]
+        line += f", against {alone_ms:.1f} ms alone"
+    line += ")"
+    cpu = busiest.get("cpu_ms")
+    if cpu is not None and busiest["work_ms"] > 0:
+        if cpu < WAITING_SHARE * busiest["work_ms"]:
+            line += (f"; its thread used the CPU for {cpu:.1f} ms of it: the rest it waited, for the interpreter "
+                     "(the GIL, held by the other stages and the training loop), the GPU or the disk")
+        else:
+            line += f"; its thread used the CPU for {cpu:.1f} ms of it: it is bound by its own host work"
+    return lines + [line]
+
+
 def pipeline_lines(analysis: dict[str, Any]) -> list[str]:
-    """Each setting's stages measured alone, where it measured them."""
+    """Each setting's stages measured alone, where it measured them, and its stage threads while training."""
     ceiling, batch = analysis.get("ceiling_img_s"), analysis.get("batch_size")
     step_ms = 1000.0 * batch / ceiling if ceiling and batch else None
     lines: list[str] = []
     for row in analysis.get("rows", []):
         lines += stage_lines(row, step_ms)
+        lines += running_lines(row)
     return lines
 
 

@@ -4,7 +4,9 @@ The decoded images differ in size, so the crops are first brought into one tenso
 similar size form a group (:func:`groups`; one to a few groups per batch), and per group:
 
 1. each crop (a strided view of its decoded uint8 image) is copied into the top-left corner of a uint8 canvas
-   (K, 3, max crop height, max crop width): the only operation made once per image, one copy each;
+   (K, 3, max crop height, max crop width): the only operation made once per image, one copy each, all issued by
+   one ``torch._foreach_copy_`` call (its loop runs in C++: the pipeline's thread enters the interpreter, and
+   gives up and takes back the GIL, once per group rather than once per image);
 2. one gather over the canvas with per-image row and column indices repeats each crop's last row and column into
    the padding (so the bilinear samples at a crop's far edges see that edge, as a resize of the crop alone does)
    and mirrors the columns of the images to flip (mirroring a crop is flipping its output: the sample points of
@@ -80,9 +82,9 @@ def resize_group(images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int,
     height, width = max(h for h, _ in sizes), max(w for _, w in sizes)
     k = len(members)
     canvas = torch.empty((k, 3, height, width), dtype=torch.uint8, device=device)
-    for slot, i in enumerate(members):
-        top, left, h, w = boxes[i]
-        canvas[slot, :, :h, :w].copy_(images[i][:, top:top + h, left:left + w])
+    crops = [(slot, boxes[i], images[i]) for slot, i in enumerate(members)]
+    torch._foreach_copy_([canvas[slot, :, :h, :w] for slot, (_, _, h, w), _ in crops],
+                         [image[:, top:top + h, left:left + w] for _, (top, left, h, w), image in crops])
     meta = device_table([[h, w, int(bool(flips[i])), i] for (h, w), i in zip(sizes, members, strict=True)], device)
     h_t, w_t, flip_t, where = meta.unbind(1)
     last_row, last_col = (h_t - 1)[:, None], (w_t - 1)[:, None]

@@ -19,7 +19,8 @@ Per group of images with crops of similar size (:func:`clsbench.data.augments.ba
 
 1. a zero-filled canvas (K, H, 3, W) in the compute dtype (H x W: the group's largest crop height and width), rows
    outermost so that the channels fold into the matrices of step 3; each crop (a strided view of its uint8 image)
-   is copied into its top-left corner, converted in the same copy: the only operation made once per image. The
+   is copied into its top-left corner, converted in the same copy: the only operation made once per image, all K
+   copies issued by one ``torch._foreach_copy_`` call (as in ``batched``: one GIL hand-over per group). The
    padding must be zeros, not uninitialised memory: its weights are zero, but 0 * NaN is NaN;
 2. one small int64 table (each crop's height, width, flip and batch position) copied to the device, from which a
    few vectorised operations make Wy (K, size, H) and Wx (K, size, W) on the device (:func:`resize_weights`);
@@ -32,18 +33,19 @@ Then one ``addcmul`` over the batch, ``x * 1/(255 std) - mean/std``, reads the s
 and writes the mode's dtype and memory format: the normalisation, the cast and the layout change are one kernel
 (as in ``batched``).
 
-Cost per group: one fill, K copies, one host-to-device copy of 4K integers, about fifteen small kernels per axis
-for the weights (six passes over the full-size float32 weight tensor, one of them writing the compute dtype), two
-``bmm`` of 2 * 3 * size * H * W and 2 * 3 * size * W * size floating-point operations per image, one ``index_copy_``.
-The matmuls are dense while the weights are banded (about 2 * support nonzero taps a row), so most of that arithmetic
-multiplies zeros: for 256 crops of 500 x 375 images at 224, about 87 GFLOP where the banded filter needs 0.5. It
-trades arithmetic for a few large kernels, which suits tensor cores (87 GFLOP is about 0.1 ms at an H200's dense
-float16 datasheet peak) and not a CPU, where it is slower than ``per-image``. Memory per group, in the compute dtype:
-the canvas 3 K H W (padding included: at most :data:`~clsbench.data.augments.batched.PAD_LIMIT` times the crops'
-pixels), the intermediate 3 K size W, the output 3 K size size, the weights K size (H + W) (built in float32, one
-axis at a time); plus the staged batch 3 N size size. For the 256 crops above, in float16: canvases 250 MB in all,
-intermediates 140 MB, weights 90 MB (and about as much float32 while they are built), staged batch 77 MB; the largest
-group's working set about 0.4 GB (estimated from the shapes; the GPU peak is not yet measured).
+Cost per group: one fill, K copies (one call), one host-to-device copy of 4K integers, about fifteen small kernels
+per axis for the weights (six passes over the full-size float32 weight tensor, one of them writing the compute
+dtype), two ``bmm`` of 2 * 3 * size * H * W and 2 * 3 * size * W * size floating-point operations per image, one
+``index_copy_``. The matmuls are dense while the weights are banded (about 2 * support nonzero taps a row), so most
+of that arithmetic multiplies zeros: for 256 crops of 500 x 375 images at 224, about 87 GFLOP where the banded
+filter needs 0.5. It trades arithmetic for a few large kernels, which suits tensor cores (87 GFLOP is about 0.1 ms
+at an H200's dense float16 datasheet peak) and not a CPU, where it is slower than ``per-image``. Memory per group,
+in the compute dtype: the canvas 3 K H W (padding included: at most
+:data:`~clsbench.data.augments.batched.PAD_LIMIT` times the crops' pixels), the intermediate 3 K size W, the output
+3 K size size, the weights K size (H + W) (built in float32, one axis at a time); plus the staged batch 3 N size
+size. For the 256 crops above, in float16: canvases 250 MB in all, intermediates 140 MB, weights 90 MB (and about as
+much float32 while they are built), staged batch 77 MB; the largest group's working set about 0.4 GB (estimated from
+the shapes; measured on the H200, 2026-12-02: a peak of 413 MB, against ``batched``'s 3,106 MB).
 
 Compute dtype (:func:`compute_dtype`): float16 on CUDA, float32 elsewhere. Pixel values 0-255 are exact in float16
 and float16 matmuls run on tensor cores (accumulating in float32). The error this adds: every weight is rounded to
@@ -135,9 +137,10 @@ def resize_group(images: Sequence[torch.Tensor], boxes: Sequence[tuple[int, int,
     height, width = max(h for h, _ in sizes), max(w for _, w in sizes)
     k = len(members)
     canvas = torch.zeros((k, height, 3, width), dtype=dtype, device=device)
-    for slot, i in enumerate(members):
-        top, left, h, w = boxes[i]
-        canvas[slot, :h, :, :w].copy_(images[i][:, top:top + h, left:left + w].permute(1, 0, 2))
+    crops = [(slot, boxes[i], images[i]) for slot, i in enumerate(members)]
+    torch._foreach_copy_([canvas[slot, :h, :, :w] for slot, (_, _, h, w), _ in crops],
+                         [image[:, top:top + h, left:left + w].permute(1, 0, 2)
+                          for _, (top, left, h, w), image in crops])
     meta = device_table([[h, w, int(bool(flips[i])), i] for (h, w), i in zip(sizes, members, strict=True)], device)
     h_t, w_t, flip_t, where = meta.unbind(1)
     rows = resize_weights(h_t, None, size, height, dtype)  # (K, size, H)

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from clsbench.core.data_settings import DataSettings
-from clsbench.data.augment import EpochSampler, choices
+from clsbench.data.augment import EpochSampler, choices, device_table
 from clsbench.data.base import (
     AUGMENTS,
     DEFAULT_AUGMENT,
@@ -61,6 +61,7 @@ from clsbench.data.base import (
     shutdown_loader,
 )
 from clsbench.data.errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
+from clsbench.data.running import RunningStages, StageMeter
 from clsbench.system.processes import worker_processes_allowed
 
 #: Batches ready ahead (after augmentation) when ``prefetch_factor`` is not given.
@@ -177,14 +178,17 @@ class GpuStream(StreamRecord):
                 "multiprocessing_context": loader_context()} if self.settings.num_workers else {}))
         # Start the reading workers from this thread, before any stage thread exists (forking with one thread).
         self._iterator: Any = self._new_epoch()
+        self.meters = [StageMeter(name) for name in ("read", "decode", "augment")]
+        self.running = RunningStages(self.meters)
         self.threads = [
-            # The read stage's work is the identity: decoding happens in the next stage.
-            threading.Thread(target=self._stage, args=(self._next_raw, _identity, self.raw, None),
+            # The read stage takes no input: its work is fetching the next batch of encoded bytes.
+            threading.Thread(target=self._stage, args=(self.meters[0], self._token, self._read_next, self.raw, None),
                              name="clsbench-gpu-read", daemon=True),
-            threading.Thread(target=self._stage, args=(self._getter(self.raw), self._decode_batch, self.decoded,
-                                                       self.decode_stream), name="clsbench-gpu-decode", daemon=True),
-            threading.Thread(target=self._stage, args=(self._getter(self.decoded), self._augment, self.ready,
-                                                       self.augment_stream), name="clsbench-gpu-augment",
+            threading.Thread(target=self._stage, args=(self.meters[1], self._getter(self.raw), self._decode_batch,
+                                                       self.decoded, self.decode_stream), name="clsbench-gpu-decode",
+                             daemon=True),
+            threading.Thread(target=self._stage, args=(self.meters[2], self._getter(self.decoded), self._augment,
+                                                       self.ready, self.augment_stream), name="clsbench-gpu-augment",
                              daemon=True),
         ]
         for thread in self.threads:
@@ -235,20 +239,28 @@ class GpuStream(StreamRecord):
                 continue
         return False
 
-    def _stage(self, get: Any, work: Any, target: queue.Queue[Any], stream: torch.cuda.Stream | None) -> None:
+    def _token(self) -> Any:
+        """The read stage's input: something to do until the pipeline stops."""
+        return None if self.stop.is_set() else True
+
+    def _read_next(self, _token: Any) -> RawBatch:
+        return self._next_raw()
+
+    def _stage(self, meter: StageMeter, get: Any, work: Any, target: queue.Queue[Any],
+               stream: torch.cuda.Stream | None) -> None:
+        def done(item: Any) -> bool:
+            if item is None:  # stopped
+                return True
+            if isinstance(item, _Failure):  # an earlier stage failed: hand it on and end
+                self._put(target, item)
+                return True
+            return False
+
         try:
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
             with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
-                while not self.stop.is_set():
-                    item = get()
-                    if item is None:
-                        return
-                    if isinstance(item, _Failure):
-                        self._put(target, item)
-                        return
-                    if not self._put(target, work(item)):
-                        return
+                meter.run(get, work, lambda out: self._put(target, out), self.stop, done)
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, which raises it
             self._put(target, _Failure(exc))
 
@@ -287,8 +299,9 @@ class GpuStream(StreamRecord):
                                     self.spec.dtype)
         for image in batch.images:  # allocated on the decode stream, read on this one
             image.record_stream(stream)
-        labels = torch.tensor([self.dataset.index.labels[i] for i in batch.indices], dtype=torch.int64)
-        labels = labels.to(self.device, non_blocking=False)
+        # Asynchronous: a blocking copy from pageable memory would make this thread wait until the GPU has run
+        # everything queued on the augment stream, which shares the GPU with the training step.
+        labels = device_table([self.dataset.index.labels[i] for i in batch.indices], self.device)
         ready = torch.cuda.Event()
         ready.record(stream)
         return DeviceBatch(images, labels, ready, batch.failures)
@@ -341,7 +354,13 @@ class GpuStream(StreamRecord):
             dropped += 1
             if time.perf_counter() - t0 >= wait_s and self.decoded.empty() and self.ready.empty():
                 break
+        self.running.mark()  # what the stages do from here on: the timed region
         return dropped
+
+    def facts(self) -> dict[str, Any]:
+        """The stream's facts, with each stage thread's use of its time since the drain
+        (:mod:`clsbench.data.running`)."""
+        return {**StreamRecord.facts(self), "running_stages": self.running.since_mark()}
 
     def close(self) -> None:
         self.stop.set()
@@ -355,10 +374,6 @@ class GpuStream(StreamRecord):
                         pass
                 thread.join(POLL_S)
         shutdown_loader(self._iterator, self.loader)
-
-
-def _identity(item: Any) -> Any:
-    return item
 
 
 def decode_batch(encoded: Sequence[torch.Tensor | None], kinds: Sequence[str],
