@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Does the gpu pipeline feed the fastest training configuration? One model per device call (MODEL, default
-# resnet50; then MODEL=mobilenet_v3_large), amp-bf16+cl+compile, batch 256, generated ImageNet-sized JPEGs:
+# resnet50; then MODEL=mobilenet_v3_large), in MODE (default amp-bf16+cl+compile+cudagraph: the fastest training step
+# measured on the H200, and the one whose kernel launches do not wait for the pipeline's threads), batch 256,
+# generated ImageNet-sized JPEGs:
 #
-#   1. `clsbench diagnose MODEL --mode amp-bf16+cl+compile --pipeline gpu --repeats 3`: the compiled synthetic ceiling,
-#      PyTorch's default loader and the gpu pipeline (default augmentation), 3 fresh processes each, in ONE result
-#      file (the goal's file), plus every gpu stage alone (read, decode, each registered augmentation: GPU ms per
-#      batch and peak memory);
-#   2. the gpu pipeline with each other augmentation (`--gpu-augment`, e.g. separable), 3 repeats each;
-#   3. the same diagnosis with the step captured as a CUDA graph (`+cudagraph`, short windows), and the gpu pipeline
-#      with its files read by 8 worker processes;
-#   4. `clsbench profile` of the gpu-pipeline cell, if time is left: where the step's time goes while the pipeline
-#      shares the GPU (its kernels on the side streams against the step's, and gaps in the step's own launches).
+#   1. `clsbench diagnose MODEL --mode MODE --pipeline gpu --repeats 3`: the synthetic ceiling, PyTorch's default
+#      loader and the gpu pipeline (default augmentation), 3 fresh processes each, in ONE result file (the goal's
+#      file), plus every gpu stage alone (read, decode, each registered augmentation) and each stage thread while
+#      training (work, CPU, waits: docs/methodology.md 16.4.3);
+#   2. the gpu pipeline over the memory source (no file reads in the training process), 3 repeats;
+#   3. the gpu pipeline with each other augmentation (`--gpu-augment`, e.g. separable), 3 repeats each;
+#   4. the diagnosis in the mode without +cudagraph (short windows): the step launched from Python beside the
+#      pipeline's threads, with the running stages;
+#   5. `clsbench profile` of the gpu-pipeline cell, if time is left.
 #
-# The 2026-12-02 run of the earlier version (both models x eager/compiled x three pipelines in one call) finished
-# 3 of its 12 cells: a cold Inductor compile takes about 60 s, a warm one 8-10 s. This version gives every step what
-# is left of a 560 s guard (SIGINT at the end, so a result file keeps its finished repeats).
+# History: the first version (2026-12-02) finished 3 of its 12 cells (a cold Inductor compile takes about 60 s, a warm
+# one 8-10 s); the second (2026-12-02, amp-bf16+cl+compile) showed the compiled step 28.5 ms slower beside the
+# pipeline and a captured one 2.2 ms slower, and 8 reader processes slower than reading in the thread. Every step
+# gets what is left of a 560 s guard (GUARD_S; SIGINT at the end, so a result file keeps its finished repeats).
 #
 #   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh     # DATA=/path/to/jpegs to use your own images
 #
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
 PY=${PY:-python3}
 MODEL=${MODEL:-resnet50}
-MODE=${MODE:-amp-bf16+cl+compile}
+MODE=${MODE:-amp-bf16+cl+compile+cudagraph}
 DATA=${DATA:-/tmp/clsbench-pipeline-jpegs}
 IMAGES=${IMAGES:-6000}
 CLASSES=${CLASSES:-100}
@@ -56,6 +59,8 @@ torch.cuda.get_device_name())" | tee "$DEST/environment.txt"
 
 step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
   -o "$DEST/diagnose.json"
+step gpu-memory 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
+  --data-source memory --pipeline gpu --no-probe -q -o "$DEST/gpu-memory.json"
 others=$($PY -c "from clsbench.data.base import AUGMENTS, DEFAULT_AUGMENT
 print(' '.join(n for n, _ in AUGMENTS.items() if n != DEFAULT_AUGMENT))")
 augment_cell() {  # AUGMENT: the gpu pipeline with that augmentation, 3 repeats
@@ -63,19 +68,16 @@ augment_cell() {  # AUGMENT: the gpu pipeline with that augmentation, 3 repeats
     --pipeline gpu --gpu-augment "$1" --no-probe -q -o "$DEST/gpu-$1.json"
 }
 for augment in $others; do [ "$augment" = per-image ] || augment_cell "$augment"; done
-# Two readings of the 2026-12-02 run (38.9 ms added to each compiled step while no step waited for data): the
-# pipeline's kernels take SM time from the step, or its threads hold the GIL while the compiled step's wrapper
-# launches kernels. A step captured as one CUDA graph, and reading in worker processes, are immune to the second.
-step diagnose-cudagraph 90 diagnose "$MODEL" --data "$DATA" --mode "$MODE+cudagraph" --pipeline gpu \
-  --batch-size "$BATCH" --device "$DEVICE" --quick -o "$DEST/diagnose-cudagraph.json"
-step gpu-w8 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
-  --pipeline gpu --num-workers 8 --no-probe -q -o "$DEST/gpu-w8.json"
+case "$MODE" in
+  *+cudagraph*) step diagnose-launched 90 diagnose "$MODEL" --data "$DATA" --mode "${MODE/+cudagraph/}" \
+    --pipeline gpu --batch-size "$BATCH" --device "$DEVICE" --quick -o "$DEST/diagnose-launched.json" ;;
+esac
 step profile 60 profile --model "$MODEL" --workload train --mode "$MODE" --batch-size "$BATCH" --device "$DEVICE" \
   --data "$DATA" --pipeline gpu -o "$DEST/profile"
-case " $others " in *" per-image "*) augment_cell per-image ;; esac  # last: slower than batched on 2026-12-02
+case " $others " in *" per-image "*) augment_cell per-image ;; esac  # last: the slowest augmentation alone
 
 echo; echo "== diagnose"; cat "$DEST/diagnose.txt"
-[ -f "$DEST/diagnose-cudagraph.txt" ] && { echo; echo "== diagnose +cudagraph"; tail -n 30 "$DEST/diagnose-cudagraph.txt"; }
+[ -f "$DEST/diagnose-launched.txt" ] && { echo; echo "== diagnose without +cudagraph"; tail -n 40 "$DEST/diagnose-launched.txt"; }
 for f in "$DEST"/gpu-*.json; do
   [ -f "$f" ] || continue
   echo; echo "== $(basename "$f")"; $PY -m clsbench show "$f" 2>&1 | tee "${f%.json}.table.txt"

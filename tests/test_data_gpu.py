@@ -137,6 +137,7 @@ def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
     assert "kept fed: the amp-bf16+cl synthetic ceiling" in text
     assert "stages of folder gpu w0, each alone" in text and "slowest stage: " in text
     assert "GPU cost of the pipeline: " in text
+    assert "stages of folder gpu w0 while training" in text and "busiest stage while training: " in text
 
 
 #: nvJPEG and libjpeg-turbo decode the same JPEG to slightly different pixels (their IDCTs and chroma upsampling
@@ -247,3 +248,6 @@ def test_training_with_the_per_image_augmentation_records_it(dataset: Path):
     assert record["status"] == "ok", record
     assert record["data"]["pipeline"]["augment"] == "per-image"
     assert record["data"]["stages"]["augment"] == "per-image"
+    running = record["data"]["pipeline"]["running_stages"]  # each stage thread timed in the timed region
+    assert [s["stage"] for s in running] == ["read", "decode", "augment"]
+    assert all(s["batches"] >= 1 and s["work_ns"] > 0 for s in running), running
