@@ -11,6 +11,7 @@ import _thread
 import contextlib
 import dataclasses
 import json
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -727,6 +728,10 @@ def test_a_scenario_plugin_from_a_test_module_runs_end_to_end(tmp_path: Path, ec
     assert m.workload == "serve-echo-test" and len(m.repeats) == 2  # once per max batch, its only axis
     assert [s["setting"]["max_batch"] for s in m.repeats] == [2, 4]
     assert outcome.result.settings["serve"]["searches"][0]["echo"] is True
+    # Without a result file the logs go to a fresh temporary folder, which is the caller's to keep or remove.
+    assert outcome.path is None and outcome.log_root.parent.name.startswith("clsbench-serve-")
+    assert any(outcome.log_root.glob("*/mlperf_log_summary.txt"))
+    shutil.rmtree(outcome.log_root.parent)
 
 
 def test_a_model_failing_mid_run_makes_that_run_invalid_and_nothing_hangs(tmp_path: Path,
@@ -791,6 +796,7 @@ def test_gpu_cudagraph_modifier_means_graphs_per_bucket(tmp_path: Path) -> None:
     settings = _settings("clsbench_testmodels:tiny", device="cuda", modes=("bf16+cudagraph",),
                          scenarios=("offline",), max_batches=(4,))
     outcome = serve(settings, None, execution=NO_ENV)
+    shutil.rmtree(outcome.log_root.parent)  # the temporary folder of LoadGen's logs
     assert outcome.result.settings["serve"]["modes"]["bf16+cudagraph"]["cuda_graphs"] is True
     assert outcome.result.measurements[0].repeats[0]["error"] is None
 
