@@ -274,3 +274,45 @@ def test_the_gpu_pipeline_is_a_candidate_on_a_gpu(tmp_path: Path) -> None:
     assert "folder gpu w0" in measured and measured["folder gpu w0"]["status"] == "ok"
     assert "folder cpu w2 pin persistent uint8" in measured
     assert outcome.winner["data"] is not None and outcome.winner["ratio_to_synthetic"] is not None
+
+
+# ------------------------------------------------------------------------------------------- the leaders (pure)
+
+
+class RankedSearch:
+    """What :func:`pipeline_leaders` reads of a search: its ranked measurements and the guard's verdicts."""
+
+    def __init__(self, modes: list[str], rejected: tuple[str, ...] = ()) -> None:
+        from clsbench.results.schema import Measurement
+
+        self.measurements = [Measurement(model=TINY, workload="train", mode=mode, batch_size=256, device="cuda",
+                                         status="ok") for mode in modes]
+        self.rejected = rejected
+
+    def ranked(self) -> list[Any]:
+        return self.measurements
+
+    def eligible(self, m: Any) -> bool:
+        return m.mode not in self.rejected
+
+
+def test_a_captured_step_is_among_the_leaders_measured_on_real_data() -> None:
+    from clsbench.procedures.tune_kinds import captured, pipeline_leaders
+
+    assert captured("amp-bf16+cl+compile+cudagraph") and not captured("amp-bf16+cl+compile")
+
+    def modes(search: RankedSearch) -> list[str]:
+        return [m.mode for m in pipeline_leaders(search)]
+
+    # The two best launch their steps: the second place goes to the best captured one, however far down it ranks.
+    launched = ["amp-bf16+cl+compile", "amp-bf16+cl+compile+foreach", "amp-bf16+cl", "amp-bf16+cl+compile+cudagraph",
+                "amp-bf16+cudagraph"]
+    assert modes(RankedSearch(launched)) == ["amp-bf16+cl+compile", "amp-bf16+cl+compile+cudagraph"]
+    # One the guard rejected is passed over.
+    assert modes(RankedSearch(launched, rejected=("amp-bf16+cl+compile+cudagraph",))) == [
+        "amp-bf16+cl+compile", "amp-bf16+cudagraph"]
+    # A captured leader already: the order stands. None measured (a CPU): the two best.
+    assert modes(RankedSearch(["amp-bf16+cudagraph", "amp-bf16+cl+compile", "amp-bf16+cl+compile+cudagraph"])) == [
+        "amp-bf16+cudagraph", "amp-bf16+cl+compile"]
+    assert modes(RankedSearch(["fp32+cl", "amp-bf16", "fp32"])) == ["fp32+cl", "amp-bf16"]
+    assert modes(RankedSearch(["fp32+cl"])) == ["fp32+cl"]
