@@ -57,8 +57,9 @@ class StageMeter:
 
     def run(self, get: Callable[[], Any], work: Callable[[Any], Any], put: Callable[[Any], bool],
             stop: threading.Event, done: Callable[[Any], bool]) -> None:
-        """The stage loop: ``get`` an item (``done(item)``: stop here, after ``put`` where the item is to be handed
-        on), ``work`` on it, ``put`` the result (False: stopped), each part timed and added as one batch."""
+        """The stage loop: ``get`` an item, ``work`` on it, ``put`` the result, each part timed and added as one
+        batch. It ends when ``stop`` is set, when ``done(item)`` says so (the caller's ``done`` hands a failure of an
+        earlier stage on itself), or when ``put`` returns False (stopped while waiting for room)."""
         while not stop.is_set():
             t0 = self.wall_ns()
             item = get()
