@@ -297,9 +297,10 @@ class RankedSearch:
 
 
 def test_a_captured_step_is_among_the_leaders_measured_on_real_data() -> None:
-    from clsbench.procedures.tune_kinds import captured, pipeline_leaders
+    from clsbench.modes import parse_mode
+    from clsbench.procedures.tune_kinds import pipeline_leaders
 
-    assert captured("amp-bf16+cl+compile+cudagraph") and not captured("amp-bf16+cl+compile")
+    assert parse_mode("amp-bf16+cl+compile+cudagraph").captured and not parse_mode("amp-bf16+cl+compile").captured
 
     def modes(search: RankedSearch) -> list[str]:
         return [m.mode for m in pipeline_leaders(search)]

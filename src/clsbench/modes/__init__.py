@@ -46,6 +46,11 @@ class ExecutionMode:
     def modifier_names(self) -> frozenset[str]:
         return frozenset(c.name for c in self.components[1:])
 
+    @property
+    def captured(self) -> bool:
+        """Whether the step runs as one CUDA graph replay (``+cudagraph``): launched without the interpreter."""
+        return "cudagraph" in self.modifier_names
+
     def context(self, device: torch.device, workload_kind: str, *, bf16_supported: bool, tf32_supported: bool,
                 compile_mode: str = "default") -> ModeContext:
         return ModeContext(device=device, workload_kind=workload_kind, bf16_supported=bf16_supported,

@@ -347,7 +347,9 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
             # different decoder is not the advice. Measured on the H200 (docs/methodology.md 16.4.3): the compiled
             # ResNet-50 step ran 28.5 ms slower beside the pipeline, and 2.2 ms slower captured as a CUDA graph, so
             # the interpreter, not the GPU, took most of it.
-            captured = "" if "cudagraph" in (mode or "") else (
+            from clsbench.modes import parse_mode
+
+            captured = "" if mode and parse_mode(mode).captured else (
                 "a step captured as a CUDA graph (+cudagraph) launches without the interpreter; ")
             lines.append("the step itself runs slower beside the gpu pipeline: its kernel launches share the training "
                          "process's Python interpreter (the GIL) with the pipeline's threads, and the GPU with their "

@@ -538,15 +538,15 @@ def pipeline_skip_reason(setting: DataSettings, device: str) -> str | None:
     return PIPELINES.get(setting.pipeline).unsupported_reason(torch.device(device), setting)
 
 
-def captured(mode: str) -> bool:
-    """Whether ``mode`` runs its step as one CUDA graph replay (``+cudagraph``): launched without the interpreter."""
-    return "cudagraph" in mode.split("+")
-
-
 def pipeline_leaders(search: Search) -> list[Measurement]:
     """The :data:`PIPELINE_LEADERS` best synthetic candidates within the limits (highest rung, then score); where none
-    of them captures its step (:func:`captured`) and a captured candidate passed the guard, the last leader is the best
-    captured one (the comment of :data:`PIPELINE_LEADERS` says why)."""
+    of them captures its step (``ExecutionMode.captured``) and a captured candidate passed the guard, the last leader
+    is the best captured one (the comment of :data:`PIPELINE_LEADERS` says why)."""
+    from clsbench.modes import parse_mode
+
+    def captured(mode: str) -> bool:
+        return parse_mode(mode).captured
+
     ranked: list[Measurement] = []
     for m in search.ranked():
         if m.data is None and (m.mode, m.batch_size, m.backend) not in [(x.mode, x.batch_size, x.backend)
@@ -605,7 +605,6 @@ __all__ = [
     "TUNE_KINDS",
     "backend_modes",
     "best_compiled_families",
-    "captured",
     "dominated",
     "eager_stage",
     "freeze_suffixes",
