@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import random
 import shutil
@@ -524,3 +525,46 @@ def test_cli_gpu_augment_errors_are_one_line(photos: Path, args: list[str], frag
     assert done.exit_code == 2, done.output
     lines = [line for line in done.output.splitlines() if line.strip()]
     assert any(fragment in line for line in lines) and "Traceback" not in done.output
+
+
+def test_stage_busy_time_profiles_the_decode_and_each_augmentation_alone(photos: Path):
+    from clsbench.data.stages import measure_stage_busy
+
+    dataset = FolderSource().open(DataSettings(str(photos), prime_cache=False))
+    calls: list[tuple[str, int]] = []
+    seen: list[Any] = []
+
+    def busy(run_once: Any, iterations: int) -> dict[str, Any]:
+        for _ in range(iterations):
+            seen.append(run_once())
+        calls.append((type(seen[-1]).__name__, iterations))
+        return {"gpu_busy_ms_per_iteration": float(len(calls)), "profiled_iterations": iterations}
+
+    augments = [AUGMENTS.get("batched"), AUGMENTS.get("per-image")]
+    record = measure_stage_busy(dataset, stage_spec(photos), decode=cpu_decode(dataset), augments=augments,
+                                busy=busy, batches=2)
+    assert calls == [("list", 2), ("Tensor", 2), ("Tensor", 2)]  # the decode's images, then each augmented batch
+    assert record == {"batches": 2, "decode": {"gpu_busy_ms_per_iteration": 1.0, "profiled_iterations": 2},
+                      "augment": {"batched": {"gpu_busy_ms_per_iteration": 2.0, "profiled_iterations": 2},
+                                  "per-image": {"gpu_busy_ms_per_iteration": 3.0, "profiled_iterations": 2}}}
+    batched = seen[2:4]  # each profiled call draws new crops (another epoch), as in training
+    assert batched[0].shape == (8, 3, SIZE, SIZE) and not torch.equal(batched[0], batched[1])
+
+
+def test_the_stage_busy_probe_runs_on_cuda_only_and_records_its_failure():
+    from clsbench.workloads.train_data import measure_stage_busy
+
+    class Probed:
+        def __init__(self, outcome: Any) -> None:
+            self.outcome = outcome
+
+        def measure_stage_busy(self, dataset: Any, spec: BatchSpec) -> dict[str, Any]:
+            if isinstance(self.outcome, Exception):
+                raise self.outcome
+            return self.outcome
+
+    cuda = dataclasses.replace(stage_spec(Path("/d")), device=torch.device("cuda"))
+    assert measure_stage_busy(Probed({"batches": 2}), None, cuda) == {"batches": 2}
+    assert measure_stage_busy(Probed({"batches": 2}), None, stage_spec(Path("/d"))) is None  # a CPU measurement
+    assert measure_stage_busy(CpuPipeline(), None, cuda) is None  # a pipeline without the probe
+    assert measure_stage_busy(Probed(RuntimeError("CUPTI broke")), None, cuda) == {"error": "RuntimeError: CUPTI broke"}

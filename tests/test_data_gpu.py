@@ -138,6 +138,7 @@ def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
     assert "stages of folder gpu w0, each alone" in text and "slowest stage: " in text
     assert "GPU cost of the pipeline: " in text
     assert "stages of folder gpu w0 while training" in text and "busiest stage while training: " in text
+    assert "GPU busy ms" in text and "of kernels and copies per batch" in text  # profiled after the timed region
 
 
 #: nvJPEG and libjpeg-turbo decode the same JPEG to slightly different pixels (their IDCTs and chroma upsampling
@@ -239,6 +240,13 @@ def test_stages_measured_alone_on_cuda_report_device_time_and_memory(dataset: Pa
         assert stage["peak_bytes"] > 0 and stage["batch_bytes"] > 0
     figures = stage_figures(record)
     assert figures["slowest"] in ("read", "decode", "augment") and figures["device_ms_per_batch"] > 0
+    # The busy-time probe: the kernels and copies each takes, never more than its events span (plus noise).
+    record["busy"] = GpuPipeline().measure_stage_busy(MemorySource().open(settings), spec_for(settings, "cuda"))
+    assert set(record["busy"]["augment"]) == {name for name, _ in AUGMENTS.items()}
+    figures = stage_figures(record)
+    for row in figures["stages"][2:]:  # the augmentations launch kernels; the decode may run on the JPEG engines
+        assert row["busy_ms_per_batch"] is not None and 0 < row["busy_ms_per_batch"], (row, record["busy"])
+    assert figures["busy_ms_per_batch"] > 0
 
 
 def test_training_with_the_per_image_augmentation_records_it(dataset: Path):

@@ -188,10 +188,26 @@ def test_the_verdict_names_the_pipelines_that_keep_the_ceiling_fed_and_the_gpu_s
     assert "stages of folder gpu w0, each alone (batch 8, 4 timed batches; reading on 1 thread):" in text
     assert "slowest stage: decode (4,000 img/s: the pipeline cannot deliver more)" in text  # per-image not used
     # decode 2 ms + batched 1 ms per batch of 8 against the 8 ms synthetic step; the larger peak is the augment's
-    assert ("GPU cost of the pipeline: 3.0 ms of device time per batch (decode + augment, alone) = 37.5% of the "
-            "synthetic step (8.0 ms); peak memory 5.0 MB above the model's") in text
+    assert ("GPU cost of the pipeline: 3.0 ms of device time per batch (decode + augment, alone: their events' span) "
+            "= 37.5% of the synthetic step (8.0 ms); peak memory 5.0 MB above the model's") in text
     row = next(line for line in text.splitlines() if line.startswith("augment per-image"))
-    assert "2,000" in row and "6.000" in row and "for comparison" in row
+    assert "2,000" in row and "6.000" in row and "for comparison" in row and "GPU busy ms" not in text
+    # With the busy-time probe (after the timed region): the kernels and copies each stage really takes.
+    record["busy"] = {"batches": 2, "decode": {"gpu_busy_ms_per_iteration": 0.5},
+                      "augment": {"batched": {"gpu_busy_ms_per_iteration": 0.25},
+                                  "per-image": {"gpu_busy_ms_per_iteration": 1.5}}}
+    profiled = render_diagnose(analyze_diagnose(result_of(1000.0, [(GPU, 950.0, 0.02)], extra={
+        GPU.label(): {"stages": stage_figures(record)}})))
+    assert ("GPU cost of the pipeline: 0.8 ms of kernels and copies per batch (decode + augment, alone, profiled "
+            "after the timed region; their events span 3.0 ms, the rest is host work) = 9.4% of the synthetic "
+            "step") in profiled
+    row = next(line for line in profiled.splitlines() if line.startswith("augment per-image"))
+    assert "6.000" in row and "1.500" in row and "GPU busy ms" in profiled
+    record["busy"] = {"error": "RuntimeError: CUPTI unavailable"}
+    unprofiled = render_diagnose(analyze_diagnose(result_of(1000.0, [(GPU, 950.0, 0.02)], extra={
+        GPU.label(): {"stages": stage_figures(record)}})))
+    assert "GPU busy time of the stages: not measured (RuntimeError: CUPTI unavailable)" in unprofiled
+    assert "of device time per batch" in unprofiled
     starved = analyze_diagnose(result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 800.0, 0.02)]))
     assert "is kept fed by none; not by cpu (folder cpu w0, 20.0%), gpu (folder gpu w0, 80.0%)" in \
         render_diagnose(starved)

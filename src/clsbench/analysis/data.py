@@ -17,8 +17,9 @@ The measurement's figures are the median over its ok repeats; counts (decode fai
 
 Where the pipeline measured its stages alone before training (``data.stages``, the gpu pipeline:
 :mod:`clsbench.data.stages`), ``stages`` holds :func:`stage_figures` of the first ok repeat that has them: each
-stage's images/s (images / host seconds), its device milliseconds per batch (mean of the CUDA event times) and peak
-device memory; the slowest of read, decode and the augmentation the pipeline used, whose rate bounds the pipeline's.
+stage's images/s (images / host seconds), its device milliseconds per batch (mean of the CUDA event times), its GPU
+busy milliseconds per batch where they were profiled after the timed region, and peak device memory; the slowest of
+read, decode and the augmentation the pipeline used, whose rate bounds the pipeline's.
 
 Where the pipeline timed its stage threads while training ran (``data.pipeline.running_stages``, the gpu pipeline:
 :mod:`clsbench.data.running`), ``running`` holds :func:`running_figures`: per stage, the median over the repeats of
@@ -72,12 +73,26 @@ def _mean(values: Sequence[Any] | None) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def _stage_row(stage: dict[str, Any]) -> dict[str, Any]:
+def _busy_ms(busy: dict[str, Any] | None, stage: dict[str, Any]) -> float | None:
+    """The stage's GPU busy ms per batch from the record's ``busy`` block (decode; each augmentation by name)."""
+    if not isinstance(busy, dict) or busy.get("error"):
+        return None
+    if stage.get("stage") == "decode":
+        found = busy.get("decode")
+    elif stage.get("stage") == "augment":
+        found = (busy.get("augment") or {}).get(stage.get("augment"))
+    else:
+        return None
+    value = (found or {}).get("gpu_busy_ms_per_iteration")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _stage_row(stage: dict[str, Any], busy: dict[str, Any] | None = None) -> dict[str, Any]:
     seconds, images = stage.get("seconds"), stage.get("images")
     return {"stage": stage.get("stage"), "augment": stage.get("augment"),
             "img_s": images / seconds if images and seconds and seconds > 0 else None,
-            "device_ms_per_batch": _mean(stage.get("batch_ms")), "peak_bytes": stage.get("peak_bytes"),
-            "batch_bytes": stage.get("batch_bytes")}
+            "device_ms_per_batch": _mean(stage.get("batch_ms")), "busy_ms_per_batch": _busy_ms(busy, stage),
+            "peak_bytes": stage.get("peak_bytes"), "batch_bytes": stage.get("batch_bytes")}
 
 
 def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -85,18 +100,21 @@ def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
     ``slowest`` names the slowest of the stages the pipeline runs (read, decode, its augmentation; the other
     augmentations are measured for comparison only); ``device_ms_per_batch`` and ``peak_bytes`` are those stages'
-    device time per batch summed (what the pipeline takes from the model's GPU per batch) and their largest peak.
+    device time per batch summed (their event spans) and their largest peak; ``busy_ms_per_batch``, where the record
+    has the busy-time probe (``busy``), the GPU time they really take per batch summed (kernels and copies: what the
+    pipeline takes from the model's GPU), with each row's own figure.
     """
     if not record:
         return None
     if record.get("error"):
         return {"error": record["error"]}
-    rows = [_stage_row(stage) for stage in record.get("stages") or []]
+    rows = [_stage_row(stage, record.get("busy")) for stage in record.get("stages") or []]
     used = record.get("augment")
     running = [r for r in rows if r["stage"] != "augment" or r["augment"] == used]
     rated = [r for r in running if r["img_s"] is not None]
     slowest = min(rated, key=lambda r: r["img_s"], default=None)
     device = [r["device_ms_per_batch"] for r in running if r["device_ms_per_batch"] is not None]
+    busy = [r["busy_ms_per_batch"] for r in running if r["busy_ms_per_batch"] is not None]
     peaks = [r["peak_bytes"] for r in running if r["peak_bytes"] is not None]
     return {
         "batch_size": record.get("batch_size"),
@@ -108,6 +126,8 @@ def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
         "slowest": slowest["stage"] if slowest else None,
         "slowest_img_s": slowest["img_s"] if slowest else None,
         "device_ms_per_batch": sum(device) if device else None,
+        "busy_ms_per_batch": sum(busy) if busy else None,
+        "busy_error": (record.get("busy") or {}).get("error"),
         "peak_bytes": max(peaks) if peaks else None,
     }
 

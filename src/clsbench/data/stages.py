@@ -17,6 +17,13 @@ stage takes from the model when they share the GPU; on a GPU with a hardware JPE
 span the decoder's own work) and the peak device memory allocated above what was allocated before the stage, with
 the bytes of the batch it leaves (decoded images; the augmented batch). Raw figures only: rates and the slowest
 stage are derived by :func:`clsbench.analysis.data.stage_figures`.
+
+The event span of a batch is not the GPU time it takes from the model: a stage whose host work (Python, kernel
+launches) is slower than its kernels spans more than it computes. :func:`measure_stage_busy` measures, after the
+timed region (so that a profiler never runs before or during it), the decode and each augmentation alone again
+under ``busy`` (the union of the GPU's kernel and copy intervals per batch,
+:func:`clsbench.measure.busy.gpu_busy_per_iteration`): the SM and copy-engine time each really takes. The hardware
+JPEG decoder's own work is not a kernel, so the decode's figure is what it adds on the SMs and copy engines.
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ from clsbench.measure.clock import NS_PER_S
 #: Timed batches per stage (each after one untimed batch): enough to average a few batches of a GPU stage, short
 #: enough (well under a second per stage at batch 256 on an H200) to run before every gpu-pipeline measurement.
 STAGE_BATCHES = 4
+#: Batches profiled per stage by :func:`measure_stage_busy` (after one untimed batch).
+BUSY_BATCHES = 2
+
+#: ``busy(run_once, iterations)``: the GPU's busy time per call of ``run_once``
+#: (:func:`clsbench.measure.busy.gpu_busy_per_iteration`'s record).
+BusyMeter = Callable[[Callable[[], Any], int], dict[str, Any]]
 
 #: ``decode(encoded, positions)``: the images of a batch (None where decoding failed) from its encoded bytes (None
 #: where a file could not be read).
@@ -223,3 +236,29 @@ def measure_stages(dataset: EncodedDataset, spec: BatchSpec, *, decode: Decoder,
     return {"batch_size": spec.batch_size, "batches": count, "read_threads": 1, "device_timer": meter.timer,
             "augment": augments[0].name if augments else None, "stages": stages,
             "decode_failures": sorted(failures)}
+
+
+def measure_stage_busy(dataset: EncodedDataset, spec: BatchSpec, *, decode: Decoder, augments: Sequence[Augment],
+                       busy: BusyMeter, batches: int = BUSY_BATCHES) -> dict[str, Any]:
+    """The GPU busy time per batch of the decode and of each augmentation, each alone (module docstring), on the
+    first batch of the seeded order (the crops of epochs 1, 2, ... for the augmentations). Returns
+    ``{"batches": n, "decode": record, "augment": {name: record}}`` with ``busy``'s records."""
+    (keys,) = stage_batches(dataset, spec, 1)
+    encoded = _read(dataset, keys)
+    indices = [index for _, index in keys]
+    images = _complete(decode(encoded, indices))  # untimed: the decoder's start-up
+    out: dict[str, Any] = {"batches": batches, "decode": busy(lambda: decode(encoded, indices), batches),
+                           "augment": {}}
+    epoch = iter(range(1, 1_000_000))
+
+    def augment_batch(augment: Augment) -> torch.Tensor:
+        e = next(epoch)
+        picked = [choices(spec.seed, e, index, int(image.shape[-2]), int(image.shape[-1]))
+                  for index, image in zip(indices, images, strict=True)]
+        return augment.apply(images, [box for box, _ in picked], [flip for _, flip in picked], spec.input_size,
+                             spec.memory_format, spec.dtype)
+
+    for augment in augments:
+        augment_batch(augment)  # untimed
+        out["augment"][augment.name] = busy(lambda a=augment: augment_batch(a), batches)
+    return out

@@ -491,7 +491,8 @@ def fed_lines(analysis: dict[str, Any]) -> list[str]:
 
 def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[str]:
     """A setting's stages measured alone (:func:`clsbench.analysis.data.stage_figures`) as a small table, the slowest
-    named, and the device time the pipeline takes per batch against the synthetic step."""
+    named, and the GPU time the pipeline takes per batch against the synthetic step (its kernels and copies where
+    they were profiled, else its events' span)."""
     stages = row.get("stages")
     if not stages:
         return []
@@ -500,24 +501,35 @@ def stage_lines(row: dict[str, Any], synthetic_step_ms: float | None) -> list[st
     count = stages.get("batches")
     lines = [f"stages of {row['label']}, each alone (batch {stages.get('batch_size')}, {count} timed "
              f"batch{'' if count == 1 else 'es'}; reading on {stages.get('read_threads')} thread):"]
+    rows = stages.get("stages") or []
+    profiled = any(stage.get("busy_ms_per_batch") is not None for stage in rows)
     table = []
-    for stage in stages.get("stages") or []:
+    for stage in rows:
         name = stage["stage"] + (f" {stage['augment']}" if stage.get("augment") else "")
         note = "" if stage["stage"] != "augment" else ("used" if stage["augment"] == stages.get("augment")
                                                        else "for comparison")
-        table.append((name, fmt_rate(stage["img_s"]), fmt_ms(stage["device_ms_per_batch"]), _mb(stage["peak_bytes"]),
-                      note))
-    header = ("stage", "img/s", "GPU ms/batch", "peak MB", "augmentation")
-    lines += render_rows(header, table, {"img/s", "GPU ms/batch", "peak MB"})
+        busy = (fmt_ms(stage.get("busy_ms_per_batch")),) if profiled else ()
+        table.append((name, fmt_rate(stage["img_s"]), fmt_ms(stage["device_ms_per_batch"]), *busy,
+                      _mb(stage["peak_bytes"]), note))
+    header = ("stage", "img/s", "GPU ms/batch", *(("GPU busy ms",) if profiled else ()), "peak MB", "augmentation")
+    lines += render_rows(header, table, {"img/s", "GPU ms/batch", "GPU busy ms", "peak MB"})
     if stages.get("slowest"):
         lines.append(f"slowest stage: {stages['slowest']} ({fmt_rate(stages['slowest_img_s'])} img/s: the pipeline "
                      "cannot deliver more)")
-    device_ms = stages.get("device_ms_per_batch")
-    if device_ms is not None:
-        share = (f" = {_pct(device_ms / synthetic_step_ms)} of the synthetic step ({synthetic_step_ms:.1f} ms)"
+    device_ms, busy_ms = stages.get("device_ms_per_batch"), stages.get("busy_ms_per_batch")
+    cost = busy_ms if busy_ms is not None else device_ms
+    if cost is not None:
+        share = (f" = {_pct(cost / synthetic_step_ms)} of the synthetic step ({synthetic_step_ms:.1f} ms)"
                  if synthetic_step_ms else "")
-        lines.append(f"GPU cost of the pipeline: {device_ms:.1f} ms of device time per batch (decode + augment, "
-                     f"alone){share}; peak memory {_mb(stages.get('peak_bytes'))} MB above the model's")
+        if busy_ms is not None:
+            what = (f"{busy_ms:.1f} ms of kernels and copies per batch (decode + augment, alone, profiled after the "
+                    f"timed region; their events span {device_ms:.1f} ms, the rest is host work)")
+        else:
+            what = f"{device_ms:.1f} ms of device time per batch (decode + augment, alone: their events' span)"
+        lines.append(f"GPU cost of the pipeline: {what}{share}; peak memory {_mb(stages.get('peak_bytes'))} MB above "
+                     "the model's")
+    if stages.get("busy_error"):
+        lines.append(f"GPU busy time of the stages: not measured ({stages['busy_error']})")
     return lines
 
 

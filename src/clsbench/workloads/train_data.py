@@ -38,6 +38,10 @@ replaces it, and profiling a pipeline's side stream would mix decode work into t
 (``run --profile``, ``clsbench profile``) runs a few more steps from the same stream after the timed region and the
 pipeline's facts, with the wait for each batch and its placing on the device marked as the ``data_wait`` and
 ``copy`` phases (a gpu pipeline's decode kernels count in the phase open when they were launched).
+
+After all that, with the stream closed, a pipeline that offers it (the gpu pipeline) profiles its decode and each
+augmentation alone for the GPU time they really take (:func:`clsbench.data.stages.measure_stage_busy`), stored as
+``data.stages.busy``; its seconds count in ``stage_probe_s``. Nothing is profiled before or during the timed region.
 """
 
 from __future__ import annotations
@@ -160,6 +164,20 @@ def measure_pipeline_stages(pipeline: Any, dataset: Any, spec: BatchSpec, clock:
     return stages, clock.now_ns() - t0
 
 
+def measure_stage_busy(pipeline: Any, dataset: Any, spec: BatchSpec) -> dict[str, Any] | None:
+    """The GPU busy time of the pipeline's decode and augmentations, each alone, after the timed region and with the
+    stream closed (``measure_stage_busy``, a pipeline's optional method: the gpu pipeline's;
+    :func:`clsbench.data.stages.measure_stage_busy`); None for a pipeline without it or off CUDA. A failure is
+    recorded in its place (``{"error": ...}``): the measurement is complete already."""
+    probe = getattr(pipeline, "measure_stage_busy", None)
+    if probe is None or spec.device.type != "cuda":
+        return None
+    try:
+        return probe(dataset, spec)
+    except Exception as exc:  # noqa: BLE001 - a side measurement after the figures: recorded, never fatal
+        return {"error": f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]}
+
+
 class _Stepper:
     """The training step of a real-data run and its non-finite-loss check (one host sync per check, not per step)."""
 
@@ -273,6 +291,12 @@ class TrainWithData:
             if timing:
                 ctx.timed_region_ended()
             stream.close()
+        if stages is not None and "error" not in stages:
+            t0 = clock.now_ns()
+            busy = measure_stage_busy(pipeline, dataset, spec)
+            if busy is not None:
+                stages["busy"] = busy
+                stages_ns += clock.now_ns() - t0
 
         samples: dict[str, Any] = {
             "iteration_ms": series.iteration_ms,

@@ -463,6 +463,25 @@ class GpuPipeline:
         augmentation the settings choose, then every other registered one for comparison."""
         from clsbench.data.stages import CudaMeter, measure_stages
 
+        decode, augments, device = self._stage_parts(dataset, spec)
+        with torch.no_grad():
+            return measure_stages(dataset, spec, decode=decode, augments=augments, meter=CudaMeter(device),
+                                  clock=clock)
+
+    def measure_stage_busy(self, dataset: EncodedDataset, spec: BatchSpec) -> dict[str, Any]:
+        """The GPU busy time per batch of the decode and of each augmentation, alone, after the timed region
+        (:func:`clsbench.data.stages.measure_stage_busy`, with :func:`clsbench.measure.busy.gpu_busy_per_iteration`)."""
+        from clsbench.data.stages import measure_stage_busy
+        from clsbench.measure.busy import gpu_busy_per_iteration
+
+        decode, augments, _ = self._stage_parts(dataset, spec)
+        with torch.no_grad():
+            return measure_stage_busy(dataset, spec, decode=decode, augments=augments,
+                                      busy=gpu_busy_per_iteration)
+
+    @staticmethod
+    def _stage_parts(dataset: EncodedDataset, spec: BatchSpec) -> tuple[Any, list[Any], torch.device]:
+        """The batched decode on the measurement's device, the augmentations (the chosen one first) and the device."""
         check_nvjpeg()
         chosen = spec.settings.augment or DEFAULT_AUGMENT
         augments = [AUGMENTS.get(chosen)] + [entry for name, entry in AUGMENTS.items() if name != chosen]
@@ -474,9 +493,7 @@ class GpuPipeline:
         def decode(encoded: Sequence[torch.Tensor | None], indices: Sequence[int]) -> list[torch.Tensor | None]:
             return decode_batch(encoded, [kinds[i] for i in indices], device)
 
-        with torch.no_grad():
-            return measure_stages(dataset, spec, decode=decode, augments=augments, meter=CudaMeter(device),
-                                  clock=clock)
+        return decode, augments, device
 
 
 PIPELINES.register(GpuPipeline.name, GpuPipeline())
