@@ -145,3 +145,19 @@ def test_diagnose_names_the_busiest_stage_and_whether_it_waited_or_computed():
     assert "augment (20.0 ms per batch, against 11.6 ms alone)" in text  # the augmentation used, not the other
     assert "bound by its own host work" in text
     assert running_lines({"label": "x", "running": None}) == []
+
+
+def test_show_names_the_busiest_stage_thread_under_the_data_table():
+    from clsbench.report.table import data_section
+    from clsbench.results.schema import Measurement
+
+    def measured(data: dict) -> Measurement:
+        return Measurement(model="resnet50", workload="train", mode="amp-bf16+cl", batch_size=256, device="cuda",
+                           status="ok",
+                           summary={"throughput_img_s": 3825.0, "data": {"label": "folder gpu w0", **data}})
+
+    running = running_figures([[stage("read", 40, 15.0, 6.0), stage("augment", 40, 40.0, 9.0)]])
+    lines = data_section([measured({"running": running}), measured({})])
+    assert ("stage threads: resnet50 amp-bf16+cl bs256 [folder gpu w0]: busiest while training: augment, 40.0 ms per "
+            "batch (9.0 ms of it on its CPU)") in "\n".join(lines)
+    assert sum("stage threads:" in line for line in lines) == 1  # the measurement without the figures says nothing

@@ -289,6 +289,14 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
     lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
     for m in measurements:
         d = (m.summary or {}).get("data") or {}
+        running = d.get("running") or {}
+        busiest = next((r for r in running.get("stages") or [] if r.get("stage") == running.get("busiest")), None)
+        if busiest is not None and busiest.get("work_ms") is not None:
+            cpu = busiest.get("cpu_ms")
+            lines.append(f"stage threads: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: busiest while "
+                         f"training: {busiest['stage']}, {busiest['work_ms']:.1f} ms per batch"
+                         + (f" ({cpu:.1f} ms of it on its CPU)" if cpu is not None else "")
+                         + " (`clsbench diagnose` shows every stage)")
         if d.get("decode_failures_n"):
             names = ", ".join(d.get("decode_failures") or [])
             lines.append(f"warning: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: "
