@@ -208,6 +208,9 @@ def test_the_verdict_names_the_pipelines_that_keep_the_ceiling_fed_and_the_gpu_s
         GPU.label(): {"stages": stage_figures(record)}})))
     assert "GPU busy time of the stages: not measured (RuntimeError: CUPTI unavailable)" in unprofiled
     assert "of device time per batch" in unprofiled
+    record["busy"] = {"batches": 2, "augment": {"batched": {"gpu_busy_ms_per_iteration": None,
+                                                            "unavailable": "the profiler recorded no GPU activity"}}}
+    assert stage_figures(record)["busy_error"] == "the profiler recorded no GPU activity"
     starved = analyze_diagnose(result_of(1000.0, [(DEFAULT, 200.0, 0.8), (GPU, 800.0, 0.02)]))
     assert "is kept fed by none; not by cpu (folder cpu w0, 20.0%), gpu (folder gpu w0, 80.0%)" in \
         render_diagnose(starved)

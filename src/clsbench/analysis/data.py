@@ -87,6 +87,16 @@ def _busy_ms(busy: dict[str, Any] | None, stage: dict[str, Any]) -> float | None
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _busy_unavailable(busy: dict[str, Any] | None) -> str | None:
+    """Why the busy-time probe gave no figure: its error, or the profiler's first reason (None where it was not run)."""
+    if not isinstance(busy, dict):
+        return None
+    if busy.get("error"):
+        return str(busy["error"])
+    records = [busy.get("decode") or {}] + list((busy.get("augment") or {}).values())
+    return next((str(r["unavailable"]) for r in records if isinstance(r, dict) and r.get("unavailable")), None)
+
+
 def _stage_row(stage: dict[str, Any], busy: dict[str, Any] | None = None) -> dict[str, Any]:
     seconds, images = stage.get("seconds"), stage.get("images")
     return {"stage": stage.get("stage"), "augment": stage.get("augment"),
@@ -127,7 +137,7 @@ def stage_figures(record: dict[str, Any] | None) -> dict[str, Any] | None:
         "slowest_img_s": slowest["img_s"] if slowest else None,
         "device_ms_per_batch": sum(device) if device else None,
         "busy_ms_per_batch": sum(busy) if busy else None,
-        "busy_error": (record.get("busy") or {}).get("error"),
+        "busy_error": None if busy else _busy_unavailable(record.get("busy")),
         "peak_bytes": max(peaks) if peaks else None,
     }
 

@@ -28,6 +28,7 @@ JPEG decoder's own work is not a kernel, so the decode's figure is what it adds 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -249,7 +250,7 @@ def measure_stage_busy(dataset: EncodedDataset, spec: BatchSpec, *, decode: Deco
     images = _complete(decode(encoded, indices))  # untimed: the decoder's start-up
     out: dict[str, Any] = {"batches": batches, "decode": busy(lambda: decode(encoded, indices), batches),
                            "augment": {}}
-    epoch = iter(range(1, 1_000_000))
+    epoch = itertools.count(1)
 
     def augment_batch(augment: Augment) -> torch.Tensor:
         e = next(epoch)
