@@ -55,7 +55,7 @@ if [ ! -d "$DATA" ]; then
   echo "data make: $(( $(date +%s) - T0 )) s"
 fi
 $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
-torch.cuda.get_device_name())" | tee "$DEST/environment.txt"
+torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee "$DEST/environment.txt"
 
 step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
   -o "$DEST/diagnose.json"
