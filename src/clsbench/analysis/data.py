@@ -176,6 +176,13 @@ def running_figures(repeats: Sequence[Sequence[dict[str, Any]] | None]) -> dict[
             "busiest_work_ms": busiest["work_ms"] if busiest else None}
 
 
+def busiest_stage(running: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The busiest stage's row of :func:`running_figures`' result (None without one, or without its work time)."""
+    running = running or {}
+    row = next((r for r in running.get("stages") or [] if r.get("stage") == running.get("busiest")), None)
+    return row if row is not None and row.get("work_ms") is not None else None
+
+
 def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``summary.data`` block of a real-data measurement (None when no ok repeat carries data facts)."""
     records = [r for r in ok if r.get("data")]

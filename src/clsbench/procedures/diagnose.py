@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clsbench.analysis.data import busiest_stage
 from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions, reproduce_command
 from clsbench.core.plan import Cell, RunPlan, StopRule
@@ -547,8 +548,8 @@ def running_lines(row: dict[str, Any]) -> list[str]:
               f"{r['batches']:,}") for r in running["stages"]]
     lines += render_rows(("stage", "work ms", "CPU ms", "waits in ms", "waits out ms", "batches"), table,
                          {"work ms", "CPU ms", "waits in ms", "waits out ms", "batches"})
-    busiest = next((r for r in running["stages"] if r["stage"] == running.get("busiest")), None)
-    if busiest is None or busiest["work_ms"] is None:
+    busiest = busiest_stage(running)
+    if busiest is None:
         return lines
     line = f"busiest stage while training: {busiest['stage']} ({busiest['work_ms']:.1f} ms per batch"
     single = alone.get(busiest["stage"])

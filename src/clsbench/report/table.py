@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from clsbench.analysis.data import busiest_stage
 from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.analysis.warnings import findings, grouped
 from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
@@ -289,9 +290,8 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
     lines += render_rows(DATA_COLUMNS, rows, DATA_RIGHT)
     for m in measurements:
         d = (m.summary or {}).get("data") or {}
-        running = d.get("running") or {}
-        busiest = next((r for r in running.get("stages") or [] if r.get("stage") == running.get("busiest")), None)
-        if busiest is not None and busiest.get("work_ms") is not None:
+        busiest = busiest_stage(d.get("running"))
+        if busiest is not None:
             cpu = busiest.get("cpu_ms")
             lines.append(f"stage threads: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: busiest while "
                          f"training: {busiest['stage']}, {busiest['work_ms']:.1f} ms per batch"

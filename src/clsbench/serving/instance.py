@@ -111,7 +111,7 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
 
     spec = get_model_spec(model)
     parsed = parse_mode(mode)
-    if "cudagraph" in parsed.modifier_names:
+    if parsed.captured:
         cuda_graphs = True
         parsed = ExecutionMode(parsed.name, tuple(c for c in parsed.components if c.name != "cudagraph"))
     dev = torch.device(device)
