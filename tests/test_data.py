@@ -527,6 +527,43 @@ def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, sour
     assert "class_0002/damaged.jpg" in stream.take_failures()
 
 
+def test_gpu_pipeline_switch_interval_and_stream_priority_from_the_environment(copy: Path, stand_in_cuda,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    from clsbench.data.pipelines import gpu as gpu_pipeline
+    from clsbench.errors import InvalidInputError
+
+    priorities = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None, priority=0: priorities.append(priority))
+    settings = DataSettings(str(copy), source="memory", pipeline="gpu")
+    before = sys.getswitchinterval()
+    monkeypatch.setenv(gpu_pipeline.SWITCH_ENV, "0.25")
+    monkeypatch.setenv(gpu_pipeline.PRIORITY_ENV, "High")
+    stream = gpu_pipeline.GpuStream(MemorySource().open(settings), spec_for(settings), {"pipeline": "gpu"})
+    try:
+        while_open = sys.getswitchinterval()
+        facts = stream.facts()
+    finally:
+        stream.close()
+    assert while_open == pytest.approx(0.25e-3) and sys.getswitchinterval() == before
+    assert facts["switch_interval_ms"] == 0.25 and facts["stream_priority"] == "high" and priorities == [-1, -1]
+    for name, value, hint in ((gpu_pipeline.SWITCH_ENV, "fast", "0.01 to 100"),
+                              (gpu_pipeline.SWITCH_ENV, "0", "0.01 to 100"),
+                              (gpu_pipeline.PRIORITY_ENV, "urgent", "normal, high")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(InvalidInputError, match=name) as caught:
+            gpu_pipeline.GpuPipeline().check(settings)
+        assert hint in caught.value.hint
+        monkeypatch.delenv(name)
+    monkeypatch.delenv(gpu_pipeline.SWITCH_ENV, raising=False)
+    monkeypatch.delenv(gpu_pipeline.PRIORITY_ENV, raising=False)
+    stream = gpu_pipeline.GpuStream(MemorySource().open(settings), spec_for(settings), {})
+    stream.close()
+    facts = stream.facts()
+    assert facts["switch_interval_ms"] == round(before * 1e3, 4) and facts["stream_priority"] == "normal"
+
+
 def test_gpu_pipeline_stage_errors_reach_the_training_thread(dataset: Path, stand_in_cuda, monkeypatch):
     from clsbench.data.pipelines import gpu as gpu_pipeline
 

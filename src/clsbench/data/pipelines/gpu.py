@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import queue
+import sys
 import threading
 import time
 import warnings
@@ -72,6 +74,45 @@ STAGE_DEPTH = 2
 POLL_S = 0.2
 #: Seconds ``close`` waits for the stage threads to finish their current batch.
 JOIN_S = 10.0
+#: Environment variables for two experiments on how the pipeline shares the process and the GPU with the step
+#: (docs/methodology.md 16.4.4); each value in force is in the result's pipeline facts:
+#: the interpreter's switch interval while the pipeline runs, in ms (``sys.setswitchinterval``; Python's own is 5 ms:
+#: how long a thread running Python keeps the GIL from one that waits for it), restored when the pipeline closes;
+SWITCH_ENV = "CLSBENCH_GPU_SWITCH_MS"
+#: the priority of the decode and augment streams: ``high`` (the GPU schedules their kernels before the step's
+#: waiting ones) or ``normal`` (the default: the same as the step's).
+PRIORITY_ENV = "CLSBENCH_GPU_STREAM_PRIORITY"
+#: CUDA stream priorities: lower is more urgent; torch maps a value outside the device's range to its nearest end.
+STREAM_PRIORITIES = {"normal": 0, "high": -1}
+
+
+def switch_interval_s(environ: Any = None) -> float | None:
+    """The switch interval :data:`SWITCH_ENV` asks for, in seconds, or None (leave Python's)."""
+    from clsbench.errors import InvalidInputError
+
+    raw = (os.environ if environ is None else environ).get(SWITCH_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.01 <= value <= 100:
+        raise InvalidInputError(f"{SWITCH_ENV}={raw!r} is not a switch interval in ms",
+                                "set it to a number from 0.01 to 100 (Python's own is 5), or unset it")
+    return value / 1e3
+
+
+def stream_priority(environ: Any = None) -> str:
+    """The decode and augment streams' priority that :data:`PRIORITY_ENV` asks for (a key of
+    :data:`STREAM_PRIORITIES`)."""
+    from clsbench.errors import InvalidInputError
+
+    raw = (os.environ if environ is None else environ).get(PRIORITY_ENV, "").strip().lower() or "normal"
+    if raw not in STREAM_PRIORITIES:
+        raise InvalidInputError(f"{PRIORITY_ENV}={raw!r} is not a stream priority",
+                                f"set it to one of {', '.join(STREAM_PRIORITIES)}, or unset it")
+    return raw
 
 
 class EncodedBatches(torch.utils.data.Dataset):
@@ -163,8 +204,14 @@ class GpuStream(StreamRecord):
         if spec.device.type == "cuda" and spec.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.augment = AUGMENTS.get(self.settings.augment or DEFAULT_AUGMENT)
-        self.decode_stream = torch.cuda.Stream(device=self.device)
-        self.augment_stream = torch.cuda.Stream(device=self.device)
+        priority = stream_priority()
+        switch_s = switch_interval_s()
+        self.decode_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
+        self.augment_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
+        self._previous_switch_s = sys.getswitchinterval()
+        if switch_s is not None:
+            sys.setswitchinterval(switch_s)
+        facts = {**facts, "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4), "stream_priority": priority}
         depth = self.settings.prefetch_factor or DEFAULT_DEPTH
         self.raw: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
         self.decoded: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
@@ -373,6 +420,7 @@ class GpuStream(StreamRecord):
                     except queue.Empty:
                         pass
                 thread.join(POLL_S)
+        sys.setswitchinterval(self._previous_switch_s)
         shutdown_loader(self._iterator, self.loader)
 
 
@@ -440,6 +488,8 @@ class GpuPipeline:
         check_device_pipeline(self.name, settings)
         if settings.augment is not None:
             AUGMENTS.get(settings.augment)
+        switch_interval_s()
+        stream_priority()
 
     def candidates(self, base: DataSettings, device: str, workers: Sequence[int]) -> list[DataSettings]:
         """One setting: the files read in this process, decoded in batches on the GPU."""

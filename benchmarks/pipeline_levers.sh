@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# What makes the gpu pipeline keep a fast training step fed? Short A/B measurements in one device call, each a
+# `clsbench run` of one repeat (fresh process, short windows) with one lever changed, in the order they settle it:
+#
+#   synthetic          the ceiling: MODE on synthetic data
+#   gpu                the gpu pipeline as it is (reading in the training process, default augmentation)
+#   gpu-switch0.2      the same with the interpreter's switch interval at 0.2 ms instead of 5 (CLSBENCH_GPU_SWITCH_MS):
+#                      a thread running Python gives up the GIL sooner to a thread whose launch or copy came back
+#   gpu-high           the decode and augment streams at high priority (CLSBENCH_GPU_STREAM_PRIORITY=high): their
+#                      kernels go before the step's waiting ones
+#   gpu-switch0.2-high both
+#   gpu-memory         the memory source (no file reads in the training process)
+#   launched-*         MODE without +cudagraph (the step launched from Python, kernel by kernel), as it is and with the
+#                      0.2 ms switch interval: the case where the hand-over of the GIL costs the step most
+#
+# Each result file keeps the pipeline's facts (the switch interval and priority in force), the stage threads' figures
+# while training (work, CPU, waits) and each stage's GPU busy time alone; `clsbench show` prints them. A lever that
+# wins here is then measured with the full protocol (benchmarks/pipeline_h200.sh) before it becomes a default.
+#
+#   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_levers.sh
+#
+# Files go to a new folder benchmarks/results/h200/pipeline-levers-<MODEL>-<UTC time>/ (never overwritten), copied to
+# $OUT as one tarball when OUT is set. Every step gets what is left of a GUARD_S (default 560) guard.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
+PY=${PY:-python3}
+MODEL=${MODEL:-resnet50}
+MODE=${MODE:-amp-bf16+cl+compile+cudagraph}
+DATA=${DATA:-/tmp/clsbench-pipeline-jpegs}
+IMAGES=${IMAGES:-6000}
+DEVICE=${DEVICE:-cuda}
+GUARD_S=${GUARD_S:-560}
+BATCH=${BATCH:-256}
+NAME=$(echo "$MODEL" | tr ':/' '--')
+DEST=${DEST:-benchmarks/results/h200}/pipeline-levers-$NAME-$(date -u +%Y%m%dT%H%M%SZ)
+if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
+mkdir -p "$DEST"
+T0=$(date +%s)
+left() { echo $(( GUARD_S - ($(date +%s) - T0) )); }
+SHORT=(--batch-size "$BATCH" --device "$DEVICE" --repeats 1 --warmup 10 --min-time 6 --max-time 9 --no-probe -q)
+
+cell() {  # NAME MIN_S MODE ENV... -- ARGS...: one short run under what is left of the guard
+  local name=$1 need=$2 mode=$3 t envs=(); shift 3
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  t=$(date +%s)
+  if (( $(left) < need )); then echo "$name: not run ($(left) s left, needs about $need)"; return; fi
+  env "${envs[@]}" timeout -s INT "$(left)" $PY -m clsbench run --model "$MODEL" --workload train --mode "$mode" \
+    "${SHORT[@]}" "$@" -o "$DEST/$name.json" > "$DEST/$name.txt" 2>&1
+  echo "$name: exit $? after $(( $(date +%s) - t )) s (total $(( $(date +%s) - T0 )) s)"
+}
+
+if [ ! -d "$DATA" ]; then
+  timeout 150 $PY -m clsbench data make "$DATA" --images "$IMAGES" --classes 100 -q || exit $?
+  echo "data make: $(( $(date +%s) - T0 )) s"
+fi
+$PY -c "import sys, torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
+'python', sys.version.split()[0], torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" \
+  | tee "$DEST/environment.txt"
+
+GPU=(--data "$DATA" --pipeline gpu)
+cell synthetic 60 "$MODE" --
+cell gpu 45 "$MODE" -- "${GPU[@]}"
+cell gpu-switch0.2 45 "$MODE" CLSBENCH_GPU_SWITCH_MS=0.2 -- "${GPU[@]}"
+cell gpu-high 45 "$MODE" CLSBENCH_GPU_STREAM_PRIORITY=high -- "${GPU[@]}"
+cell gpu-switch0.2-high 45 "$MODE" CLSBENCH_GPU_SWITCH_MS=0.2 CLSBENCH_GPU_STREAM_PRIORITY=high -- "${GPU[@]}"
+cell gpu-memory 45 "$MODE" -- "${GPU[@]}" --data-source memory
+LAUNCHED=${MODE/+cudagraph/}
+if [ "$LAUNCHED" != "$MODE" ]; then
+  cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}"
+  cell launched-gpu-switch0.2 45 "$LAUNCHED" CLSBENCH_GPU_SWITCH_MS=0.2 -- "${GPU[@]}"
+fi
+
+for f in "$DEST"/*.json; do
+  [ -f "$f" ] || continue
+  echo; echo "== $(basename "$f" .json)"; $PY -m clsbench show "$f" 2>&1 | tee "${f%.json}.table.txt" | tail -n 25
+done
+echo; $PY benchmarks/levers_table.py "$DEST" | tee "$DEST/levers.txt"
+echo; echo "results: $DEST ($(( $(date +%s) - T0 )) s)"
+if [ -n "${OUT:-}" ]; then tar -czf "$OUT/pipeline-levers-$NAME.tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
