@@ -35,6 +35,11 @@ def row(path: Path) -> dict[str, object]:
     pipeline = data.get("pipeline") or {}
     out["switch"] = pipeline.get("switch_interval_ms")
     out["priority"] = pipeline.get("stream_priority")
+    decoder = pipeline.get("decoder_stream")
+    if decoder:
+        out["priority"] = f"{out['priority']}({decoder['priority'] if decoder.get('priority') is not None else 'x'})"
+        if decoder.get("error"):
+            out["decoder_error"] = decoder["error"]
     stages = []
     for s in pipeline.get("running_stages") or []:
         n = max(1, s.get("batches") or 0)
@@ -54,13 +59,15 @@ def main() -> None:
     folder = Path(sys.argv[1])
     rows = [row(p) for p in sorted(folder.glob("*.json"))]
     ceiling = next((r["img_s"] for r in rows if r["cell"] == "synthetic"), None)
-    print(f"{'cell':<24} {'img/s':>7} {'share':>6} {'step':>6} {'wait':>6} {'switch':>6} {'prio':>6}  "
+    print(f"{'cell':<24} {'img/s':>7} {'share':>6} {'step':>6} {'wait':>6} {'switch':>6} {'prio':>8}  "
           "threads work/CPU ms per batch; GPU busy ms per batch alone")
     for r in rows:
         share = r["img_s"] / ceiling * 100 if ceiling and r.get("img_s") else None
         print(f"{r['cell']:<24} {fmt(r.get('img_s'), ',.0f'):>7} {fmt(share, '.1f'):>6} {fmt(r.get('step_ms')):>6} "
-              f"{fmt(r.get('wait_ms')):>6} {fmt(r.get('switch'), 'g'):>6} {r.get('priority') or '-':>6}  "
+              f"{fmt(r.get('wait_ms')):>6} {fmt(r.get('switch'), 'g'):>6} {r.get('priority') or '-':>8}  "
               f"{r.get('threads') or r['status']}; {r.get('busy') or ''}")
+        if r.get("decoder_error"):
+            print(f"{'':<24} decoder stream: {r['decoder_error']}")
 
 
 if __name__ == "__main__":

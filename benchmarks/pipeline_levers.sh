@@ -3,15 +3,14 @@
 # `clsbench run` of one repeat (fresh process, short windows) with one lever changed, in the order they settle it:
 #
 #   synthetic          the ceiling: MODE on synthetic data
-#   gpu                the gpu pipeline as it is (reading in the training process, default augmentation)
-#   gpu-switch0.2      the same with the interpreter's switch interval at 0.2 ms instead of 5 (CLSBENCH_GPU_SWITCH_MS):
-#                      a thread running Python gives up the GIL sooner to a thread whose launch or copy came back
-#   gpu-high           the decode and augment streams at high priority (CLSBENCH_GPU_STREAM_PRIORITY=high): their
-#                      kernels go before the step's waiting ones
-#   gpu-switch0.2-high both
+#   gpu                the gpu pipeline with its defaults (reading in the training process, default augmentation,
+#                      its streams, torchvision's decoder stream included, at high priority)
+#   gpu-normal         the same with its streams at normal priority (CLSBENCH_GPU_STREAM_PRIORITY=normal), the
+#                      pipeline as it was until 2026-12-02: each of the decoder's ~250 small kernels per batch waits
+#                      behind the step's (benchmarks/decode_contention.py)
 #   gpu-memory         the memory source (no file reads in the training process)
-#   launched-*         MODE without +cudagraph (the step launched from Python, kernel by kernel), as it is and with the
-#                      0.2 ms switch interval: the case where the hand-over of the GIL costs the step most
+#   gpu-separable      the separable augmentation (less GPU time per batch than batched, measured alone)
+#   launched-gpu       MODE without +cudagraph (the step launched from Python, kernel by kernel)
 #
 # Each result file keeps the pipeline's facts (the switch interval and priority in force), the stage threads' figures
 # while training (work, CPU, waits) and each stage's GPU busy time alone; `clsbench show` prints them. A lever that
@@ -61,15 +60,11 @@ $PY -c "import sys, torch, torchvision; print('torch', torch.__version__, 'torch
 GPU=(--data "$DATA" --pipeline gpu)
 cell synthetic 60 "$MODE" --
 cell gpu 45 "$MODE" -- "${GPU[@]}"
-cell gpu-switch0.2 45 "$MODE" CLSBENCH_GPU_SWITCH_MS=0.2 -- "${GPU[@]}"
-cell gpu-high 45 "$MODE" CLSBENCH_GPU_STREAM_PRIORITY=high -- "${GPU[@]}"
-cell gpu-switch0.2-high 45 "$MODE" CLSBENCH_GPU_SWITCH_MS=0.2 CLSBENCH_GPU_STREAM_PRIORITY=high -- "${GPU[@]}"
+cell gpu-normal 45 "$MODE" CLSBENCH_GPU_STREAM_PRIORITY=normal -- "${GPU[@]}"
 cell gpu-memory 45 "$MODE" -- "${GPU[@]}" --data-source memory
+cell gpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-augment separable
 LAUNCHED=${MODE/+cudagraph/}
-if [ "$LAUNCHED" != "$MODE" ]; then
-  cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}"
-  cell launched-gpu-switch0.2 45 "$LAUNCHED" CLSBENCH_GPU_SWITCH_MS=0.2 -- "${GPU[@]}"
-fi
+[ "$LAUNCHED" != "$MODE" ] && cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}"
 
 for f in "$DEST"/*.json; do
   [ -f "$f" ] || continue

@@ -259,3 +259,31 @@ def test_training_with_the_per_image_augmentation_records_it(dataset: Path):
     running = record["data"]["pipeline"]["running_stages"]  # each stage thread timed in the timed region
     assert [s["stage"] for s in running] == ["read", "decode", "augment"]
     assert all(s["batches"] >= 1 and s["work_ns"] > 0 for s in running), running
+
+
+def test_the_decoder_stream_gets_the_greatest_priority_and_still_decodes(dataset: Path):
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from clsbench.data.decoder_stream import raise_decoder_priority
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    facts = raise_decoder_priority(device)
+    assert facts["error"] is None and facts["priority"] == facts["greatest"] < 0, facts
+    files = sorted(dataset.rglob("*.jpg"))[:8]
+    data = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in files]
+    images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    assert len(images) == 8 and all(im.is_cuda and im.shape[0] == 3 for im in images)
+    reference = decode_jpeg(data[0], mode=ImageReadMode.RGB)
+    assert (images[0].cpu().int() - reference.int()).abs().float().mean() < 3  # nvJPEG and libjpeg round apart
+
+
+def test_training_on_the_gpu_pipeline_records_its_stream_priorities(dataset: Path):
+    settings = DataSettings(str(dataset), source="memory", pipeline="gpu")
+    stream = GpuPipeline().open(MemorySource().open(settings), spec_for(settings, "cuda"))
+    try:
+        images, _ = stream.next()
+        assert images.is_cuda
+    finally:
+        stream.close()
+    facts = stream.facts()
+    assert facts["stream_priority"] == "high" and facts["decoder_stream"]["error"] is None, facts

@@ -79,9 +79,11 @@ JOIN_S = 10.0
 #: the interpreter's switch interval while the pipeline runs, in ms (``sys.setswitchinterval``; Python's own is 5 ms:
 #: how long a thread running Python keeps the GIL from one that waits for it), restored when the pipeline closes;
 SWITCH_ENV = "CLSBENCH_GPU_SWITCH_MS"
-#: the priority of the decode and augment streams: ``high`` (the GPU schedules their kernels before the step's
-#: waiting ones) or ``normal`` (the default: the same as the step's).
+#: the priority of the pipeline's streams (torchvision's decoder stream, :mod:`clsbench.data.decoder_stream`, and
+#: the augment stream): ``high`` (the default: the GPU hands their kernels its free blocks before the step's waiting
+#: ones) or ``normal`` (the same as the step's).
 PRIORITY_ENV = "CLSBENCH_GPU_STREAM_PRIORITY"
+DEFAULT_PRIORITY = "high"
 #: CUDA stream priorities: lower is more urgent; torch maps a value outside the device's range to its nearest end.
 STREAM_PRIORITIES = {"normal": 0, "high": -1}
 
@@ -108,7 +110,7 @@ def stream_priority(environ: Any = None) -> str:
     :data:`STREAM_PRIORITIES`)."""
     from clsbench.errors import InvalidInputError
 
-    raw = (os.environ if environ is None else environ).get(PRIORITY_ENV, "").strip().lower() or "normal"
+    raw = (os.environ if environ is None else environ).get(PRIORITY_ENV, "").strip().lower() or DEFAULT_PRIORITY
     if raw not in STREAM_PRIORITIES:
         raise InvalidInputError(f"{PRIORITY_ENV}={raw!r} is not a stream priority",
                                 f"set it to one of {', '.join(STREAM_PRIORITIES)}, or unset it")
@@ -212,6 +214,10 @@ class GpuStream(StreamRecord):
         if switch_s is not None:
             sys.setswitchinterval(switch_s)
         facts = {**facts, "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4), "stream_priority": priority}
+        if priority == "high" and self.device.type == "cuda":
+            from clsbench.data.decoder_stream import raise_decoder_priority
+
+            facts["decoder_stream"] = raise_decoder_priority(self.device)
         depth = self.settings.prefetch_factor or DEFAULT_DEPTH
         self.raw: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
         self.decoded: queue.Queue[Any] = queue.Queue(maxsize=STAGE_DEPTH)
