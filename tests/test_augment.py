@@ -309,10 +309,11 @@ def test_the_stream_hand_over_orders_decode_augment_and_training(photos: Path, l
             assert recorded[entry[3]] < i
 
 
-def batches_of(root: Path, seed: int, augment: str | None, count: int = 3) -> list[torch.Tensor]:
+def batches_of(root: Path, seed: int, augment: str | None, count: int = 3,
+               decoder: str | None = None) -> list[torch.Tensor]:
     from clsbench.data.pipelines.gpu import GpuStream
 
-    settings = DataSettings(str(root), source="memory", pipeline="gpu", augment=augment)
+    settings = DataSettings(str(root), source="memory", pipeline="gpu", augment=augment, decoder=decoder)
     spec = BatchSpec(batch_size=8, input_size=SIZE, device=torch.device("cpu"), memory_format=torch.channels_last,
                      dtype=torch.float32, seed=seed, settings=settings)
     stream = GpuStream(MemorySource().open(settings), spec, {})
@@ -331,6 +332,33 @@ def test_the_gpu_pipeline_is_deterministic_with_a_seed(photos: Path, logged_cuda
     for a, b in zip(first, per_image, strict=True):
         assert not torch.equal(a, b)
         assert float((grey_levels(a) - grey_levels(b)).abs().mean()) <= TOLERANCE_MEAN
+
+
+@pytest.mark.parametrize("augment", ["batched", "separable", "per-image"])
+def test_the_cpu_decoder_gives_the_same_batches_as_decoding_whole_images(photos: Path, logged_cuda: Log,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        augment: str):
+    # The cpu decoder crops on the host and the augmentation gets the crops with whole-crop boxes; the default
+    # decoder hands whole images with their boxes (decoded by libjpeg on a CPU in both cases here): same pixels.
+    monkeypatch.setenv("CLSBENCH_GPU_DECODE_THREADS", "3")
+    whole = batches_of(photos, 5, augment)
+    cropped = batches_of(photos, 5, augment, decoder="cpu")
+    for a, b in zip(whole, cropped, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_decode_thread_shares_and_count():
+    from clsbench.data.decoders.cpu import THREADS_ENV, decode_threads, shares, usable_cpus
+    from clsbench.errors import InvalidInputError
+
+    assert shares(10, 3) == [range(0, 3), range(3, 6), range(6, 10)]
+    assert shares(2, 8) == [range(0, 1), range(1, 2)] and shares(0, 4) == []
+    assert sum(len(r) for r in shares(256, 12)) == 256 and len(shares(256, 12)) == 12
+    assert decode_threads({}) == max(1, usable_cpus() - 4)
+    assert decode_threads({THREADS_ENV: " 7 "}) == 7
+    for bad in ("0", "many", "-2", "100000"):
+        with pytest.raises(InvalidInputError, match=THREADS_ENV):
+            decode_threads({THREADS_ENV: bad})
 
 
 # ------------------------------------------------------------------------------- stages measured alone
@@ -512,9 +540,30 @@ def test_the_augment_setting_is_checked_labelled_stored_and_reproduced():
             check_settings(DataSettings("/d", **bad))
 
 
+def test_the_decoder_setting_is_checked_labelled_stored_and_reproduced():
+    from clsbench.core.options import data_cli_args
+    from clsbench.data.plan import check_settings
+    from clsbench.errors import InvalidInputError
+
+    chosen = DataSettings("/d", pipeline="gpu", augment="separable", decoder="cpu")
+    assert check_settings(chosen) is chosen and chosen.label() == "folder gpu w0 separable cpu-decode"
+    assert "decoder" not in DataSettings("/d", pipeline="gpu").to_dict()  # older files keep their bytes
+    assert DataSettings.from_dict(chosen.to_dict()) == chosen
+    assert DataSettings("/d", pipeline="gpu", decoder="cpu") != DataSettings("/d", pipeline="gpu")
+    assert data_cli_args(chosen)[-4:] == ["--gpu-augment", "separable", "--gpu-decode", "cpu"]
+    assert "--gpu-decode" not in data_cli_args(DataSettings("/d", pipeline="gpu"))
+    for bad, message in ((dict(pipeline="gpu", decoder="turbo"), "unknown gpu decoder 'turbo'"),
+                         (dict(decoder="cpu"), "--gpu-decode applies to the gpu pipeline, not 'cpu'"),
+                         (dict(pipeline="gpu", decoder=""), "must be a name")):
+        with pytest.raises(InvalidInputError, match=message):
+            check_settings(DataSettings("/d", **bad))
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--pipeline", "gpu", "--gpu-augment", "per-imag"], "did you mean: per-image?"),
     (["--gpu-augment", "batched"], "--gpu-augment applies to the gpu pipeline"),
+    (["--pipeline", "gpu", "--gpu-decode", "cpus"], "did you mean: cpu?"),
+    (["--gpu-decode", "cpu"], "--gpu-decode applies to the gpu pipeline"),
 ])
 def test_cli_gpu_augment_errors_are_one_line(photos: Path, args: list[str], fragment: str):
     from click.testing import CliRunner

@@ -498,13 +498,14 @@ def stand_in_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
 
 
-@pytest.mark.parametrize("source, workers", [("memory", 0), ("folder", 2)])
-def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, source: str, workers: int):
+@pytest.mark.parametrize("source, workers, decoder", [("memory", 0, None), ("folder", 2, None), ("folder", 0, "cpu")])
+def test_gpu_pipeline_stages_on_stand_in_streams(copy: Path, stand_in_cuda, source: str, workers: int,
+                                                 decoder: str | None):
     from clsbench.data.pipelines.gpu import GpuStream
 
     (copy / "class_0002" / "damaged.jpg").write_bytes(b"\xff\xd8\xff\xfe\x00\x04ab" + b"\x00" * 50 + b"\xff\xd9")
     settings = DataSettings(str(copy), source=source, pipeline="gpu", num_workers=workers,
-                            persistent_workers=workers > 0)
+                            persistent_workers=workers > 0, decoder=decoder)
     data = (MemorySource() if source == "memory" else FolderSource()).open(settings)
     stream = GpuStream(data, spec_for(settings, batch=7, size=20, channels_last=True), {"pipeline": "gpu"})
     try:
@@ -562,7 +563,7 @@ def test_gpu_pipeline_switch_interval_and_stream_priority_from_the_environment(c
     stream.close()
     facts = stream.facts()
     assert facts["switch_interval_ms"] == round(before * 1e3, 4)
-    assert facts["stream_priority"] == gpu_pipeline.DEFAULT_PRIORITY == "high"
+    assert facts["stream_priority"] == gpu_pipeline.DEFAULT_PRIORITY == "normal"
 
 
 def test_gpu_pipeline_stage_errors_reach_the_training_thread(dataset: Path, stand_in_cuda, monkeypatch):

@@ -277,7 +277,8 @@ def test_the_decoder_stream_gets_the_greatest_priority_and_still_decodes(dataset
     assert (images[0].cpu().int() - reference.int()).abs().float().mean() < 3  # nvJPEG and libjpeg round apart
 
 
-def test_training_on_the_gpu_pipeline_records_its_stream_priorities(dataset: Path):
+def test_the_gpu_pipeline_records_its_stream_priorities(dataset: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CLSBENCH_GPU_STREAM_PRIORITY", "high")
     settings = DataSettings(str(dataset), source="memory", pipeline="gpu")
     stream = GpuPipeline().open(MemorySource().open(settings), spec_for(settings, "cuda"))
     try:
@@ -287,3 +288,15 @@ def test_training_on_the_gpu_pipeline_records_its_stream_priorities(dataset: Pat
         stream.close()
     facts = stream.facts()
     assert facts["stream_priority"] == "high" and facts["decoder_stream"]["error"] is None, facts
+
+
+def test_training_with_the_cpu_decoder_records_it(dataset: Path):
+    data = DataSettings(str(dataset), source="folder", pipeline="gpu", decoder="cpu")
+    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
+    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
+    assert record["status"] == "ok", record
+    pipeline = record["data"]["pipeline"]
+    assert pipeline["decoder"].startswith("torchvision.io.decode_jpeg on the CPU") and pipeline["decode_threads"] >= 1
+    stages = {s["stage"]: s for s in record["data"]["stages"]["stages"]}
+    assert stages["decode"]["batch_ms"] and stages["decode"]["peak_bytes"] > 0  # the upload's device memory
+    assert record["data"]["stages"]["busy"]["decode"]["gpu_busy_ms_per_iteration"] > 0  # the copy counts

@@ -38,6 +38,9 @@ RUN_DATA_OPTIONS = [
                  help="gpu pipeline: batched (default: a few batched operations per batch, roi_align), separable "
                       "(the antialiased resize as two batched matmuls) or per-image (one antialiased resize per "
                       "image)."),
+    click.option("--gpu-decode", "gpu_decode",
+                 help="gpu pipeline: nvjpeg (default: nvJPEG on the GPU, in batches) or cpu (libjpeg-turbo on a "
+                      "pool of threads in the training process, the crops uploaded in one copy per batch)."),
     click.option("--data-timeout", type=float,
                  help=f"Seconds one batch may take before the measurement fails as data_loader_timeout (default "
                       f"{DEFAULT_DATA_TIMEOUT_S:g})."),
@@ -55,12 +58,13 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
                   num_workers: int | None = None, pin_memory: bool | None = None,
                   persistent_workers: bool | None = None, prefetch_factor: int | None = None,
                   prime_cache: bool | None = None, normalize_on: str | None = None,
-                  data_timeout: float | None = None, gpu_augment: str | None = None) -> DataSettings | None:
+                  data_timeout: float | None = None, gpu_augment: str | None = None,
+                  gpu_decode: str | None = None) -> DataSettings | None:
     """The settings the options describe, or None for synthetic data (no --data, no other data option)."""
     others = {"--pipeline": pipeline, "--num-workers": num_workers, "--pin-memory": pin_memory,
               "--persistent-workers": persistent_workers, "--prefetch-factor": prefetch_factor,
               "--prime-cache": prime_cache, "--normalize-on": normalize_on, "--data-timeout": data_timeout,
-              "--gpu-augment": gpu_augment}
+              "--gpu-augment": gpu_augment, "--gpu-decode": gpu_decode}
     if data_dir is None:
         given = [name for name, value in others.items() if value is not None]
         if data_source in ("folder", "memory"):
@@ -75,7 +79,8 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
         num_workers=0 if num_workers is None else num_workers, pin_memory=bool(pin_memory),
         persistent_workers=bool(persistent_workers), prefetch_factor=prefetch_factor,
         prime_cache=True if prime_cache is None else prime_cache, normalize=normalize_on or "worker",
-        augment=gpu_augment, timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
+        augment=gpu_augment, decoder=gpu_decode,
+        timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
     from clsbench.data.plan import check_settings
 
     return check_settings(settings)
@@ -87,5 +92,5 @@ def given(options: dict[str, Any]) -> list[str]:
              "num_workers": "--num-workers", "pin_memory": "--pin-memory", "persistent_workers":
              "--persistent-workers", "prefetch_factor": "--prefetch-factor", "prime_cache": "--prime-cache",
              "normalize_on": "--normalize-on", "data_timeout": "--data-timeout",
-             "gpu_augment": "--gpu-augment"}
+             "gpu_augment": "--gpu-augment", "gpu_decode": "--gpu-decode"}
     return [names[k] for k, v in options.items() if v is not None and k in names]

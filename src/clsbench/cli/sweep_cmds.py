@@ -174,7 +174,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
 #: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.
 TUNE_CHOOSES = {"pin_memory": "--pin-memory", "persistent_workers": "--persistent-workers",
                 "prefetch_factor": "--prefetch-factor", "normalize_on": "--normalize-on",
-                "gpu_augment": "--gpu-augment"}
+                "gpu_augment": "--gpu-augment", "gpu_decode": "--gpu-decode"}
 
 
 def tune_data(options: dict[str, Any]) -> tuple[Any, list[str] | None, int | None]:

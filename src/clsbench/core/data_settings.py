@@ -30,7 +30,7 @@ DEFAULT_DATA_TIMEOUT_S = 120.0
 
 #: Settings added after result files already held data settings: left out of a stored dict while None, so files
 #: written before them (and golden files) keep their bytes, and such files still read back as equal settings.
-OMITTED_WHEN_NONE = ("augment",)
+OMITTED_WHEN_NONE = ("augment", "decoder")
 
 #: Upper limit on DataLoader workers and prefetch: far above any machine's useful values, it only catches typos.
 MAX_WORKERS = 1024
@@ -58,6 +58,9 @@ class DataSettings:
         augment: gpu pipeline: how it crops, resizes, flips and normalises a decoded batch (``--gpu-augment``, a name
             of :data:`clsbench.data.base.AUGMENTS`: ``batched`` or ``per-image``); None: the pipeline's default
             (``batched``).
+        decoder: gpu pipeline: where its JPEGs are decoded (``--gpu-decode``, a name of
+            :data:`clsbench.data.base.DECODERS`: ``nvjpeg`` on the GPU or ``cpu`` on a pool of threads); None: the
+            pipeline's default (``nvjpeg``).
         timeout_s: seconds one batch may take before the measurement fails (``data_loader_timeout``).
         fingerprint: the dataset's file list and sizes, hashed when the run was planned (not part of the identity).
     """
@@ -72,6 +75,7 @@ class DataSettings:
     prime_cache: bool = True
     normalize: str = "worker"
     augment: str | None = None
+    decoder: str | None = None
     timeout_s: float = field(default=DEFAULT_DATA_TIMEOUT_S, compare=False)
     fingerprint: str | None = field(default=None, compare=False)
 
@@ -99,6 +103,8 @@ class DataSettings:
         if self.augment is not None and (not isinstance(self.augment, str) or not self.augment.strip()):
             raise InvalidInputError(f"the gpu augmentation must be a name, got {self.augment!r}",
                                     "e.g. --gpu-augment batched")
+        if self.decoder is not None and (not isinstance(self.decoder, str) or not self.decoder.strip()):
+            raise InvalidInputError(f"the gpu decoder must be a name, got {self.decoder!r}", "e.g. --gpu-decode cpu")
         if not self.timeout_s > 0:
             raise InvalidInputError(f"the data timeout must be > 0 seconds, got {self.timeout_s}",
                                     "e.g. --data-timeout 120")

@@ -185,6 +185,8 @@ def data_cli_args(data: DataSettings) -> list[str]:
         args += ["--normalize-on", data.normalize]
     if data.augment is not None:
         args += ["--gpu-augment", data.augment]
+    if data.decoder is not None:
+        args += ["--gpu-decode", data.decoder]
     if data.timeout_s != DEFAULT_DATA_TIMEOUT_S:
         args += ["--data-timeout", f"{data.timeout_s:g}"]
     return args

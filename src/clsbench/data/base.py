@@ -38,6 +38,10 @@ PIPELINES: Registry[Any] = Registry("pipeline", package="clsbench.data.pipelines
 AUGMENTS: Registry[Any] = Registry("gpu augmentation", package="clsbench.data.augments", option="--gpu-augment")
 #: The augmentation the gpu pipeline uses when the settings name none.
 DEFAULT_AUGMENT = "batched"
+#: Where the gpu pipeline decodes its JPEGs, by name (``data/decoders/``).
+DECODERS: Registry[Any] = Registry("gpu decoder", package="clsbench.data.decoders", option="--gpu-decode")
+#: The decoder the gpu pipeline uses when the settings name none.
+DEFAULT_DECODER = "nvjpeg"
 
 
 def ordered_pipelines(names: Iterable[str] | None = None) -> list[Any]:
@@ -160,10 +164,12 @@ def check_device_pipeline(name: str, settings: DataSettings) -> None:
 
 
 def check_no_augment(name: str, settings: DataSettings) -> None:
-    """``--gpu-augment`` chooses the gpu pipeline's augmentation: refuse it for another pipeline."""
-    if settings.augment is not None:
-        raise InvalidInputError(f"--gpu-augment applies to the gpu pipeline, not {name!r}",
-                                "use --pipeline gpu, or drop --gpu-augment")
+    """``--gpu-augment`` and ``--gpu-decode`` choose the gpu pipeline's augmentation and decoder: refuse them for
+    another pipeline."""
+    for option, value in (("--gpu-augment", settings.augment), ("--gpu-decode", settings.decoder)):
+        if value is not None:
+            raise InvalidInputError(f"{option} applies to the gpu pipeline, not {name!r}",
+                                    f"use --pipeline gpu, or drop {option}")
 
 
 def drain_ready(pop: Any, max_batches: int, wait_s: float) -> int:

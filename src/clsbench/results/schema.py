@@ -65,13 +65,14 @@ def backend_suffix(backend: str | None) -> str:
 #: of a measurement's identity).
 DATA_IDENTITY_DEFAULTS: dict[str, Any] = {"source": "folder", "pipeline": "cpu", "num_workers": 0, "pin_memory": False,
                                           "persistent_workers": False, "prefetch_factor": None, "prime_cache": True,
-                                          "normalize": "worker", "augment": None}
+                                          "normalize": "worker", "augment": None,
+                                          "decoder": None}
 
 
 def data_label(data: dict[str, Any] | None) -> str | None:
     """The short label of stored real-data settings, unique among those that change a measurement, e.g.
     ``folder cpu w8 pin persistent`` (``uint8`` at the end: batches normalised on the device; the gpu augmentation's
-    name when one was chosen); None: synthetic."""
+    name when one was chosen, and its decoder's as ``NAME-decode``); None: synthetic."""
     if data is None:
         return None
     d = {**DATA_IDENTITY_DEFAULTS, **data}
@@ -88,6 +89,8 @@ def data_label(data: dict[str, Any] | None) -> str | None:
         parts.append("uint8")
     if d["augment"] is not None:
         parts.append(str(d["augment"]))
+    if d["decoder"] is not None:
+        parts.append(f"{d['decoder']}-decode")
     return " ".join(parts)
 
 

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,9 @@ from clsbench.core.data_settings import DataSettings
 from clsbench.data.augment import EpochSampler, choices, device_table
 from clsbench.data.base import (
     AUGMENTS,
+    DECODERS,
     DEFAULT_AUGMENT,
+    DEFAULT_DECODER,
     PIPELINES,
     BatchSpec,
     EncodedDataset,
@@ -62,6 +64,7 @@ from clsbench.data.base import (
     loader_context,
     shutdown_loader,
 )
+from clsbench.data.decoders.nvjpeg import check_nvjpeg, decode_batch, nvjpeg_reason  # noqa: F401 - re-exported
 from clsbench.data.errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
 from clsbench.data.running import RunningStages, StageMeter
 from clsbench.system.processes import worker_processes_allowed
@@ -80,10 +83,11 @@ JOIN_S = 10.0
 #: how long a thread running Python keeps the GIL from one that waits for it), restored when the pipeline closes;
 SWITCH_ENV = "CLSBENCH_GPU_SWITCH_MS"
 #: the priority of the pipeline's streams (torchvision's decoder stream, :mod:`clsbench.data.decoder_stream`, and
-#: the augment stream): ``high`` (the default: the GPU hands their kernels its free blocks before the step's waiting
-#: ones) or ``normal`` (the same as the step's).
+#: the augment stream): ``high`` (the GPU should hand their kernels its free blocks before the step's waiting ones;
+#: measured on the H200 on 2026-12-02, it changed neither the nvJPEG decode beside a busy GPU nor the pipeline) or
+#: ``normal`` (the default: the same as the step's).
 PRIORITY_ENV = "CLSBENCH_GPU_STREAM_PRIORITY"
-DEFAULT_PRIORITY = "high"
+DEFAULT_PRIORITY = "normal"
 #: CUDA stream priorities: lower is more urgent; torch maps a value outside the device's range to its nearest end.
 STREAM_PRIORITIES = {"normal": 0, "high": -1}
 
@@ -176,6 +180,8 @@ class DecodedBatch:
     keys: list[tuple[int, int]]
     images: list[torch.Tensor]
     indices: list[int]  # the dataset index each image is (a replaced image takes its substitute's)
+    boxes: list[tuple[int, int, int, int]]  # each image's crop (top, left, height, width), within the image
+    flips: list[bool]
     failures: list[str]
     done: torch.cuda.Event
 
@@ -206,6 +212,7 @@ class GpuStream(StreamRecord):
         if spec.device.type == "cuda" and spec.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.augment = AUGMENTS.get(self.settings.augment or DEFAULT_AUGMENT)
+        self.decoder = DECODERS.get(self.settings.decoder or DEFAULT_DECODER).open(self.device)
         priority = stream_priority()
         switch_s = switch_interval_s()
         self.decode_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
@@ -213,7 +220,8 @@ class GpuStream(StreamRecord):
         self._previous_switch_s = sys.getswitchinterval()
         if switch_s is not None:
             sys.setswitchinterval(switch_s)
-        facts = {**facts, "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4), "stream_priority": priority}
+        facts = {**facts, **self.decoder.facts, "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4),
+                 "stream_priority": priority}
         if priority == "high" and self.device.type == "cuda":
             from clsbench.data.decoder_stream import raise_decoder_priority
 
@@ -318,10 +326,12 @@ class GpuStream(StreamRecord):
             self._put(target, _Failure(exc))
 
     def _decode_batch(self, raw: RawBatch) -> DecodedBatch:
-        """Decode on the decode stream (the current stream of this thread)."""
+        """Decode (by the settings' decoder), replace the images that failed, choose each image's crop and flip,
+        and have the decoder place the images on the device (on the decode stream, the current stream of this
+        thread)."""
         index = self.dataset.index
         failures = list(raw.unreadable)
-        decoded = decode_batch(raw.encoded, [index.kinds[j] for _, j in raw.keys], self.device)
+        decoded = self.decoder.decode(raw.encoded, [index.kinds[j] for _, j in raw.keys])
         failures += [index.files[j] for (_, j), data, image in zip(raw.keys, raw.encoded, decoded, strict=True)
                      if data is not None and image is None]
         good = [i for i, image in enumerate(decoded) if image is not None]
@@ -335,21 +345,22 @@ class GpuStream(StreamRecord):
                 substitute = good[n % len(good)]
                 image, indices[n] = decoded[substitute], indices[substitute]
             images.append(image)
+        boxes, flips = [], []
+        for (epoch, _), j, image in zip(raw.keys, indices, images, strict=True):
+            box, flip = choices(self.spec.seed, epoch, j, int(image.shape[-2]), int(image.shape[-1]))
+            boxes.append(box)
+            flips.append(flip)
+        images, boxes = self.decoder.place(images, boxes)
         done = torch.cuda.Event()
         done.record(self.decode_stream)
-        return DecodedBatch(raw.keys, images, indices, failures, done)
+        return DecodedBatch(raw.keys, images, indices, boxes, flips, failures, done)
 
     def _augment(self, batch: DecodedBatch) -> DeviceBatch:
         """Crop, flip, resize and normalise on the augment stream (the current stream of this thread)."""
         stream = self.augment_stream
         stream.wait_event(batch.done)
-        boxes, flips = [], []
-        for (epoch, _), index, image in zip(batch.keys, batch.indices, batch.images, strict=True):
-            box, flip = choices(self.spec.seed, epoch, index, int(image.shape[-2]), int(image.shape[-1]))
-            boxes.append(box)
-            flips.append(flip)
-        images = self.augment.apply(batch.images, boxes, flips, self.spec.input_size, self.spec.memory_format,
-                                    self.spec.dtype)
+        images = self.augment.apply(batch.images, batch.boxes, batch.flips, self.spec.input_size,
+                                    self.spec.memory_format, self.spec.dtype)
         for image in batch.images:  # allocated on the decode stream, read on this one
             image.record_stream(stream)
         # Asynchronous: a blocking copy from pageable memory would make this thread wait until the GPU has run
@@ -427,62 +438,8 @@ class GpuStream(StreamRecord):
                         pass
                 thread.join(POLL_S)
         sys.setswitchinterval(self._previous_switch_s)
+        self.decoder.close()
         shutdown_loader(self._iterator, self.loader)
-
-
-def decode_batch(encoded: Sequence[torch.Tensor | None], kinds: Sequence[str],
-                 device: torch.device) -> list[torch.Tensor | None]:
-    """Decode a batch's encoded bytes to RGB uint8 images (3, H, W) on ``device``, None where a file was unreadable
-    (None bytes) or fails to decode. The JPEGs in one ``decode_jpeg`` call (nvJPEG, batched, on a GPU; libjpeg-turbo
-    on the CPU, the reference); if it fails, one at a time to find the damaged ones. Other formats (PNG) on the CPU,
-    then copied."""
-    from torchvision.io import ImageReadMode, decode_jpeg
-
-    from clsbench.data.pipelines.cpu import decode_rgb
-
-    decoded: list[torch.Tensor | None] = [None] * len(encoded)
-    jpegs = [i for i, data in enumerate(encoded) if data is not None and kinds[i] == "jpeg"]
-    if jpegs:
-        try:
-            out = decode_jpeg([encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
-            for i, image in zip(jpegs, out, strict=True):
-                decoded[i] = image
-        except RuntimeError:
-            for i in jpegs:  # find the damaged ones
-                try:
-                    decoded[i] = decode_jpeg(encoded[i], mode=ImageReadMode.RGB, device=device)
-                except RuntimeError:
-                    decoded[i] = None
-    for i, data in enumerate(encoded):
-        if decoded[i] is None and data is not None and kinds[i] != "jpeg":
-            try:
-                decoded[i] = decode_rgb(data).to(device, non_blocking=False)
-            except Exception:  # noqa: BLE001 - a damaged file: the caller names and replaces it
-                decoded[i] = None
-    return decoded
-
-
-def nvjpeg_reason() -> str | None:
-    """Why torchvision cannot decode JPEGs on this GPU, or None (checked by decoding a tiny JPEG)."""
-    try:
-        from torchvision.io import ImageReadMode, decode_jpeg, encode_jpeg
-
-        probe = encode_jpeg(torch.zeros((3, 16, 16), dtype=torch.uint8), quality=90)
-        out = decode_jpeg([probe], mode=ImageReadMode.RGB, device="cuda")
-        if tuple(out[0].shape) != (3, 16, 16):
-            return f"torchvision's GPU JPEG decoder returned shape {tuple(out[0].shape)}"
-    except Exception as exc:  # noqa: BLE001 - any failure means this pipeline cannot run here
-        return f"torchvision cannot decode JPEGs on the GPU here ({type(exc).__name__}: {str(exc)[:200]})"
-    return None
-
-
-def check_nvjpeg() -> None:
-    """Raise PipelineUnsupportedError (the measurement is skipped) where torchvision cannot decode on this GPU."""
-    reason = nvjpeg_reason()
-    if reason:
-        from clsbench.data.errors import PipelineUnsupportedError
-
-        raise PipelineUnsupportedError(reason)
 
 
 class GpuPipeline:
@@ -490,10 +447,13 @@ class GpuPipeline:
     priority = 20
 
     def check(self, settings: DataSettings) -> None:
-        """Raise InvalidInputError on a setting this pipeline cannot use (an unknown augmentation included)."""
+        """Raise InvalidInputError on a setting this pipeline cannot use (an unknown augmentation or decoder
+        included)."""
         check_device_pipeline(self.name, settings)
         if settings.augment is not None:
             AUGMENTS.get(settings.augment)
+        if settings.decoder is not None:
+            DECODERS.get(settings.decoder)
         switch_interval_s()
         stream_priority()
 
@@ -507,20 +467,21 @@ class GpuPipeline:
         return None
 
     def open(self, dataset: EncodedDataset, spec: BatchSpec) -> GpuStream:
-        check_nvjpeg()
+        decoder = DECODERS.get(spec.settings.decoder or DEFAULT_DECODER)
+        decoder.check(spec.device)
         augment = AUGMENTS.get(spec.settings.augment or DEFAULT_AUGMENT)
-        facts = {"pipeline": "gpu", "decoder": "torchvision.io.decode_jpeg (nvJPEG, batched)",
+        facts = {"pipeline": "gpu", "decoder": decoder.description,
                  "queue_depth": spec.settings.prefetch_factor or DEFAULT_DEPTH, "reader_workers":
                  spec.settings.num_workers, "augment": augment.name, "resize": augment.resize}
         return GpuStream(dataset, spec, facts)
 
     def measure_stages(self, dataset: EncodedDataset, spec: BatchSpec, clock: Any) -> dict[str, Any]:
-        """Read, nvJPEG decode and augment measured alone before training (:mod:`clsbench.data.stages`): the
-        augmentation the settings choose, then every other registered one for comparison."""
+        """Read, decode (by the settings' decoder) and augment measured alone before training
+        (:mod:`clsbench.data.stages`): the augmentation the settings choose, then every other registered one for
+        comparison."""
         from clsbench.data.stages import CudaMeter, measure_stages
 
-        decode, augments, device = self._stage_parts(dataset, spec)
-        with torch.no_grad():
+        with self._stage_parts(dataset, spec) as (decode, augments, device), torch.no_grad():
             return measure_stages(dataset, spec, decode=decode, augments=augments, meter=CudaMeter(device),
                                   clock=clock)
 
@@ -530,26 +491,40 @@ class GpuPipeline:
         from clsbench.data.stages import measure_stage_busy
         from clsbench.measure.busy import gpu_busy_per_iteration
 
-        decode, augments, _ = self._stage_parts(dataset, spec)
-        with torch.no_grad():
+        with self._stage_parts(dataset, spec) as (decode, augments, _), torch.no_grad():
             return measure_stage_busy(dataset, spec, decode=decode, augments=augments,
                                       busy=gpu_busy_per_iteration)
 
     @staticmethod
-    def _stage_parts(dataset: EncodedDataset, spec: BatchSpec) -> tuple[Any, list[Any], torch.device]:
-        """The batched decode on the measurement's device, the augmentations (the chosen one first) and the device."""
-        check_nvjpeg()
+    @contextlib.contextmanager
+    def _stage_parts(dataset: EncodedDataset, spec: BatchSpec) -> Iterator[tuple[Any, list[Any], torch.device]]:
+        """The decode on the measurement's device (the settings' decoder; images placed whole on the device, so
+        that every augmentation is measured on the same decoded images), the augmentations (the chosen one first)
+        and the device; the decoder's session is closed on leaving."""
         chosen = spec.settings.augment or DEFAULT_AUGMENT
         augments = [AUGMENTS.get(chosen)] + [entry for name, entry in AUGMENTS.items() if name != chosen]
         device = spec.device
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+        decoder = DECODERS.get(spec.settings.decoder or DEFAULT_DECODER)
+        decoder.check(device)
+        session = decoder.open(device)
         kinds = dataset.index.kinds
 
         def decode(encoded: Sequence[torch.Tensor | None], indices: Sequence[int]) -> list[torch.Tensor | None]:
-            return decode_batch(encoded, [kinds[i] for i in indices], device)
+            images = session.decode(encoded, [kinds[i] for i in indices])
+            good = [(n, image) for n, image in enumerate(images) if image is not None]
+            placed, _ = session.place([image for _, image in good],
+                                      [(0, 0, int(image.shape[-2]), int(image.shape[-1])) for _, image in good])
+            out: list[torch.Tensor | None] = [None] * len(images)
+            for (n, _), image in zip(good, placed, strict=True):
+                out[n] = image
+            return out
 
-        return decode, augments, device
+        try:
+            yield decode, augments, device
+        finally:
+            session.close()
 
 
 PIPELINES.register(GpuPipeline.name, GpuPipeline())
