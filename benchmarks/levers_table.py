@@ -2,7 +2,7 @@
 per batch, the pipeline's switch interval and stream priority, each stage thread's work and CPU per batch while
 training, and each stage's GPU busy time alone.
 
-    python benchmarks/levers_table.py DIR
+    python benchmarks/levers_table.py DIR [SYNTHETIC_IMG_S]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def row(path: Path) -> dict[str, object]:
     data = rep.get("data") or {}
     pipeline = data.get("pipeline") or {}
     out["switch"] = pipeline.get("switch_interval_ms")
+    out["threads_n"] = pipeline.get("decode_threads")
     out["priority"] = pipeline.get("stream_priority")
     decoder = pipeline.get("decoder_stream")
     if decoder:
@@ -59,13 +60,16 @@ def main() -> None:
     folder = Path(sys.argv[1])
     rows = [row(p) for p in sorted(folder.glob("*.json"))]
     ceiling = next((r["img_s"] for r in rows if r["cell"] == "synthetic"), None)
+    if ceiling is None and len(sys.argv) > 2:  # the synthetic figure of another file, e.g. the same call's diagnose
+        ceiling = float(sys.argv[2])
     print(f"{'cell':<24} {'img/s':>7} {'share':>6} {'step':>6} {'wait':>6} {'switch':>6} {'prio':>8}  "
           "threads work/CPU ms per batch; GPU busy ms per batch alone")
     for r in rows:
         share = r["img_s"] / ceiling * 100 if ceiling and r.get("img_s") else None
         print(f"{r['cell']:<24} {fmt(r.get('img_s'), ',.0f'):>7} {fmt(share, '.1f'):>6} {fmt(r.get('step_ms')):>6} "
               f"{fmt(r.get('wait_ms')):>6} {fmt(r.get('switch'), 'g'):>6} {r.get('priority') or '-':>8}  "
-              f"{r.get('threads') or r['status']}; {r.get('busy') or ''}")
+              f"{r.get('threads') or r['status']}; {r.get('busy') or ''}"
+              + (f"; {r['threads_n']} decode threads" if r.get("threads_n") else ""))
         if r.get("decoder_error"):
             print(f"{'':<24} decoder stream: {r['decoder_error']}")
 

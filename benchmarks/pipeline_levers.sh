@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # What makes the gpu pipeline keep a fast training step fed? Short A/B measurements in one device call, each a
-# `clsbench run` of one repeat (fresh process, short windows) with one lever changed, in the order they settle it:
+# `clsbench run` of one repeat (fresh process, short windows) with one lever changed. CELLS chooses which, in order
+# (default: synthetic gpu gpu-cpu gpu-cpu-memory gpu-memory gpu-separable launched-gpu):
 #
 #   synthetic          the ceiling: MODE on synthetic data
-#   gpu                the gpu pipeline with its defaults (reading in the training process, default augmentation,
-#                      its streams, torchvision's decoder stream included, at high priority)
-#   gpu-normal         the same with its streams at normal priority (CLSBENCH_GPU_STREAM_PRIORITY=normal), the
-#                      pipeline as it was until 2026-12-02: each of the decoder's ~250 small kernels per batch waits
-#                      behind the step's (benchmarks/decode_contention.py)
+#   gpu                the gpu pipeline with its defaults (reading in the training process, nvJPEG decode, batched
+#                      augmentation)
+#   gpu-high           its streams, torchvision's decoder stream included, at high priority
+#                      (CLSBENCH_GPU_STREAM_PRIORITY=high); on 2026-12-02 it changed nothing
 #   gpu-memory         the memory source (no file reads in the training process)
 #   gpu-separable      the separable augmentation (less GPU time per batch than batched, measured alone)
+#   gpu-cpu            JPEGs decoded on a pool of threads in the training process, crops uploaded in one copy per
+#                      batch (--gpu-decode cpu): no nvJPEG round trips through a GPU busy with the step
+#   gpu-cpu-memory     the same over the memory source
+#   gpu-cpu-t14        the same as gpu-cpu with 14 decode threads (CLSBENCH_GPU_DECODE_THREADS; default: CPUs - 4)
+#   gpu-cpu-separable  gpu-cpu with the separable augmentation
 #   launched-gpu       MODE without +cudagraph (the step launched from Python, kernel by kernel)
+#   launched-gpu-cpu   the same with the cpu decoder
 #
-# Each result file keeps the pipeline's facts (the switch interval and priority in force), the stage threads' figures
-# while training (work, CPU, waits) and each stage's GPU busy time alone; `clsbench show` prints them. A lever that
-# wins here is then measured with the full protocol (benchmarks/pipeline_h200.sh) before it becomes a default.
+# Each result file keeps the pipeline's facts (decoder, threads, switch interval, priority), the stage threads'
+# figures while training (work, CPU, waits) and each stage's GPU busy time alone; benchmarks/levers_table.py prints
+# one line per file. A lever that wins here is then measured with the full protocol (benchmarks/pipeline_h200.sh)
+# before it becomes a default.
 #
 #   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_levers.sh
+#   CELLS="gpu-cpu gpu" MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_levers.sh
 #
 # Files go to a new folder benchmarks/results/h200/pipeline-levers-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set. Every step gets what is left of a GUARD_S (default 560) guard.
@@ -58,18 +66,29 @@ $PY -c "import sys, torch, torchvision; print('torch', torch.__version__, 'torch
   | tee "$DEST/environment.txt"
 
 GPU=(--data "$DATA" --pipeline gpu)
-cell synthetic 60 "$MODE" --
-cell gpu 45 "$MODE" -- "${GPU[@]}"
-cell gpu-normal 45 "$MODE" CLSBENCH_GPU_STREAM_PRIORITY=normal -- "${GPU[@]}"
-cell gpu-memory 45 "$MODE" -- "${GPU[@]}" --data-source memory
-cell gpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-augment separable
 LAUNCHED=${MODE/+cudagraph/}
-[ "$LAUNCHED" != "$MODE" ] && cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}"
+CELLS=${CELLS:-synthetic gpu gpu-cpu gpu-cpu-memory gpu-memory gpu-separable launched-gpu}
+for name in $CELLS; do
+  case $name in
+    synthetic) cell synthetic 60 "$MODE" -- ;;
+    gpu) cell gpu 45 "$MODE" -- "${GPU[@]}" ;;
+    gpu-high) cell gpu-high 45 "$MODE" CLSBENCH_GPU_STREAM_PRIORITY=high -- "${GPU[@]}" ;;
+    gpu-memory) cell gpu-memory 45 "$MODE" -- "${GPU[@]}" --data-source memory ;;
+    gpu-separable) cell gpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-augment separable ;;
+    gpu-cpu) cell gpu-cpu 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu ;;
+    gpu-cpu-memory) cell gpu-cpu-memory 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu --data-source memory ;;
+    gpu-cpu-t14) cell gpu-cpu-t14 45 "$MODE" CLSBENCH_GPU_DECODE_THREADS=14 -- "${GPU[@]}" --gpu-decode cpu ;;
+    gpu-cpu-separable) cell gpu-cpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu --gpu-augment separable ;;
+    launched-gpu) cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}" ;;
+    launched-gpu-cpu) cell launched-gpu-cpu 60 "$LAUNCHED" -- "${GPU[@]}" --gpu-decode cpu ;;
+    *) echo "unknown cell $name" >&2 ;;
+  esac
+done
 
 for f in "$DEST"/*.json; do
   [ -f "$f" ] || continue
   echo; echo "== $(basename "$f" .json)"; $PY -m clsbench show "$f" 2>&1 | tee "${f%.json}.table.txt" | tail -n 25
 done
-echo; $PY benchmarks/levers_table.py "$DEST" | tee "$DEST/levers.txt"
+echo; $PY benchmarks/levers_table.py "$DEST" ${SYNTHETIC:-} | tee "$DEST/levers.txt"
 echo; echo "results: $DEST ($(( $(date +%s) - T0 )) s)"
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/pipeline-levers-$NAME.tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi

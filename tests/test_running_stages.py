@@ -143,7 +143,7 @@ def test_diagnose_names_the_busiest_stage_and_whether_it_waited_or_computed():
     row["running"] = running_figures([[stage("augment", 40, 20.0, 15.0)]])
     text = "\n".join(running_lines(row))
     assert "augment (20.0 ms per batch, against 11.6 ms alone)" in text  # the augmentation used, not the other
-    assert "bound by its own host work" in text
+    assert "its own host work, or spinning in a CUDA synchronisation" in text
     assert running_lines({"label": "x", "running": None}) == []
 
 

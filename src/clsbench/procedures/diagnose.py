@@ -563,7 +563,10 @@ def running_lines(row: dict[str, Any]) -> list[str]:
             line += (f"; its thread used the CPU for {cpu:.1f} ms of it: the rest it waited, for the interpreter "
                      "(the GIL, held by the other stages and the training loop), the GPU or the disk")
         else:
-            line += f"; its thread used the CPU for {cpu:.1f} ms of it: it is bound by its own host work"
+            line += (f"; its thread used the CPU for {cpu:.1f} ms of it: its own host work, or spinning in a CUDA "
+                     "synchronisation (a thread waiting for the GPU that way counts as busy: nvJPEG's decode "
+                     "synchronises once per image; with the step captured as a CUDA graph, --gpu-decode cpu avoids "
+                     "that wait)")
     return lines + [line]
 
 
