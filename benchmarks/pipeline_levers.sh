@@ -17,6 +17,7 @@
 #   gpu-cpu-separable  gpu-cpu with the separable augmentation
 #   launched-gpu       MODE without +cudagraph (the step launched from Python, kernel by kernel)
 #   launched-gpu-cpu   the same with the cpu decoder
+#   launched-gpu-memory  launched-gpu over the memory source (no file reading holding the GIL beside the launches)
 #
 # Each result file keeps the pipeline's facts (decoder, threads, switch interval, priority), the stage threads'
 # figures while training (work, CPU, waits) and each stage's GPU busy time alone; benchmarks/levers_table.py prints
@@ -81,6 +82,7 @@ for name in $CELLS; do
     gpu-cpu-separable) cell gpu-cpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu --gpu-augment separable ;;
     launched-gpu) cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}" ;;
     launched-gpu-cpu) cell launched-gpu-cpu 60 "$LAUNCHED" -- "${GPU[@]}" --gpu-decode cpu ;;
+    launched-gpu-memory) cell launched-gpu-memory 60 "$LAUNCHED" -- "${GPU[@]}" --data-source memory ;;
     *) echo "unknown cell $name" >&2 ;;
   esac
 done

@@ -565,8 +565,9 @@ def running_lines(row: dict[str, Any]) -> list[str]:
         else:
             line += (f"; its thread used the CPU for {cpu:.1f} ms of it: its own host work, or spinning in a CUDA "
                      "synchronisation (a thread waiting for the GPU that way counts as busy: nvJPEG's decode "
-                     "synchronises once per image; with the step captured as a CUDA graph, --gpu-decode cpu avoids "
-                     "that wait)")
+                     "synchronises about once per image, and beside a step captured as a CUDA graph each wait is "
+                     "long; --gpu-decode cpu has no such waits where the host decodes fast enough: "
+                     "docs/methodology.md 16.4.4)")
     return lines + [line]
 
 
