@@ -56,7 +56,7 @@ class DataSettings:
         normalize: cpu pipeline: ``worker`` (float32 batches, normalised in the workers) or ``device`` (uint8
             batches, converted and normalised on the device after the copy).
         augment: gpu pipeline: how it crops, resizes, flips and normalises a decoded batch (``--gpu-augment``, a name
-            of :data:`clsbench.data.base.AUGMENTS`: ``batched`` or ``per-image``); None: the pipeline's default
+            of :data:`clsbench.data.base.AUGMENTS`: ``batched``, ``separable`` or ``per-image``); None: the pipeline's default
             (``batched``).
         decoder: gpu pipeline: where its JPEGs are decoded (``--gpu-decode``, a name of
             :data:`clsbench.data.base.DECODERS`: ``nvjpeg`` on the GPU or ``cpu`` on a pool of threads); None: the

@@ -6,8 +6,9 @@ process before training starts (nothing else runs), on ``batches`` batches of th
 untimed batch per stage (decoder start-up, first kernel launches):
 
 * **read**: the encoded bytes of each file of the batch from the source, on one thread (``dataset.read``);
-* **decode**: the batch's bytes to uint8 images, on the device (``decode``: the gpu pipeline's batched nvJPEG call;
-  in CPU tests, torchvision's CPU decoder); a file that fails is named and replaced by another image of the batch;
+* **decode**: the batch's bytes to uint8 images, on the device (``decode``: the gpu pipeline's decoder, by default its
+  batched nvJPEG call; the ``cpu`` decoder's threads and its copy of the whole images to the device; in CPU tests,
+  torchvision's CPU decoder); a file that fails is named and replaced by another image of the batch;
 * **augment**: each given augmentation (:data:`clsbench.data.base.AUGMENTS`) on the last decoded batch, with the
   crops and flips of a different epoch for every timed batch.
 

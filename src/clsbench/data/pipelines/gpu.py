@@ -1,4 +1,5 @@
-"""The ``gpu`` pipeline: read encoded bytes on the CPU, decode them on the GPU in batches, augment there.
+"""The ``gpu`` pipeline: read encoded bytes on the CPU, decode them (on the GPU in batches by default), augment on the
+GPU.
 
 Three threads in the training process, each a stage feeding the next through a small queue, so that reading,
 decoding and augmenting different batches overlap each other and the training step (the pipeline's pace is that
@@ -7,11 +8,13 @@ of its slowest stage, not the sum of the three):
 1. **read**: the encoded bytes of a batch, from a DataLoader whose ``num_workers`` workers only read files (0: the
    thread reads them itself; with the memory source reading is a slice of RAM). Workers hand a batch back as one
    concatenated uint8 tensor, so a batch costs one shared-memory transfer, not one per file;
-2. **decode**, on its own CUDA stream: ``torchvision.io.decode_jpeg(list_of_tensors, device=cuda)``, nvJPEG
-   batched (on the hardware JPEG decoder where the GPU has one, for baseline JPEGs; the call returns when its
-   batch is decoded). PNGs are decoded on the CPU and copied. If the batch call fails, the images are decoded one
-   at a time to find the damaged ones, which are named and replaced by another image of the batch. An event marks
-   the end of the batch on the stream;
+2. **decode**, on its own CUDA stream, by the decoder the settings name (``--gpu-decode``,
+   :data:`clsbench.data.base.DECODERS`): ``nvjpeg`` (the default: ``torchvision.io.decode_jpeg(list_of_tensors,
+   device=cuda)``, on the hardware JPEG decoder where the GPU has one, for baseline JPEGs; the call returns when its
+   batch is decoded; :mod:`clsbench.data.decoders.nvjpeg`) or ``cpu`` (libjpeg-turbo on a pool of threads, the
+   crops sent in one copy per batch; :mod:`clsbench.data.decoders.cpu`). A damaged image is named and replaced by
+   another image of the batch. Then each image's crop and flip are drawn (:func:`clsbench.data.augment.choices`)
+   and the decoder places the images on the device; an event marks the end of the batch on the stream;
 3. **augment**, on another stream that first waits for that event: RandomResizedCrop, flips and normalisation
    for the whole batch, straight into the mode's dtype and memory format, by the augmentation the settings name
    (``--gpu-augment``, :data:`clsbench.data.base.AUGMENTS`): ``batched`` (the default; a few batched operations
@@ -30,7 +33,8 @@ Before the stream starts, :meth:`GpuPipeline.measure_stages` measures each stage
 augmentation; their device time per batch and peak memory: :mod:`clsbench.data.stages`); the train workload stores
 that in the result's data facts (``stages``), and ``clsbench diagnose`` prints the stage rates and the slowest.
 
-Needs CUDA and torchvision built with nvJPEG; elsewhere the measurement is skipped with the reason.
+Needs CUDA (and, for the ``nvjpeg`` decoder, torchvision built with nvJPEG); elsewhere the measurement is skipped with
+the reason.
 """
 
 from __future__ import annotations
@@ -212,16 +216,14 @@ class GpuStream(StreamRecord):
         if spec.device.type == "cuda" and spec.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.augment = AUGMENTS.get(self.settings.augment or DEFAULT_AUGMENT)
-        self.decoder = DECODERS.get(self.settings.decoder or DEFAULT_DECODER).open(self.device)
         priority = stream_priority()
         switch_s = switch_interval_s()
+        self._previous_switch_s = sys.getswitchinterval()
         self.decode_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
         self.augment_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
-        self._previous_switch_s = sys.getswitchinterval()
-        if switch_s is not None:
-            sys.setswitchinterval(switch_s)
-        facts = {**facts, **self.decoder.facts, "switch_interval_ms": round(sys.getswitchinterval() * 1e3, 4),
-                 "stream_priority": priority}
+        self.decoder = DECODERS.get(self.settings.decoder or DEFAULT_DECODER).open(self.device)
+        switch_ms = round((switch_s or self._previous_switch_s) * 1e3, 4)
+        facts = {**facts, **self.decoder.facts, "switch_interval_ms": switch_ms, "stream_priority": priority}
         if priority == "high" and self.device.type == "cuda":
             from clsbench.data.decoder_stream import raise_decoder_priority
 
@@ -232,13 +234,17 @@ class GpuStream(StreamRecord):
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         StreamRecord.__init__(self, facts)
-        self.loader = torch.utils.data.DataLoader(
-            EncodedBatches(dataset), batch_size=spec.batch_size, sampler=EpochSampler(len(dataset), spec.seed),
-            drop_last=True, collate_fn=collate_encoded, num_workers=self.settings.num_workers,
-            **({"timeout": self.settings.timeout_s, "persistent_workers": self.settings.persistent_workers,
-                "multiprocessing_context": loader_context()} if self.settings.num_workers else {}))
-        # Start the reading workers from this thread, before any stage thread exists (forking with one thread).
-        self._iterator: Any = self._new_epoch()
+        try:
+            self.loader = torch.utils.data.DataLoader(
+                EncodedBatches(dataset), batch_size=spec.batch_size, sampler=EpochSampler(len(dataset), spec.seed),
+                drop_last=True, collate_fn=collate_encoded, num_workers=self.settings.num_workers,
+                **({"timeout": self.settings.timeout_s, "persistent_workers": self.settings.persistent_workers,
+                    "multiprocessing_context": loader_context()} if self.settings.num_workers else {}))
+            # Start the reading workers from this thread, before any stage thread exists (forking with one thread).
+            self._iterator: Any = self._new_epoch()
+        except BaseException:
+            self.decoder.close()
+            raise
         self.meters = [StageMeter(name) for name in ("read", "decode", "augment")]
         self.running = RunningStages(self.meters)
         self.threads = [
@@ -252,6 +258,8 @@ class GpuStream(StreamRecord):
                                                        self.ready, self.augment_stream), name="clsbench-gpu-augment",
                              daemon=True),
         ]
+        if switch_s is not None:
+            sys.setswitchinterval(switch_s)
         for thread in self.threads:
             thread.start()
 
