@@ -35,6 +35,7 @@ def row(path: Path) -> dict[str, object]:
     pipeline = data.get("pipeline") or {}
     out["switch"] = pipeline.get("switch_interval_ms")
     out["threads_n"] = pipeline.get("decode_threads")
+    out["cpu_share"] = pipeline.get("cpu_share_mean")
     out["priority"] = pipeline.get("stream_priority")
     decoder = pipeline.get("decoder_stream")
     if decoder:
@@ -69,7 +70,8 @@ def main() -> None:
         print(f"{r['cell']:<24} {fmt(r.get('img_s'), ',.0f'):>7} {fmt(share, '.1f'):>6} {fmt(r.get('step_ms')):>6} "
               f"{fmt(r.get('wait_ms')):>6} {fmt(r.get('switch'), 'g'):>6} {r.get('priority') or '-':>8}  "
               f"{r.get('threads') or r['status']}; {r.get('busy') or ''}"
-              + (f"; {r['threads_n']} decode threads" if r.get("threads_n") else ""))
+              + (f"; {r['threads_n']} decode threads" if r.get("threads_n") else "")
+              + (f", host share {r['cpu_share']:.2f}" if r.get("cpu_share") is not None else ""))
         if r.get("decoder_error"):
             print(f"{'':<24} decoder stream: {r['decoder_error']}")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What makes the gpu pipeline keep a fast training step fed? Short A/B measurements in one device call, each a
 # `clsbench run` of one repeat (fresh process, short windows) with one lever changed. CELLS chooses which, in order
-# (default: synthetic gpu gpu-cpu gpu-cpu-memory gpu-memory gpu-separable launched-gpu):
+# (default: synthetic gpu gpu-split gpu-split-memory gpu-memory launched-gpu-memory launched-gpu-split):
 #
 #   synthetic          the ceiling: MODE on synthetic data
 #   gpu                the gpu pipeline with its defaults (reading in the training process, nvJPEG decode, batched
@@ -15,9 +15,12 @@
 #   gpu-cpu-memory     the same over the memory source
 #   gpu-cpu-t14        the same as gpu-cpu with 14 decode threads (CLSBENCH_GPU_DECODE_THREADS; default: CPUs - 4)
 #   gpu-cpu-separable  gpu-cpu with the separable augmentation
+#   gpu-split          each batch shared between nvJPEG and the host's threads at once (--gpu-decode split)
+#   gpu-split-memory   the same over the memory source
 #   launched-gpu       MODE without +cudagraph (the step launched from Python, kernel by kernel)
 #   launched-gpu-cpu   the same with the cpu decoder
 #   launched-gpu-memory  launched-gpu over the memory source (no file reading holding the GIL beside the launches)
+#   launched-gpu-split the launched step with the split decoder over the memory source
 #
 # Each result file keeps the pipeline's facts (decoder, threads, switch interval, priority), the stage threads'
 # figures while training (work, CPU, waits) and each stage's GPU busy time alone; benchmarks/levers_table.py prints
@@ -68,7 +71,7 @@ $PY -c "import sys, torch, torchvision; print('torch', torch.__version__, 'torch
 
 GPU=(--data "$DATA" --pipeline gpu)
 LAUNCHED=${MODE/+cudagraph/}
-CELLS=${CELLS:-synthetic gpu gpu-cpu gpu-cpu-memory gpu-memory gpu-separable launched-gpu}
+CELLS=${CELLS:-synthetic gpu gpu-split gpu-split-memory gpu-memory launched-gpu-memory launched-gpu-split}
 for name in $CELLS; do
   case $name in
     synthetic) cell synthetic 60 "$MODE" -- ;;
@@ -80,9 +83,12 @@ for name in $CELLS; do
     gpu-cpu-memory) cell gpu-cpu-memory 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu --data-source memory ;;
     gpu-cpu-t14) cell gpu-cpu-t14 45 "$MODE" CLSBENCH_GPU_DECODE_THREADS=14 -- "${GPU[@]}" --gpu-decode cpu ;;
     gpu-cpu-separable) cell gpu-cpu-separable 45 "$MODE" -- "${GPU[@]}" --gpu-decode cpu --gpu-augment separable ;;
+    gpu-split) cell gpu-split 45 "$MODE" -- "${GPU[@]}" --gpu-decode split ;;
+    gpu-split-memory) cell gpu-split-memory 45 "$MODE" -- "${GPU[@]}" --gpu-decode split --data-source memory ;;
     launched-gpu) cell launched-gpu 60 "$LAUNCHED" -- "${GPU[@]}" ;;
     launched-gpu-cpu) cell launched-gpu-cpu 60 "$LAUNCHED" -- "${GPU[@]}" --gpu-decode cpu ;;
     launched-gpu-memory) cell launched-gpu-memory 60 "$LAUNCHED" -- "${GPU[@]}" --data-source memory ;;
+    launched-gpu-split) cell launched-gpu-split 60 "$LAUNCHED" -- "${GPU[@]}" --gpu-decode split --data-source memory ;;
     *) echo "unknown cell $name" >&2 ;;
   esac
 done

@@ -334,17 +334,52 @@ def test_the_gpu_pipeline_is_deterministic_with_a_seed(photos: Path, logged_cuda
         assert float((grey_levels(a) - grey_levels(b)).abs().mean()) <= TOLERANCE_MEAN
 
 
-@pytest.mark.parametrize("augment", ["batched", "separable", "per-image"])
-def test_the_cpu_decoder_gives_the_same_batches_as_decoding_whole_images(photos: Path, logged_cuda: Log,
-                                                                        monkeypatch: pytest.MonkeyPatch,
-                                                                        augment: str):
+@pytest.mark.parametrize("augment, decoder", [("batched", "cpu"), ("separable", "cpu"), ("per-image", "cpu"),
+                                              ("batched", "split")])
+def test_the_host_decoders_give_the_same_batches_as_decoding_whole_images(photos: Path, logged_cuda: Log,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         augment: str, decoder: str):
     # The cpu decoder crops on the host and the augmentation gets the crops with whole-crop boxes; the default
     # decoder hands whole images with their boxes (decoded by libjpeg on a CPU in both cases here): same pixels.
+    # The split decoder shares each batch between the two.
     monkeypatch.setenv("CLSBENCH_GPU_DECODE_THREADS", "3")
     whole = batches_of(photos, 5, augment)
-    cropped = batches_of(photos, 5, augment, decoder="cpu")
+    cropped = batches_of(photos, 5, augment, decoder=decoder)
     for a, b in zip(whole, cropped, strict=True):
         assert torch.equal(a, b)
+
+
+def test_the_split_follows_the_two_decoders_rates():
+    from clsbench.data.decoders.split import SHARE_LIMITS, SMOOTHING, START_SHARE, next_share
+
+    # the host decoded 128 images in 40 ms, the GPU 128 in 20 ms: balanced, the host takes a third
+    moved = next_share(START_SHARE, 128, 0.040, 128, 0.020)
+    assert moved == pytest.approx((1 - SMOOTHING) * 0.5 + SMOOTHING / 3)
+    share = START_SHARE
+    for _ in range(40):  # at fixed rates (host 3,200 img/s, GPU 6,400 img/s) it settles at the balance
+        k = round(share * 256)
+        share = next_share(share, k, k / 3200, 256 - k, (256 - k) / 6400)
+    assert share == pytest.approx(1 / 3, abs=0.01)
+    assert next_share(0.95, 250, 0.001, 6, 1.0) == SHARE_LIMITS[1]  # never all to one side
+    assert next_share(0.05, 6, 1.0, 250, 0.001) == SHARE_LIMITS[0]
+    assert next_share(0.4, 0, 0.0, 256, 0.03) == 0.4  # a side with nothing to go by leaves it
+
+
+def test_the_split_session_shares_batches_and_records_its_share(photos: Path):
+    from clsbench.data.decoders.split import SplitSession
+    from clsbench.data.sources.memory import MemorySource
+
+    data = MemorySource().open(DataSettings(str(photos), source="memory", pipeline="gpu"))
+    encoded = [data.read(i) for i in range(8)]
+    session = SplitSession(torch.device("cpu"), 2)
+    try:
+        images = session.decode(encoded, list(data.index.kinds[:8]))
+        assert len(images) == 8 and all(im is not None and im.shape[0] == 3 for im in images)
+        assert session.facts["cpu_share_mean"] == 0.5 and 0.05 <= session.facts["cpu_share"] <= 0.95
+        session.decode(encoded, list(data.index.kinds[:8]))
+        assert session.facts["cpu_share_mean"] == pytest.approx((0.5 + session._shares[1]) / 2, abs=1e-4)
+    finally:
+        session.close()
 
 
 def test_decode_thread_shares_and_count():

@@ -300,3 +300,13 @@ def test_training_with_the_cpu_decoder_records_it(dataset: Path):
     stages = {s["stage"]: s for s in record["data"]["stages"]["stages"]}
     assert stages["decode"]["batch_ms"] and stages["decode"]["peak_bytes"] > 0  # the upload's device memory
     assert record["data"]["stages"]["busy"]["decode"]["gpu_busy_ms_per_iteration"] > 0  # the copy counts
+
+
+def test_training_with_the_split_decoder_records_its_share(dataset: Path):
+    data = DataSettings(str(dataset), source="memory", pipeline="gpu", decoder="split")
+    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
+    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
+    assert record["status"] == "ok", record
+    pipeline = record["data"]["pipeline"]
+    assert pipeline["decoder"].startswith("each batch shared between") and pipeline["decode_threads"] >= 1
+    assert 0.05 <= pipeline["cpu_share"] <= 0.95 and 0.05 <= pipeline["cpu_share_mean"] <= 0.95

@@ -39,8 +39,9 @@ RUN_DATA_OPTIONS = [
                       "(the antialiased resize as two batched matmuls) or per-image (one antialiased resize per "
                       "image)."),
     click.option("--gpu-decode", "gpu_decode",
-                 help="gpu pipeline: nvjpeg (default: nvJPEG on the GPU, in batches) or cpu (libjpeg-turbo on a "
-                      "pool of threads in the training process, the crops uploaded in one copy per batch)."),
+                 help="gpu pipeline: nvjpeg (default: nvJPEG on the GPU, in batches), cpu (libjpeg-turbo on a pool "
+                      "of threads in the training process, the crops uploaded in one copy per batch) or split (each "
+                      "batch shared between the two at once)."),
     click.option("--data-timeout", type=float,
                  help=f"Seconds one batch may take before the measurement fails as data_loader_timeout (default "
                       f"{DEFAULT_DATA_TIMEOUT_S:g})."),

@@ -56,11 +56,11 @@ class DataSettings:
         normalize: cpu pipeline: ``worker`` (float32 batches, normalised in the workers) or ``device`` (uint8
             batches, converted and normalised on the device after the copy).
         augment: gpu pipeline: how it crops, resizes, flips and normalises a decoded batch (``--gpu-augment``, a name
-            of :data:`clsbench.data.base.AUGMENTS`: ``batched``, ``separable`` or ``per-image``); None: the pipeline's default
-            (``batched``).
+            of :data:`clsbench.data.base.AUGMENTS`: ``batched``, ``separable`` or ``per-image``); None: the
+            pipeline's default (``batched``).
         decoder: gpu pipeline: where its JPEGs are decoded (``--gpu-decode``, a name of
-            :data:`clsbench.data.base.DECODERS`: ``nvjpeg`` on the GPU or ``cpu`` on a pool of threads); None: the
-            pipeline's default (``nvjpeg``).
+            :data:`clsbench.data.base.DECODERS`: ``nvjpeg`` on the GPU, ``cpu`` on a pool of threads, or ``split``
+            between the two); None: the pipeline's default (``nvjpeg``).
         timeout_s: seconds one batch may take before the measurement fails (``data_loader_timeout``).
         fingerprint: the dataset's file list and sizes, hashed when the run was planned (not part of the identity).
     """

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,37 +84,59 @@ class CpuSession:
 
     def decode(self, encoded: Sequence[torch.Tensor | None], kinds: Sequence[str]) -> list[torch.Tensor | None]:
         """Step 1 of the module docstring: host images (3, H, W) uint8, None where a file failed."""
+        return self.decode_async(encoded, kinds)()[0]
+
+    def decode_async(self, encoded: Sequence[torch.Tensor | None], kinds: Sequence[str]) -> Any:
+        """Start step 1 on the pool and return at once; calling the result waits and returns ``(images, done_at)``:
+        the images as :meth:`decode` returns them and the ``time.perf_counter()`` at which the last thread finished
+        (the ``split`` decoder's balance of the two decoders)."""
         cpu = torch.device("cpu")
         parts = shares(len(encoded), self.threads)
-        results = self.pool.map(lambda r: decode_batch([encoded[i] for i in r], [kinds[i] for i in r], cpu), parts)
-        out: list[torch.Tensor | None] = [None] * len(encoded)
-        for r, images in zip(parts, results, strict=True):
-            for i, image in zip(r, images, strict=True):
-                out[i] = image
-        return out
+
+        def work(r: range) -> tuple[list[torch.Tensor | None], float]:
+            return decode_batch([encoded[i] for i in r], [kinds[i] for i in r], cpu), time.perf_counter()
+
+        futures = [self.pool.submit(work, r) for r in parts]
+
+        def result() -> tuple[list[torch.Tensor | None], float]:
+            out: list[torch.Tensor | None] = [None] * len(encoded)
+            finished = [] if futures else [time.perf_counter()]
+            for r, future in zip(parts, futures, strict=True):
+                images, at = future.result()
+                finished.append(at)
+                for i, image in zip(r, images, strict=True):
+                    out[i] = image
+            return out, max(finished)
+
+        return result
 
     def place(self, images: Sequence[torch.Tensor], boxes: Sequence[Box]) -> tuple[list[torch.Tensor], list[Box]]:
-        """Step 2 of the module docstring: the crops on the device and their boxes (each the whole crop)."""
-        sizes = [3 * h * w for _, _, h, w in boxes]
+        """Step 2 of the module docstring: the crops on the device and their boxes (each the whole crop). Images that
+        are on a GPU already (the ``split`` decoder's nvJPEG share) are handed on with their boxes."""
+        on_gpu = self.device.type == "cuda"
+        host = [i for i, image in enumerate(images) if not (on_gpu and image.is_cuda)]
+        sizes = [3 * boxes[i][2] * boxes[i][3] for i in host]
         offsets = [0]
         for size in sizes:
             offsets.append(offsets[-1] + size)
-        on_gpu = self.device.type == "cuda"
         buffer = torch.empty(offsets[-1], dtype=torch.uint8, pin_memory=on_gpu)
         flat = buffer.numpy()
 
         def copy(r: range) -> None:
-            for i in r:
-                top, left, h, w = boxes[i]
-                source = images[i].permute(1, 2, 0).numpy()  # the decoder's height x width x channel layout
-                np.copyto(flat[offsets[i]:offsets[i + 1]].reshape(h, w, 3), source[top:top + h, left:left + w])
+            for n in r:
+                top, left, h, w = boxes[host[n]]
+                source = images[host[n]].permute(1, 2, 0).numpy()  # the decoder's height x width x channel layout
+                np.copyto(flat[offsets[n]:offsets[n + 1]].reshape(h, w, 3), source[top:top + h, left:left + w])
 
-        for _ in self.pool.map(copy, shares(len(images), self.threads)):
+        for _ in self.pool.map(copy, shares(len(host), self.threads)):
             pass
         placed = buffer.to(self.device, non_blocking=True) if on_gpu else buffer
-        crops = [placed[offsets[i]:offsets[i + 1]].view(h, w, 3).permute(2, 0, 1)
-                 for i, (_, _, h, w) in enumerate(boxes)]
-        return crops, [(0, 0, h, w) for _, _, h, w in boxes]
+        crops, crop_boxes = list(images), list(boxes)
+        for n, i in enumerate(host):
+            _, _, h, w = boxes[i]
+            crops[i] = placed[offsets[n]:offsets[n + 1]].view(h, w, 3).permute(2, 0, 1)
+            crop_boxes[i] = (0, 0, h, w)
+        return crops, crop_boxes
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

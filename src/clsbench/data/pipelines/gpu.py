@@ -11,8 +11,9 @@ of its slowest stage, not the sum of the three):
 2. **decode**, on its own CUDA stream, by the decoder the settings name (``--gpu-decode``,
    :data:`clsbench.data.base.DECODERS`): ``nvjpeg`` (the default: ``torchvision.io.decode_jpeg(list_of_tensors,
    device=cuda)``, on the hardware JPEG decoder where the GPU has one, for baseline JPEGs; the call returns when its
-   batch is decoded; :mod:`clsbench.data.decoders.nvjpeg`) or ``cpu`` (libjpeg-turbo on a pool of threads, the
-   crops sent in one copy per batch; :mod:`clsbench.data.decoders.cpu`). A damaged image is named and replaced by
+   batch is decoded; :mod:`clsbench.data.decoders.nvjpeg`), ``cpu`` (libjpeg-turbo on a pool of threads, the
+   crops sent in one copy per batch; :mod:`clsbench.data.decoders.cpu`) or ``split`` (each batch shared between
+   the two at once; :mod:`clsbench.data.decoders.split`). A damaged image is named and replaced by
    another image of the batch. Then each image's crop and flip are drawn (:func:`clsbench.data.augment.choices`)
    and the decoder places the images on the device; an event marks the end of the batch on the stream;
 3. **augment**, on another stream that first waits for that event: RandomResizedCrop, flips and normalisation
@@ -223,7 +224,7 @@ class GpuStream(StreamRecord):
         self.augment_stream = torch.cuda.Stream(device=self.device, priority=STREAM_PRIORITIES[priority])
         self.decoder = DECODERS.get(self.settings.decoder or DEFAULT_DECODER).open(self.device)
         switch_ms = round((switch_s or self._previous_switch_s) * 1e3, 4)
-        facts = {**facts, **self.decoder.facts, "switch_interval_ms": switch_ms, "stream_priority": priority}
+        facts = {**facts, "switch_interval_ms": switch_ms, "stream_priority": priority}
         if priority == "high" and self.device.type == "cuda":
             from clsbench.data.decoder_stream import raise_decoder_priority
 
@@ -430,9 +431,9 @@ class GpuStream(StreamRecord):
         return dropped
 
     def facts(self) -> dict[str, Any]:
-        """The stream's facts, with each stage thread's use of its time since the drain
-        (:mod:`clsbench.data.running`)."""
-        return {**StreamRecord.facts(self), "running_stages": self.running.since_mark()}
+        """The stream's facts, with the decoder's (as they stand now: the ``split`` decoder's share moves) and each
+        stage thread's use of its time since the drain (:mod:`clsbench.data.running`)."""
+        return {**StreamRecord.facts(self), **self.decoder.facts, "running_stages": self.running.since_mark()}
 
     def close(self) -> None:
         self.stop.set()
