@@ -285,3 +285,33 @@ def test_compare_matches_each_data_setting_of_a_diagnose_file_with_the_same_one(
     # The cross-GPU view is of synthetic data: the ceiling.
     (cross,) = comparison.cross
     assert [f.train_img_s for f in cross.runs] == [1000.0, 1100.0]
+
+
+def test_diagnose_compares_the_gpu_decoders_it_is_given():
+    from clsbench.procedures.diagnose import with_gpu_decoders
+
+    cpu = DataSettings("/d", num_workers=2)
+    gpu = DataSettings("/d", pipeline="gpu")
+    assert with_gpu_decoders([cpu, gpu], None) == [cpu, gpu]
+    both = with_gpu_decoders([cpu, gpu], ["nvjpeg", " split", "split"])
+    assert [s.label() for s in both] == ["folder cpu w2", "folder gpu w0", "folder gpu w0 split-decode"]
+    assert both[1] == gpu  # the default decoder is stored as without the option
+    for decoders, settings, fragment in ((["nvjpg"], [gpu], "did you mean: nvjpeg?"),
+                                         (["split"], [cpu], "--gpu-decode applies to the gpu pipeline"),
+                                         ([" "], [gpu], "the gpu decoder list is empty")):
+        with pytest.raises(InvalidInputError, match=fragment):
+            with_gpu_decoders(settings, decoders)
+
+
+def test_diagnose_cli_refuses_a_decoder_without_the_gpu_pipeline(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from clsbench.cli import main
+
+    data = tmp_path / "ds"
+    make_dataset(data, MakeSpec(images=16, classes=2, seed=2, width=40, height=30), jobs=1)
+    done = CliRunner().invoke(main, ["diagnose", TINY, "--data", str(data), "--device", "cpu", "--batch-size", "4",
+                                     "--pipeline", "cpu",
+                                     "--gpu-decode", "split", "-o", str(tmp_path / "d.json")])
+    assert done.exit_code == 2 and "--gpu-decode applies to the gpu pipeline" in done.output, done.output
+    assert "Traceback" not in done.output and not (tmp_path / "d.json").exists()

@@ -33,6 +33,9 @@ from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
 @list_option("--pipeline", "pipelines",
              help="Pipelines to try besides PyTorch's default (repeat or comma-separate; default: every pipeline: "
                   "cpu, gpu and dali where they can run).")
+@list_option("--gpu-decode", "gpu_decoders",
+             help="The gpu pipeline's decoders to compare (repeat or comma-separate: nvjpeg, cpu, split; default: "
+                  "nvjpeg).")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke tests, CI).")
 @click.option("--data-timeout", type=float, help="Seconds one batch may take (default 120).")
 @measure_options(DIAGNOSE_OPTIONS, execution=("isolation",), helps={
@@ -42,7 +45,8 @@ from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
     "min_time": "Minimum timed seconds per setting (default: 3 on a GPU, 1 on a CPU).",
     "seed": "Seed for weights, data order and crops."})
 def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | None, data_source: str,
-                     workers: tuple[str, ...], pipelines: tuple[str, ...], quick: bool, data_timeout: float | None,
+                     workers: tuple[str, ...], pipelines: tuple[str, ...], gpu_decoders: tuple[str, ...], quick: bool,
+                     data_timeout: float | None,
                      measure: MeasureOptions, execution: Execution, device: str, output: str | None,
                      quiet: bool) -> None:
     """Find what limits training MODEL on the images in DIR: synthetic ceiling vs real pipelines, best setting."""
@@ -62,6 +66,7 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
                            workers=sizes, pipelines=chosen, quick=quick, options=measure,
                            execution=dataclasses.replace(execution, progress=progress, env=env),
                            data_timeout_s=data_timeout, output=path,
+                           gpu_decoders=",".join(gpu_decoders).split(",") if gpu_decoders else None,
                            warn=lambda line: click.echo(f"warning: {line}", err=True))
     finally:
         progress.close()

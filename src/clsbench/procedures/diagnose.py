@@ -121,6 +121,31 @@ def parse_pipelines(text: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def with_gpu_decoders(settings: Sequence[DataSettings], decoders: Sequence[str] | None) -> list[DataSettings]:
+    """Each gpu-pipeline setting once per decoder named (``--gpu-decode nvjpeg,split``; the default decoder is stored
+    as None, as without the option); the others as they are. Unknown names and a list without the gpu pipeline to
+    apply to are one error line each."""
+    from clsbench.data.base import DECODERS, DEFAULT_DECODER
+
+    if not decoders:
+        return list(settings)
+    names = list(dict.fromkeys(d.strip() for d in decoders if d.strip()))
+    if not names:
+        raise InvalidInputError("the gpu decoder list is empty", "e.g. --gpu-decode nvjpeg,split")
+    for name in names:
+        DECODERS.get(name)
+    if not any(s.pipeline == "gpu" for s in settings):
+        raise InvalidInputError("--gpu-decode applies to the gpu pipeline, which this diagnosis does not try",
+                                "add gpu to --pipeline, or drop --gpu-decode")
+    out: list[DataSettings] = []
+    for setting in settings:
+        if setting.pipeline != "gpu":
+            out.append(setting)
+            continue
+        out += [dataclasses.replace(setting, decoder=None if name == DEFAULT_DECODER else name) for name in names]
+    return out
+
+
 def default_setting(directory: str, source: str) -> DataSettings:
     """PyTorch's DataLoader defaults: no workers, no pinning (the cpu pipeline)."""
     return DataSettings(directory=directory, source=source, pipeline="cpu")
@@ -164,6 +189,7 @@ def diagnose(
     data_timeout_s: float | None = None,
     output: str | os.PathLike[str] | None = None,
     warn: Callable[[str], None] | None = None,
+    gpu_decoders: Sequence[str] | None = None,
 ) -> DiagnoseResult:
     """Measure the synthetic ceiling and the pipeline settings (module docstring); save one result file.
 
@@ -182,6 +208,7 @@ def diagnose(
         execution: isolation, clock, progress and the environment to record, as for :func:`clsbench.api.run`
             (overlapped preparation and the GPU probe are never used here).
         warn: called with each warning about the dataset (files skipped...) before anything is measured.
+        gpu_decoders: the gpu pipeline's decoders to compare (:func:`with_gpu_decoders`; default: its own).
 
     Raises:
         InvalidInputError: bad input (unknown model or mode, unusable dataset, bad lists...).
@@ -218,7 +245,7 @@ def diagnose(
     plan = dataclasses.replace(plan, stop_rules={"train": rule})
     plan.validate()
     synthetic = plan.cells[0]
-    settings = candidate_settings(base, resolved, sizes, chosen)
+    settings = with_gpu_decoders(candidate_settings(base, resolved, sizes, chosen), gpu_decoders)
     cells = [synthetic] + [dataclasses.replace(synthetic, data=s) for s in settings]
     facts: dict[str, Any] = {
         "format": DIAGNOSE_FORMAT,
