@@ -20,6 +20,7 @@
 # gets what is left of a 560 s guard (GUARD_S; SIGINT at the end, so a result file keeps its finished repeats).
 #
 #   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh     # DATA=/path/to/jpegs to use your own images
+#   DECODERS=nvjpeg,split MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh   # diagnose compares the decoders
 #
 # Every file goes to a new folder benchmarks/results/h200/pipeline-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set; the tables are printed at the end (`clsbench show`).
@@ -57,7 +58,9 @@ fi
 $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, \
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')" | tee "$DEST/environment.txt"
 
-step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${COMMON[@]}" \
+DECODE=()
+[ -n "${DECODERS:-}" ] && DECODE=(--gpu-decode "$DECODERS")
+step diagnose 200 diagnose "$MODEL" --data "$DATA" --mode "$MODE" --pipeline gpu "${DECODE[@]}" "${COMMON[@]}" \
   -o "$DEST/diagnose.json"
 step gpu-memory 60 run --model "$MODEL" --workload train --mode "$MODE" "${COMMON[@]}" --data "$DATA" \
   --data-source memory --pipeline gpu --no-probe -q -o "$DEST/gpu-memory.json"
