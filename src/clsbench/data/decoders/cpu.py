@@ -115,6 +115,8 @@ class CpuSession:
         are on a GPU already (the ``split`` decoder's nvJPEG share) are handed on with their boxes."""
         on_gpu = self.device.type == "cuda"
         host = [i for i, image in enumerate(images) if not (on_gpu and image.is_cuda)]
+        if not host:
+            return list(images), list(boxes)
         sizes = [3 * boxes[i][2] * boxes[i][3] for i in host]
         offsets = [0]
         for size in sizes:
