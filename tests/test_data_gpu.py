@@ -32,6 +32,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def short_train(data: DataSettings) -> dict:
+    """One short repeat of the tiny model's training on CUDA through ``data``; its record, checked ok."""
+    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
+    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
+    assert record["status"] == "ok", record
+    return record
+
+
 def spec_for(settings: DataSettings, device: str, batch: int = 16) -> BatchSpec:
     return BatchSpec(batch_size=batch, input_size=32, device=torch.device(device),
                      memory_format=torch.channels_last, dtype=torch.float32, seed=0, settings=settings)
@@ -250,10 +258,7 @@ def test_stages_measured_alone_on_cuda_report_device_time_and_memory(dataset: Pa
 
 
 def test_training_with_the_per_image_augmentation_records_it(dataset: Path):
-    data = DataSettings(str(dataset), source="memory", pipeline="gpu", augment="per-image")
-    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
-    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
-    assert record["status"] == "ok", record
+    record = short_train(DataSettings(str(dataset), source="memory", pipeline="gpu", augment="per-image"))
     assert record["data"]["pipeline"]["augment"] == "per-image"
     assert record["data"]["stages"]["augment"] == "per-image"
     running = record["data"]["pipeline"]["running_stages"]  # each stage thread timed in the timed region
@@ -291,10 +296,7 @@ def test_the_gpu_pipeline_records_its_stream_priorities(dataset: Path, monkeypat
 
 
 def test_training_with_the_cpu_decoder_records_it(dataset: Path):
-    data = DataSettings(str(dataset), source="folder", pipeline="gpu", decoder="cpu")
-    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
-    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
-    assert record["status"] == "ok", record
+    record = short_train(DataSettings(str(dataset), source="folder", pipeline="gpu", decoder="cpu"))
     pipeline = record["data"]["pipeline"]
     assert pipeline["decoder"].startswith("torchvision.io.decode_jpeg on the CPU") and pipeline["decode_threads"] >= 1
     stages = {s["stage"]: s for s in record["data"]["stages"]["stages"]}
@@ -303,10 +305,7 @@ def test_training_with_the_cpu_decoder_records_it(dataset: Path):
 
 
 def test_training_with_the_split_decoder_records_its_share(dataset: Path):
-    data = DataSettings(str(dataset), source="memory", pipeline="gpu", decoder="split")
-    cell = Cell(TINY, "train", "amp-bf16+cl", 16, "cuda", data=data)
-    record = execute(Job(cell=cell, repeat=0, stop=StopRule(warmup=2, min_iterations=5, min_seconds=0.2)))
-    assert record["status"] == "ok", record
+    record = short_train(DataSettings(str(dataset), source="memory", pipeline="gpu", decoder="split"))
     pipeline = record["data"]["pipeline"]
     assert pipeline["decoder"].startswith("each batch shared between") and pipeline["decode_threads"] >= 1
     assert 0.05 <= pipeline["cpu_share"] <= 0.95 and 0.05 <= pipeline["cpu_share_mean"] <= 0.95
