@@ -161,3 +161,16 @@ def test_show_names_the_busiest_stage_thread_under_the_data_table():
     assert ("stage threads: resnet50 amp-bf16+cl bs256 [folder gpu w0]: busiest while training: augment, 40.0 ms per "
             "batch (9.0 ms of it on its CPU)") in "\n".join(lines)
     assert sum("stage threads:" in line for line in lines) == 1  # the measurement without the figures says nothing
+    split = data_section([measured({"running": running, "host_decode_share": 0.62})])
+    text = "\n".join(split)
+    assert "augment, 40.0 ms per batch (9.0 ms of it on its CPU); the host decoded 62% of each batch" in text
+
+
+def test_the_split_decoders_share_is_summarised_over_the_repeats():
+    def record(share: float | None) -> dict:
+        pipeline = {"running_stages": None} if share is None else {"cpu_share_mean": share}
+        return {"data": {"settings": {"directory": "/d", "pipeline": "gpu", "decoder": "split"}, "pipeline": pipeline},
+                "samples": {}, "timings": {}}
+
+    assert summarize_data([record(0.6), record(0.7), record(0.65)])["host_decode_share"] == pytest.approx(0.65)
+    assert "host_decode_share" not in summarize_data([record(None)])

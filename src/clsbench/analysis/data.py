@@ -228,4 +228,7 @@ def summarize_data(ok: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     running = running_figures([(r["data"].get("pipeline") or {}).get("running_stages") for r in records])
     if running is not None:  # as the stages: only pipelines that time their stage threads
         out["running"] = running
+    shares = [(r["data"].get("pipeline") or {}).get("cpu_share_mean") for r in records]
+    if any(share is not None for share in shares):  # the split decoder: the host's share of each batch
+        out["host_decode_share"] = _median(shares)
     return out

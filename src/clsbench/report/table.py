@@ -296,6 +296,8 @@ def data_section(measurements: Sequence[Any]) -> list[str]:
             lines.append(f"stage threads: {m.model} {m.mode} bs{m.batch_size} [{d.get('label')}]: busiest while "
                          f"training: {busiest['stage']}, {busiest['work_ms']:.1f} ms per batch"
                          + (f" ({cpu:.1f} ms of it on its CPU)" if cpu is not None else "")
+                         + (f"; the host decoded {d['host_decode_share']:.0%} of each batch"
+                            if d.get("host_decode_share") is not None else "")
                          + " (`clsbench diagnose` shows every stage)")
         if d.get("decode_failures_n"):
             names = ", ".join(d.get("decode_failures") or [])
