@@ -1,11 +1,12 @@
-"""Give torchvision's nvJPEG decoder stream a high priority, so that its work is not queued behind a training step.
+"""Give torchvision's nvJPEG decoder stream a high priority (an experiment: ``CLSBENCH_GPU_STREAM_PRIORITY=high``).
 
 Why (measured on the H200, benchmarks/results/h200/decode-contention-*): ``decode_jpeg(list, device="cuda")`` decodes
 a batch of baseline JPEGs on the hardware decoder, but per image it still copies the bitstream, synchronises on an
 event and runs a small colour-conversion kernel on the decoder's own CUDA stream: about 250 round trips through the
 GPU per batch of 256. Alone they take 12.6 ms per batch; beside a GPU kept busy by a captured ResNet-50 they took
-450 ms, because each small kernel waits until the step's large kernels have handed out their blocks. With the
-decoder's stream at a high priority, the GPU's scheduler takes its blocks first.
+450 ms. The idea was that at a high priority the GPU's scheduler would take the decoder's blocks first. Measured on
+the H200 on 2026-12-02 (docs/methodology.md 16.4.4), it did not: with the priority set and read back as -3, the
+decode still took 453 ms beside the graph, and the pipeline ran as before. So this is not the default.
 
 torchvision makes that stream itself (the next stream of PyTorch's pool of normal-priority streams, when its decoder
 is first made for a device) and offers no way to choose it. So :func:`raise_decoder_priority`:

@@ -18,7 +18,7 @@ stage threads keep their CPUs):
    device in one asynchronous copy on the current stream (the pipeline's decode stream). PyTorch's caching host
    allocator keeps the buffer from reuse until that copy has completed. The augmentation gets each crop as a
    (3, h, w) view on the device with the box (0, 0, h, w): the same pixels as the box of the decoded image, so every
-   augmentation computes the same batch from either decoder (tests/test_data.py holds this).
+   augmentation computes the same batch from either decoder (tests/test_augment.py holds this).
 
 Off a GPU (CPU tests) the buffer is ordinary memory and stays where it is.
 """
