@@ -63,12 +63,13 @@ def test_tune_picks_the_fastest_candidate_and_says_how_to_reproduce_it(costed: A
     outcome = run_tune(costed, env, output=path)
     winner = outcome.winner
     assert (winner["mode"], winner["batch_size"]) == ("fp32+cl", 4)
-    # 4 images per 0.5 + 4 x 1 ms = 888.9 img/s; fp32's best is batch 4 at 0.5 + 16 ms: 242.4 img/s.
+    # 4 images per 0.5 + 4 x 1 ms = 888.9 img/s; fp32 ran at batch 2 only (0.5 + 8 ms: 235.3 img/s, a quarter of the
+    # best there, below the screen margin, so not grown).
     assert winner["throughput_img_s"] == pytest.approx(4000 / 4.5)
-    assert winner["vs_fp32"] == pytest.approx((4000 / 4.5) / (4000 / 16.5))
+    assert winner["vs_fp32"] == pytest.approx((4000 / 4.5) / (2000 / 8.5))
     assert winner["correctness"]["ok"] and winner["correctness"]["error"] <= OUTPUT_RTOL["fp32"]
     ranked = [(c["mode"], c["batch_size"]) for c in outcome.candidates]
-    assert ranked[:3] == [("fp32+cl", 4), ("fp32+cl", 2), ("amp-bf16", 4)]
+    assert ranked[:3] == [("fp32+cl", 4), ("fp32+cl", 2), ("amp-bf16", 2)]
     assert outcome.search_s > 0
     assert outcome.command == (f"clsbench run --model {costed.__name__}:costed --workload infer-throughput --mode "
                                "fp32+cl --batch-size 4 --device cpu --repeats 1 --warmup 1 --iterations 2 "

@@ -23,7 +23,7 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import StopRule
 from clsbench.errors import InvalidInputError, ResultFileError
 from clsbench.procedures.tune import TuneInterrupted, render_tune, resume_tune, tune
-from clsbench.procedures.tune_budget import PROCESS_S, Budget, CostModel, Window, parse_budget
+from clsbench.procedures.tune_budget import PROCESS_S, Budget, CostModel, Window, format_seconds, parse_budget
 from clsbench.procedures.tune_kinds import TUNE_KINDS, CandidateKind, register_kind
 from clsbench.procedures.tune_search import screen_rule
 from clsbench.results import io as result_io
@@ -115,14 +115,16 @@ def test_the_screen_rule_shortens_the_timed_minima_only() -> None:
 def test_a_budget_is_planned_up_front_and_never_overrun(costed: Any, env: dict[str, Any]) -> None:
     lines: list[str] = []
     modes = ["fp32", "fp32+cl", "amp-bf16", "amp-bf16+cl", "bf16", "bf16+cl"]
-    outcome = search(costed, env, modes=modes, batch_sizes=[2, 4, 8], budget="40s", announce=lines.append)
+    outcome = search(costed, env, modes=modes, batch_sizes=[2, 4, 8], budget="34s", announce=lines.append)
     facts = outcome.result.settings["tune"]
-    # Said up front, priced with the default 2 s a worker (nothing was measured here yet): the longer rung (10 s for
-    # 5 candidates) does not fit once the first screen, the check, the confirmation and the second screen have
-    # their share of the 40 s.
-    assert lines[0].startswith("tune plan: budget 40.0s")
+    # Said up front, priced with the default 2 s a worker (nothing was measured here yet). In priority order: the
+    # first screen (6 modes, 12 s), the check (4 s), the confirmation (8 s) and the second screen (about a third of
+    # the modes, 4 s) leave 6 s: the longer rung (4 candidates, 8 s) is planned for the 3 of them that fit, and the
+    # third screen not at all.
+    assert lines[0].startswith("tune plan: budget 34.0s")
     assert "  try screen bs2: up to 6 candidate(s), about 12.0s" in lines
-    assert any(line.startswith("  leave out longer: up to 5 candidate(s), about 10.0s") for line in lines)
+    assert "  try longer: 3 of 4 candidate(s), about 6.0s" in lines
+    assert any(line.startswith("  leave out screen bs8: up to 2 candidate(s), about 4.0s") for line in lines)
     started = trials(outcome)
     assert started and facts["left_out"]
     for t in started:  # no candidate was started that its estimate said could not finish
@@ -134,7 +136,7 @@ def test_a_budget_is_planned_up_front_and_never_overrun(costed: Any, env: dict[s
     assert facts["spent_s"] <= facts["budget_s"] + biggest  # at most one candidate's estimate over
     assert facts["spent_s"] <= facts["budget_s"]  # here the estimates were exact: not over at all
     text = render_tune(outcome.analysis)
-    assert "left out for the budget: longer (up to 5 candidate(s))" in text and "budget 40.0 s" in text
+    assert "left out for the budget: screen bs8 (up to 2 candidate(s))" in text and "budget 34.0 s" in text
     for entry in facts["left_out"]:
         assert entry["reason"] and entry["estimate_s"] > 0
 
@@ -195,14 +197,47 @@ def test_the_longer_rung_catches_a_candidate_that_was_only_fast_briefly(costed: 
 
 
 def test_dominance_stops_a_mode_beaten_at_two_batch_sizes(costed: Any, env: dict[str, Any]) -> None:
+    costed.STATE["cost"] = lambda mode, batch: int(0.5 * MS + {"fp32": 1.2, "fp32+cl": 1.0, "amp-bf16+cl": 1.02}[mode]
+                                                   * MS * batch)
     outcome = search(costed, env, modes=["fp32", "fp32+cl", "amp-bf16+cl"], batch_sizes=[2, 4, 8])
     screened = {(t["mode"], t["batch_size"]) for t in trials(outcome) if t["rung"] == "screen"}
+    # fp32 is within the screen margin at batch 2 (83% of the best), so it grows on, until beaten at two sizes.
     assert ("fp32", 4) in screened and ("fp32", 8) not in screened
     # amp-bf16+cl is within 3% of fp32+cl (1.02 ms an image against 1.0): not dominated, it grows on.
     assert ("amp-bf16+cl", 8) in screened and ("fp32+cl", 8) in screened
     pruned = [p for p in outcome.result.settings["tune"]["pruned"] if p["stage"] == "dominance"]
     assert [(p["mode"], p["variants"]) for p in pruned] == [("fp32", ["bs8"])]
     assert pruned[0]["reason"] == "fp32+cl beat it by more than 3% at batch 2 and 4"
+
+
+def test_every_mode_is_screened_at_the_reference_size_and_only_the_close_ones_grow(costed: Any,
+                                                                                   env: dict[str, Any]) -> None:
+    # tune's own sizes on a CPU are 8..64: every mode at 16 (the second), then the larger sizes for the modes within
+    # a quarter of the best there; the smallest size is not needed when the reference ran within the limits.
+    lines: list[str] = []
+    outcome = search(costed, env, modes=["fp32", "fp32+cl", "amp-bf16"], batch_sizes=None, announce=lines.append)
+    facts = outcome.result.settings["tune"]
+    assert facts["batch_sizes"] == [8, 16, 32, 64] and not facts["batch_sizes_explicit"]
+    assert "  try screen bs16: up to 3 candidate(s), about 6.0s" in lines
+    assert not any("bs8" in line for line in lines)
+    screened = [(t["mode"], t["batch_size"]) for t in trials(outcome) if t["rung"] == "screen"]
+    assert screened[:3] == [("fp32", 16), ("fp32+cl", 16), ("amp-bf16", 16)]
+    assert {b for m, b in screened if m != "fp32+cl"} == {16} and ("fp32+cl", 32) in screened
+    assert not any(b == 8 for _, b in screened)
+    margin = {p["mode"]: p for p in facts["pruned"] if p["stage"] == "screen"}
+    assert set(margin) == {"fp32", "amp-bf16"}
+    assert margin["fp32"]["variants"] == ["bs32", "bs64"]
+    assert margin["fp32"]["reason"] == "26% of the best at batch 16, below the 75% needed"
+    assert outcome.winner["mode"] == "fp32+cl"
+
+
+def test_a_mode_that_fails_at_the_reference_size_is_tried_smaller(costed: Any, env: dict[str, Any]) -> None:
+    costed.STATE["oom_above"] = 8  # batch 16, the reference, runs out of memory for every mode
+    outcome = search(costed, env, modes=["fp32", "fp32+cl"], batch_sizes=None)
+    screened = [(t["mode"], t["batch_size"], t["status"]) for t in trials(outcome) if t["rung"] == "screen"]
+    assert [(m, b) for m, b, _ in screened] == [("fp32", 16), ("fp32+cl", 16), ("fp32", 8), ("fp32+cl", 8)]
+    assert [status for _, b, status in screened if b == 16] == ["failed", "failed"]
+    assert (outcome.winner["mode"], outcome.winner["batch_size"]) == ("fp32+cl", 8)
 
 
 # ------------------------------------------------------------------------------------------------ parity gate
@@ -371,11 +406,42 @@ def test_a_confirmation_stopped_midway_is_continued_not_repeated(costed: Any, en
 
 
 def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: Any, env: dict[str, Any]) -> None:
-    # The plan prices a kind at the most candidates it may propose (here 6, with a cautious 20 s build each: 132 s,
-    # more than the 80 s budget); when its turn comes it proposes one, priced with what workers cost by then.
+    # The plan prices a kind with a cautious 60 s build per candidate: its first stage (high priority) fits, its
+    # second does not. The first candidate shows what the kind really costs here (no build: a worker and its
+    # window), so when the second stage's turn comes it is priced again and runs after all.
     def rounds(s: Any) -> Any:
         best = s.family_point("fp32+cl")
         yield "wide", [s.cell("fp32+cl", best.batch_size * 2)]
+        yield "wider", [s.cell("fp32+cl", best.batch_size * 4)]
+
+    register_kind(CandidateKind(name="test-wide", rung="longer", build_s={"cpu": 60.0, "cuda": 60.0},
+                                stages=lambda s: [("wide", 1, 2), ("wider", 1, 9)], rounds=rounds))
+    lines: list[str] = []
+    try:
+        outcome = search(costed, env, modes=["fp32", "fp32+cl"], budget="130s", announce=lines.append)
+    finally:
+        TUNE_KINDS.unregister("test-wide")
+    facts = outcome.result.settings["tune"]
+    assert any(line.startswith("  try wide: up to 1 candidate(s)") for line in lines)
+    assert any(line.startswith("  leave out wider: up to 1 candidate(s)") for line in lines)
+    wider = next(s for s in facts["plan"] if s["stage"] == "wider")
+    assert wider["planned"] is True and wider["readmitted"]["candidates"] == 1
+    assert wider["readmitted"]["estimate_s"] < wider["estimate_s"]
+    assert any(line.startswith("tune plan: wider runs after all: 1 candidate(s)") for line in lines)
+    assert [(t["mode"], t["batch_size"]) for t in trials(outcome) if t["kind"] == "test-wide"
+            and t["rung"] == "longer"] == [("fp32+cl", 4), ("fp32+cl", 8)]
+    assert not any(e["stage"] in ("wide", "wider") for e in facts["left_out"])
+    assert "left out for the budget: wider" not in render_tune(outcome.analysis)
+    assert facts["spent_s"] <= facts["budget_s"]
+
+
+def test_a_stage_that_does_not_fit_whole_is_planned_for_the_candidates_that_fit(costed: Any,
+                                                                                 env: dict[str, Any]) -> None:
+    # Six candidates of a cautious 20 s build each do not fit in what the budget leaves the stage; the plan keeps
+    # as many as fit, the kind proposes its most promising first, and each still starts only while it fits.
+    def rounds(s: Any) -> Any:
+        best = s.family_point("fp32+cl")
+        yield "wide", [s.cell("fp32+cl", best.batch_size * 2 ** i) for i in range(1, 7)]
 
     register_kind(CandidateKind(name="test-wide", rung="longer", build_s={"cpu": 20.0, "cuda": 20.0},
                                 stages=lambda s: [("wide", 6, 9)], rounds=rounds))
@@ -385,13 +451,11 @@ def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: 
     finally:
         TUNE_KINDS.unregister("test-wide")
     facts = outcome.result.settings["tune"]
-    assert any(line.startswith("  leave out wide: up to 6 candidate(s)") for line in lines)
     wide = next(s for s in facts["plan"] if s["stage"] == "wide")
-    assert wide["planned"] is True and wide["readmitted"]["candidates"] == 1
-    assert wide["readmitted"]["estimate_s"] < wide["estimate_s"]
-    assert any(line.startswith("tune plan: wide runs after all: 1 candidate(s)") for line in lines)
-    assert ("fp32+cl", 4, "longer") in [(t["mode"], t["batch_size"], t["rung"]) for t in trials(outcome)
-                                        if t["kind"] == "test-wide"]
-    assert not any(e["stage"] == "wide" for e in facts["left_out"])
-    assert "left out for the budget: wide" not in render_tune(outcome.analysis)
+    assert wide["planned"] is True and wide["of"] == 6 and 1 <= wide["candidates"] < 6
+    assert f"  try wide: {wide['candidates']} of 6 candidate(s), about {format_seconds(wide['estimate_s'])}" in lines
+    ran = [t["batch_size"] for t in trials(outcome) if t["kind"] == "test-wide" and t["rung"] == "longer"]
+    assert ran == [4 * 2 ** i for i in range(len(ran))] and ran  # the first ones, in the order proposed
+    left = [e["batch_size"] for e in facts["left_out"] if e["stage"] == "wide"]
+    assert sorted(ran + left) == [4 * 2 ** i for i in range(6)]  # the rest are logged as left out
     assert facts["spent_s"] <= facts["budget_s"]

@@ -9,8 +9,8 @@ everything) and, as a generator, the rounds of cells it proposes from what the s
 Adding a kind (say Inductor freezing, or a training-step option) is one :func:`register_kind` call: the search, the
 budget, the plan, the halving and the result file take it from there. Built-in kinds, in the order they run:
 
-- ``eager``: every precision +/- channels_last over the batch doubling (screen rung), with the plateau, the limits
-  and dominance pruning across batch sizes;
+- ``eager``: every precision +/- channels_last at a reference batch size, then the larger sizes for the modes within
+  a margin of the best there (screen rung), with the plateau, the limits and dominance pruning across batch sizes;
 - ``compile``: ``+compile`` (and for inference ``+cudagraph``, ``+compile+cudagraph``) of the best eager families;
 - ``freeze`` (inference): ``+compile+freeze`` (Inductor freezing) of the best family, ranked with its compiled
   results, and for infer-latency on a GPU ``+compile+freeze+cudagraph`` too;
@@ -46,6 +46,7 @@ from clsbench.procedures.tune import (
     MAX_AUTOTUNE_FAMILIES,
     MAX_BACKEND_FAMILIES,
     MAX_COMPILE_FAMILIES,
+    PRUNE_LOSS_FRACTION,
     limit_violations,
     variant_of,
 )
@@ -71,11 +72,14 @@ DOMINANCE_MARGIN = AUTO_MIN_GAIN
 #: before larger batch sizes and the longer rung: on a ResNet-50 class network on an H200 it gained 1.4-1.6x, more
 #: than any of those. While the search runs, a stage's candidates leave the planned stages after it that rank at or
 #: above it their estimated share of the budget.
-#: Inductor freezing comes after the longer rung and before later batch sizes: on the H200 it gained 13% over plain
+#: Inductor freezing comes before the longer rung and later batch sizes: on the H200 it gained 13% over plain
 #: compile (ResNet-50 bf16+cl, batch 512: 24,961 -> 28,241 img/s), where throughput beyond batch 256 is flat within
-#: a few %. The training-step candidates (a train search has no freeze stage) take the same place.
-PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "longer": 4,
-            "freeze": 5, "train-step": 5, "screen-more": 6, "max-autotune": 7, "backend": 8}
+#: a few %. The training-step candidates (a train search has no freeze stage) take the same place: the first
+#: budgeted train tune on the H200 (2026-12-02, 9 minutes) spent its time screening and lengthening eager candidates
+#: and left the captured step out, the fastest step measured there. The longer rung only re-ranks eager leaders,
+#: which a compiled candidate beats on a GPU.
+PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "freeze": 4,
+            "train-step": 4, "longer": 5, "screen-more": 6, "max-autotune": 7, "backend": 8}
 #: ``+compile+freeze`` is tried for this many families (the best, by their compiled or eager scores): one cold
 #: compile each, and freezing refines a compile rather than opening a new direction.
 MAX_FREEZE_FAMILIES = 1
@@ -129,16 +133,29 @@ def eager_stage(search: Search, batch: int) -> str:
     return f"{'longer' if search.exhaustive else 'screen'} bs{batch}"
 
 
+def reference_index(search: Search) -> int:
+    """Where the eager kind screens every mode first: the second size of tune's own doubling (128 of 64..512 on a
+    GPU), else the first. The smallest size ranks precisions worst: there the step is bound by its kernel launches,
+    not by the arithmetic the precision changes (on the H200, ResNet-50 training at batch 64: tf32+cl 2,484 img/s
+    ahead of amp-bf16+cl 2,235; at 128 amp-bf16+cl led by 43%). A list the user named starts at its first size, so
+    that every size named can be tried; an exhaustive search measures every mode at every size anyway."""
+    return 1 if len(search.sizes) > 1 and not (search.explicit or search.exhaustive) else 0
+
+
 def _eager_stages(search: Search) -> list[tuple[str, int, int]]:
     modes = len(search.base_modes)
-    out = []
-    for index, batch in enumerate(search.sizes):
-        # Dominance leaves about the best third of the modes beyond the second size (an assumption of the plan
-        # only: the search itself prunes by what it measures); an exhaustive search keeps every mode.
-        count = modes if index < 2 or search.exhaustive else math.ceil(modes / 3)
-        priority = PRIORITY["screen-first"] if index == 0 else PRIORITY["screen-second"] if index == 1 else \
-            PRIORITY["screen-more"]
-        out.append((eager_stage(search, batch), count, priority))
+    reference = reference_index(search)
+    out = [(eager_stage(search, search.sizes[reference]), modes, PRIORITY["screen-first"])]
+    for index in range(reference + 1, len(search.sizes)):
+        # The screen margin and dominance leave about the best third of the modes beyond the reference (an
+        # assumption of the plan only: the search itself prunes by what it measures); exhaustive keeps every mode.
+        count = modes if search.exhaustive else math.ceil(modes / 3)
+        priority = PRIORITY["screen-second"] if index == reference + 1 else PRIORITY["screen-more"]
+        out.append((eager_stage(search, search.sizes[index]), count, priority))
+    # Sizes below the reference are measured only for a mode that failed or broke a limit there: none expected, so
+    # they cost the plan nothing (and are not announced), and they rank first, as the first screen does, since
+    # without them such a mode has no result at all.
+    out += [(eager_stage(search, search.sizes[index]), 0, PRIORITY["screen-first"]) for index in range(reference)]
     return out
 
 
@@ -158,41 +175,91 @@ def dominated(search: Search, mode: str, others: Sequence[str], sizes: Sequence[
     return None
 
 
+def _fits(search: Search, mode: str, batch: int) -> bool:
+    """Whether ``mode`` ran ok at ``batch`` within the limits."""
+    m = search.measurement(search.cell(mode, batch))
+    return m is not None and m.status == Status.OK and not limit_violations(search.figures(m), search.limits)
+
+
+def _screen_margin(search: Search, modes: Sequence[str], batch: int, larger: Sequence[int]) -> list[str]:
+    """The modes within :data:`PRUNE_LOSS_FRACTION` of the best at the reference ``batch``; the others are pruned
+    (stage ``screen``) for the ``larger`` sizes. A precision or layout that loses by more than a quarter at one
+    batch size does not catch up at a larger one: what a larger batch amortises (launches, the optimizer step) is
+    the same for every mode, so the gap between the arithmetic-bound steps only widens."""
+    scores = {mode: search.score(search.measurement(search.cell(mode, batch))) or 0.0 for mode in modes}
+    best = max(scores.values(), default=0.0)
+    kept = []
+    for mode in modes:
+        if scores[mode] >= (1.0 - PRUNE_LOSS_FRACTION) * best:
+            kept.append(mode)
+        elif larger:
+            search.prune("screen", mode, [f"bs{b}" for b in larger],
+                         f"{100 * scores[mode] / best:.0f}% of the best at batch {batch}, below the "
+                         f"{100 * (1 - PRUNE_LOSS_FRACTION):.0f}% needed")
+    return kept
+
+
+def _growing(search: Search, active: Sequence[str], index: int, reference: int) -> list[str]:
+    """The modes measured at ``sizes[index]`` that go on to the next size: ok within the limits and (unless the sizes
+    were named, or the search is exhaustive) still gaining over their smaller sizes."""
+    sizes = search.sizes
+    still = []
+    for mode in active:
+        if not _fits(search, mode, sizes[index]):
+            continue
+        score = search.score(search.measurement(search.cell(mode, sizes[index]))) or 0.0
+        previous = [search.score(search.measurement(search.cell(mode, b))) for b in sizes[reference:index]]
+        previous = [p for p in previous if p is not None]
+        if not (search.explicit or search.exhaustive) and previous and score < max(previous) * (1.0 + AUTO_MIN_GAIN):
+            continue  # throughput stopped rising: larger batches only cost memory and latency
+        still.append(mode)
+    return still
+
+
+def _undominated(search: Search, modes: Sequence[str], index: int) -> list[str]:
+    """``modes`` less those another mode beat by more than the margin at ``sizes[index - 1]`` and ``sizes[index]``
+    (pruned, stage ``dominance``)."""
+    sizes = search.sizes
+    pair = sizes[index - 1:index + 1]
+    kept = []
+    for mode in modes:
+        winner = dominated(search, mode, [o for o in search.base_modes if o != mode], pair)
+        if winner is None:
+            kept.append(mode)
+            continue
+        search.prune("dominance", mode, [f"bs{b}" for b in sizes[index + 1:]],
+                     f"{winner} beat it by more than {DOMINANCE_MARGIN:.0%} at batch {pair[0]} and {pair[1]}")
+    return kept
+
+
 def _eager_rounds(search: Search) -> Rounds:
-    """A round per batch size; a mode drops out at a failure, a broken limit, a plateau, or when dominated (when
-    exhaustive: only at a failure or a broken limit, which larger batches cannot mend)."""
+    """Every mode at the reference size (:func:`reference_index`); then the sizes above it for the modes within the
+    screen margin of the best there, each mode dropping out at a failure, a broken limit, a plateau, or when
+    dominated; then the sizes below it, largest first, for the modes that failed or broke a limit at the reference,
+    until each fits. When exhaustive: every mode at every size from the smallest, a mode stopping only at a failure
+    or a broken limit, which larger batches cannot mend."""
+    sizes = search.sizes
+    reference = reference_index(search)
     active = list(search.base_modes)
-    for index, batch in enumerate(search.sizes):
+    for index in range(reference, len(sizes)):
         if not active:
+            break
+        yield eager_stage(search, sizes[index]), [search.cell(mode, sizes[index]) for mode in active]
+        if index == len(sizes) - 1:
+            break
+        active = _growing(search, active, index, reference)
+        if search.exhaustive:
+            continue
+        active = _screen_margin(search, active, sizes[index], sizes[index + 1:]) if index == reference \
+            else _undominated(search, active, index)
+    down = [mode for mode in search.base_modes
+            if search.measurement(search.cell(mode, sizes[reference])) is not None
+            and not _fits(search, mode, sizes[reference])]
+    for index in range(reference - 1, -1, -1):
+        if not down:
             return
-        yield eager_stage(search, batch), [search.cell(mode, batch) for mode in active]
-        still = []
-        for mode in active:
-            m = search.measurement(search.cell(mode, batch))
-            if m is None or index == len(search.sizes) - 1:
-                continue
-            f = search.figures(m)
-            if m.status != Status.OK or limit_violations(f, search.limits):
-                continue
-            previous = [search.score(search.measurement(search.cell(mode, b))) for b in search.sizes[:index]]
-            previous = [p for p in previous if p is not None]
-            if not (search.explicit or search.exhaustive) and previous \
-                    and (f["score"] or 0.0) < max(previous) * (1.0 + AUTO_MIN_GAIN):
-                continue  # throughput stopped rising: larger batches only cost memory and latency
-            still.append(mode)
-        if index >= 1 and not search.exhaustive:
-            pair = search.sizes[index - 1:index + 1]
-            kept = []
-            for mode in still:
-                winner = dominated(search, mode, [o for o in search.base_modes if o != mode], pair)
-                if winner is None:
-                    kept.append(mode)
-                    continue
-                larger = [f"bs{b}" for b in search.sizes[index + 1:]]
-                search.prune("dominance", mode, larger, f"{winner} beat it by more than {DOMINANCE_MARGIN:.0%} at "
-                                                        f"batch {pair[0]} and {pair[1]}")
-            still = kept
-        active = still
+        yield eager_stage(search, sizes[index]), [search.cell(mode, sizes[index]) for mode in down]
+        down = [mode for mode in down if not _fits(search, mode, sizes[index])]
 
 
 register_kind(CandidateKind(name="eager", rung="screen", build_s={"cuda": 0.0, "cpu": 0.0},
@@ -285,10 +352,11 @@ register_kind(CandidateKind(
 #: The optimizer implementations the train-step kind tries, preferred first: ``fused`` reads and writes each
 #: tensor once; ``foreach`` where the mode refuses ``fused`` on this device.
 IMPLEMENTATIONS = ("+fused", "+foreach")
-#: The train-step kind's variants of a family, ``{impl}`` standing for the implementation chosen (possibly none).
-#: ``+compile+cudagraph`` (the compiled step captured whole) was the fastest ResNet-50 training step measured on the
-#: H200 (6,887 img/s against 6,788 for ``+compile``, 2026-12-02, ``benchmarks/results/h200/candidates-*``).
-TRAIN_STEP_SUFFIXES = ("{impl}", "+compile{impl}", "+compile+compiled-step{impl}", "+cudagraph", "+compile+cudagraph")
+#: The train-step kind's variants of a family, ``{impl}`` standing for the implementation chosen (possibly none),
+#: most promising first, since a budget may hold only the first few: ``+compile+cudagraph`` (the compiled step
+#: captured whole) was the fastest ResNet-50 training step measured on the H200 (6,887 img/s against 6,788 for
+#: ``+compile``, 2026-12-02, ``benchmarks/results/h200/candidates-*``).
+TRAIN_STEP_SUFFIXES = ("+compile+cudagraph", "+compile{impl}", "+cudagraph", "+compile+compiled-step{impl}", "{impl}")
 #: How many of them capture a CUDA graph (refused off CUDA, so not counted there when planning the budget).
 GRAPH_SUFFIXES = sum("cudagraph" in suffix for suffix in TRAIN_STEP_SUFFIXES)
 

@@ -258,6 +258,8 @@ class Search:
             stage["estimate_s"] = self._stage_total(stage)
             fits = stage["estimate_s"] <= left
             stage["planned"] = fits or stage["stage"] == stages[0]["stage"]
+            if not stage["planned"]:
+                self._plan_part(stage, left)
             if stage["planned"]:
                 left -= stage["estimate_s"]
             else:
@@ -268,6 +270,18 @@ class Search:
         self.run.save()
         self._announce_plan()
         return stages
+
+    def _plan_part(self, stage: dict[str, Any], left: float) -> None:
+        """A stage of candidates that does not fit whole is planned for as many of them as fit (at least one): its
+        kind proposes them most promising first, and each is still started only while it fits. The stage keeps its
+        full count under ``of``."""
+        if stage["kind"] in ("check", "confirm") or int(stage["candidates"]) < 2:
+            return
+        per = self.stage_estimate(stage, self.stages)
+        part = int(left // per) if per > 0 else 0
+        if part < 1:
+            return
+        stage.update(planned=True, of=int(stage["candidates"]), candidates=part, estimate_s=part * per)
 
     def _longer_count(self, screened: int) -> int:
         return min(screened, max(CONFIRM_TOP, math.ceil(screened / HALVING_ETA)))
@@ -336,7 +350,10 @@ class Search:
         what = "exhaustive tune plan" if self.exhaustive else "tune plan"
         self.announce(f"{what}: {budget}; the planned stages need about {format_seconds(total)}")
         for s in self.stages:
-            what = f"{s['stage']}: up to {s['candidates']} candidate(s), about {format_seconds(self._stage_total(s))}"
+            if not s["candidates"]:
+                continue  # a stage expected to propose nothing (the eager sizes below the reference)
+            count = f"{s['candidates']} of {s['of']}" if s.get("of") else f"up to {s['candidates']}"
+            what = f"{s['stage']}: {count} candidate(s), about {format_seconds(self._stage_total(s))}"
             self.announce(f"  try {what}" if s.get("planned") else f"  leave out {what} ({s['reason']})")
 
     # -------------------------------------------------------------------------------------------- measuring
@@ -464,9 +481,13 @@ class Search:
     def run_kind(self, kind: CandidateKind) -> None:
         rung = self.rung_of(kind)
         for stage, cells in kind.rounds(self):
-            if not self.planned(stage) and not self.readmit(stage, kind.name, rung, cells):
-                self.skip_stage(stage, kind.name, rung, cells)
-                break
+            if not self.planned(stage):
+                admitted = self.readmit(stage, kind.name, rung, cells)
+                if admitted < len(cells):
+                    self.skip_stage(stage, kind.name, rung, cells[admitted:])
+                if not admitted:
+                    break
+                cells = cells[:admitted]
             self.facts["phases"].append({"phase": kind.name, "stage": stage, "rung": rung,
                                          "candidates": [candidate_name(c) for c in cells]})
             self.measure(cells, kind.name, rung, stage)
@@ -474,27 +495,34 @@ class Search:
         for stage in kind.stages(self):
             self.done_stages.add(stage[0])
 
-    def readmit(self, stage_name: str, kind: str, rung: str, cells: Sequence[Cell]) -> bool:
+    def readmit(self, stage_name: str, kind: str, rung: str, cells: Sequence[Cell]) -> int:
         """A stage the up-front plan left out, priced again when its turn comes, for the cells its kind proposes
         now, with the cost model as it stands (the plan priced it with cautious priors; by now it has seen what
-        candidates cost here). It runs after all when it fits in the budget left less what the planned stages after
-        it that rank above it need (:meth:`reserve_s`); each candidate is still started only while it fits.
-        Returns whether the stage is planned now; a re-admission is announced and stored with the plan."""
+        candidates cost here). Its first candidates (a kind proposes the most promising first) run after all while
+        they fit in the budget left less what the planned stages after it that rank above it need
+        (:meth:`reserve_s`); each is still started only while it fits. Returns how many of ``cells`` are admitted
+        (0: none, the stage stays left out); a re-admission is announced and stored with the plan."""
         stage = next((s for s in self.stages if s["stage"] == stage_name), None)
         if stage is None or not math.isfinite(self.budget.total_s):
-            return False
-        estimate = sum(self.cost.estimate_s(kind, self.window(rung), 1, self.iteration_s(cell)) for cell in cells)
+            return 0
         room = self.budget.left_s() - self.reserve_s(stage_name)
-        if not cells or estimate > room:
-            return False
+        estimate, admitted = 0.0, 0
+        for cell in cells:
+            each = self.cost.estimate_s(kind, self.window(rung), 1, self.iteration_s(cell))
+            if estimate + each > room:
+                break
+            estimate, admitted = estimate + each, admitted + 1
+        if not admitted:
+            return 0
         stage["planned"] = True
-        readmitted = {"estimate_s": estimate, "left_s": self.budget.left_s(), "candidates": len(cells)}
+        readmitted = {"estimate_s": estimate, "left_s": self.budget.left_s(), "candidates": admitted}
         for entry in self.facts["plan"]:
             if entry["stage"] == stage_name:
                 entry.update(planned=True, readmitted=readmitted)
-        self.announce(f"tune plan: {stage_name} runs after all: {len(cells)} candidate(s), now about "
+        part = f"{admitted} of {len(cells)}" if admitted < len(cells) else f"{admitted}"
+        self.announce(f"tune plan: {stage_name} runs after all: {part} candidate(s), now about "
                       f"{format_seconds(estimate)}, {format_seconds(room)} of the budget free for it")
-        return True
+        return admitted
 
     def skip_stage(self, stage: str, kind: str, rung: str, cells: Sequence[Cell]) -> None:
         """A stage the plan left out: its candidates are logged as left out, none is started."""
