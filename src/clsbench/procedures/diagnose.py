@@ -356,10 +356,23 @@ def time_split(row: dict[str, Any] | None, ceiling: float | None, batch_size: in
     return out
 
 
+def _without_capture(mode: str) -> str:
+    """``mode`` without ``+cudagraph``, in the canonical spelling of :func:`clsbench.modes.parse_mode` (no modifier
+    needs ``+cudagraph``, so what is left is a mode too)."""
+    from clsbench.modes import parse_mode
+
+    return "+".join(c.name for c in parse_mode(mode).components if c.name != "cudagraph")
+
+
+#: Decoders (``--gpu-decode``) that send a batch's images, or a share of them, through nvJPEG; None: the default.
+NVJPEG_DECODERS = (None, "nvjpeg", "split")
+
+
 def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, Any] | None, ceiling: float,
             cpu_count: int | None, *, on_gpu: bool = True, mode: str | None = None) -> list[str]:
     """For an input-bound best setting: where its time goes and what would close the gap, in sentences (the gpu
-    pipeline is proposed only where there is a GPU; a captured step only to a ``mode`` without one)."""
+    pipeline is proposed only where there is a GPU; for a ``mode`` captured as a CUDA graph that waits for nvJPEG,
+    the same mode launched from Python)."""
     if split is None:
         return []
     lines = [f"{best['label']} takes {split['iteration_ms']:.1f} ms per step against {split['synthetic_ms']:.1f} ms "
@@ -374,21 +387,29 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
             # torchvision already decodes baseline JPEGs on the hardware JPEG engines of GPUs that have them, so a
             # different decoder is not the advice. Measured on the H200 (docs/methodology.md 16.4.3): the compiled
             # ResNet-50 step ran 28.5 ms slower beside the pipeline, and 2.2 ms slower captured as a CUDA graph, so
-            # the interpreter, not the GPU, took most of it.
-            from clsbench.modes import parse_mode
-
-            captured = "" if mode and parse_mode(mode).captured else (
-                "a step captured as a CUDA graph (+cudagraph) launches without the interpreter; ")
+            # the interpreter, not the GPU, took most of it. Capture is not the advice either: the captured step
+            # starves nvJPEG of the GPU, and the launched one was fed better end to end (docs/methodology.md 16.4.4).
             lines.append("the step itself runs slower beside the gpu pipeline: its kernel launches share the training "
                          "process's Python interpreter (the GIL) with the pipeline's threads, and the GPU with their "
-                         f"decode and augment kernels: {captured}a cheaper augmentation (--gpu-augment; the stages "
-                         "below time each one alone) or smaller stored images (decoding grows with pixels) take less "
-                         "GPU time")
+                         "decode and augment kernels: a cheaper augmentation (--gpu-augment; the stages below time "
+                         "each one alone) or smaller stored images (decoding grows with pixels) take less GPU time")
         if waiting is not None and waiting > worth:
             lines.append("its read, decode and augment threads do not keep up while training: they share the Python "
                          "interpreter with each other and with the training loop (the table of the stages while "
                          "training names the busiest and how much of its time it waited); the memory source "
                          "(--data-source memory) takes file reading out of it where the images fit in RAM")
+            if mode and (best.get("data") or {}).get("decoder") in NVJPEG_DECODERS:
+                from clsbench.modes import parse_mode
+
+                if parse_mode(mode).captured:
+                    # H200, ResNet-50, batch 256 (docs/methodology.md 16.4.4; benchmarks/results/h200/
+                    # pipeline-levers-resnet50-20261202T093108Z and -20261202T111607Z): a batch's decode took 452 ms
+                    # beside a graph replaying back to back, 12.6-16.3 ms alone, 20.3 ms beside the launched step.
+                    lines.append("the captured step holds back the decoder's many small GPU round trips (nvJPEG: "
+                                 "about 250 per batch of 256), so they pass only while the step waits; the same mode "
+                                 f"without +cudagraph ({_without_capture(mode)}), its step launched from Python, fed "
+                                 "better on an H200 (ResNet-50: 5,383 img/s, 80% of the captured synthetic, against "
+                                 "4,509 captured, both over the memory source)")
         return lines
     copy, wait = best.get("copy_fraction") or 0.0, best.get("data_wait_fraction") or 0.0
     if best.get("pipeline") == "cpu":
