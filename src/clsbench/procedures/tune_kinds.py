@@ -554,7 +554,11 @@ register_kind(CandidateKind(
 #: the pipeline: real data can change the order. On the H200 (benchmarks/README.md, 2026-12-02, third session) the
 #: compiled ResNet-50 step ran 28.5 ms slower beside the gpu pipeline and the same step captured as a CUDA graph 2.2
 #: ms slower, because a launched step's kernel launches wait for the interpreter's lock that the pipeline's threads
-#: hold; so where the leaders include no captured step, the second is the best captured one (:func:`pipeline_leaders`).
+#: hold. Two days later (fifth session, docs/methodology.md 16.4.4) the order reversed over the memory source: the
+#: captured step held back nvJPEG's round trips and was fed at 4,519 img/s, the launched one at 5,383. Which wins
+#: depends on the pipeline and the source, so the leaders always include one of each where both were measured: where
+#: the two best both capture their step, or neither does, the second is the best of the other kind
+#: (:func:`pipeline_leaders`).
 PIPELINE_LEADERS = 2
 #: Seconds a real-data cell costs before its timed region beyond a synthetic one, per repeat, until one was observed
 #: here: scanning the dataset, opening it, starting the DataLoader workers (forkserver, each importing torch: about
@@ -607,9 +611,9 @@ def pipeline_skip_reason(setting: DataSettings, device: str) -> str | None:
 
 
 def pipeline_leaders(search: Search) -> list[Measurement]:
-    """The :data:`PIPELINE_LEADERS` best synthetic candidates within the limits (highest rung, then score); where none
-    of them captures its step (``ExecutionMode.captured``) and a captured candidate passed the guard, the last leader
-    is the best captured one (the comment of :data:`PIPELINE_LEADERS` says why)."""
+    """The :data:`PIPELINE_LEADERS` best synthetic candidates within the limits (highest rung, then score); where they
+    all capture their step (``ExecutionMode.captured``), or none does, and an eligible candidate of the other kind
+    was measured, the last leader is the best of that kind (the comment of :data:`PIPELINE_LEADERS` says why)."""
     from clsbench.modes import parse_mode
 
     def captured(mode: str) -> bool:
@@ -621,10 +625,12 @@ def pipeline_leaders(search: Search) -> list[Measurement]:
                                                                       for x in ranked]:
             ranked.append(m)
     leaders = ranked[:PIPELINE_LEADERS]
-    if len(leaders) > 1 and not any(captured(m.mode) for m in leaders):
-        best_captured = next((m for m in ranked if captured(m.mode) and search.eligible(m)), None)
-        if best_captured is not None:
-            leaders[-1] = best_captured
+    kinds_led = {captured(m.mode) for m in leaders}
+    if len(leaders) > 1 and len(kinds_led) == 1:
+        other = not kinds_led.pop()
+        best_other = next((m for m in ranked if captured(m.mode) == other and search.eligible(m)), None)
+        if best_other is not None:
+            leaders[-1] = best_other
     return leaders
 
 
