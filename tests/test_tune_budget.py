@@ -405,6 +405,17 @@ def test_a_confirmation_stopped_midway_is_continued_not_repeated(costed: Any, en
     assert not outcome.result.pending
 
 
+def with_wide_kind(costed: Any, env: dict[str, Any], kind: CandidateKind, budget: str) -> tuple[Any, list[str]]:
+    """A search of fp32 and fp32+cl with ``kind`` registered for it alone; the outcome and the announced lines."""
+    register_kind(kind)
+    lines: list[str] = []
+    try:
+        outcome = search(costed, env, modes=["fp32", "fp32+cl"], budget=budget, announce=lines.append)
+    finally:
+        TUNE_KINDS.unregister(kind.name)
+    return outcome, lines
+
+
 def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: Any, env: dict[str, Any]) -> None:
     # The plan prices a kind with a cautious 60 s build per candidate: its first stage (high priority) fits, its
     # second does not. The first candidate shows what the kind really costs here (no build: a worker and its
@@ -414,13 +425,9 @@ def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: 
         yield "wide", [s.cell("fp32+cl", best.batch_size * 2)]
         yield "wider", [s.cell("fp32+cl", best.batch_size * 4)]
 
-    register_kind(CandidateKind(name="test-wide", rung="longer", build_s={"cpu": 60.0, "cuda": 60.0},
-                                stages=lambda s: [("wide", 1, 2), ("wider", 1, 9)], rounds=rounds))
-    lines: list[str] = []
-    try:
-        outcome = search(costed, env, modes=["fp32", "fp32+cl"], budget="130s", announce=lines.append)
-    finally:
-        TUNE_KINDS.unregister("test-wide")
+    outcome, lines = with_wide_kind(costed, env, CandidateKind(
+        name="test-wide", rung="longer", build_s={"cpu": 60.0, "cuda": 60.0},
+        stages=lambda s: [("wide", 1, 2), ("wider", 1, 9)], rounds=rounds), budget="130s")
     facts = outcome.result.settings["tune"]
     assert any(line.startswith("  try wide: up to 1 candidate(s)") for line in lines)
     assert any(line.startswith("  leave out wider: up to 1 candidate(s)") for line in lines)
@@ -443,13 +450,9 @@ def test_a_stage_that_does_not_fit_whole_is_planned_for_the_candidates_that_fit(
         best = s.family_point("fp32+cl")
         yield "wide", [s.cell("fp32+cl", best.batch_size * 2 ** i) for i in range(1, 7)]
 
-    register_kind(CandidateKind(name="test-wide", rung="longer", build_s={"cpu": 20.0, "cuda": 20.0},
-                                stages=lambda s: [("wide", 6, 9)], rounds=rounds))
-    lines: list[str] = []
-    try:
-        outcome = search(costed, env, modes=["fp32", "fp32+cl"], budget="80s", announce=lines.append)
-    finally:
-        TUNE_KINDS.unregister("test-wide")
+    outcome, lines = with_wide_kind(costed, env, CandidateKind(
+        name="test-wide", rung="longer", build_s={"cpu": 20.0, "cuda": 20.0},
+        stages=lambda s: [("wide", 6, 9)], rounds=rounds), budget="80s")
     facts = outcome.result.settings["tune"]
     wide = next(s for s in facts["plan"] if s["stage"] == "wide")
     assert wide["planned"] is True and wide["of"] == 6 and 1 <= wide["candidates"] < 6
