@@ -24,10 +24,7 @@
 #
 # Every file goes to a new folder benchmarks/results/h200/pipeline-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set; the tables are printed at the end (`clsbench show`).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}
 MODE=${MODE:-amp-bf16+cl+compile+cudagraph}
 DATA=${DATA:-/tmp/clsbench-pipeline-jpegs}
@@ -36,11 +33,7 @@ CLASSES=${CLASSES:-100}
 DEVICE=${DEVICE:-cuda}  # cpu: a smoke test of the script itself (the gpu pipeline is then skipped with its reason)
 GUARD_S=${GUARD_S:-560}
 NAME=$(echo "$MODEL" | tr ':/' '--')  # a folder name: timm/x and module:name models
-DEST=${DEST:-benchmarks/results/h200}/pipeline-$NAME-$(date -u +%Y%m%dT%H%M%SZ)
-if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
-mkdir -p "$DEST"
-T0=$(date +%s)
-left() { echo $(( GUARD_S - ($(date +%s) - T0) )); }
+new_dest "pipeline-$NAME"
 BATCH=${BATCH:-256}
 COMMON=(--batch-size "$BATCH" --device "$DEVICE" --repeats 3)
 
@@ -79,7 +72,7 @@ step profile 60 profile --model "$MODEL" --workload train --mode "$MODE" --batch
   --data "$DATA" --pipeline gpu -o "$DEST/profile"
 case " $others " in *" per-image "*) augment_cell per-image ;; esac  # last: the slowest augmentation alone
 
-echo; echo "== diagnose"; cat "$DEST/diagnose.txt"
+[ -f "$DEST/diagnose.txt" ] && { echo; echo "== diagnose"; cat "$DEST/diagnose.txt"; }
 [ -f "$DEST/diagnose-launched.txt" ] && { echo; echo "== diagnose without +cudagraph"; tail -n 40 "$DEST/diagnose-launched.txt"; }
 for f in "$DEST"/gpu-*.json; do
   [ -f "$f" ] || continue

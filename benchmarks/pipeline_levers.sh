@@ -32,10 +32,7 @@
 #
 # Files go to a new folder benchmarks/results/h200/pipeline-levers-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set. Every step gets what is left of a GUARD_S (default 560) guard.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
-PY=${PY:-python3}
+source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}
 MODE=${MODE:-amp-bf16+cl+compile+cudagraph}
 DATA=${DATA:-/tmp/clsbench-pipeline-jpegs}
@@ -44,11 +41,7 @@ DEVICE=${DEVICE:-cuda}
 GUARD_S=${GUARD_S:-560}
 BATCH=${BATCH:-256}
 NAME=$(echo "$MODEL" | tr ':/' '--')
-DEST=${DEST:-benchmarks/results/h200}/pipeline-levers-$NAME-$(date -u +%Y%m%dT%H%M%SZ)
-if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
-mkdir -p "$DEST"
-T0=$(date +%s)
-left() { echo $(( GUARD_S - ($(date +%s) - T0) )); }
+new_dest "pipeline-levers-$NAME"
 SHORT=(--batch-size "$BATCH" --device "$DEVICE" --repeats 1 --warmup 10 --min-time 6 --max-time 9 --no-probe -q)
 
 cell() {  # NAME MIN_S MODE ENV... -- ARGS...: one short run under what is left of the guard

@@ -8,20 +8,16 @@
 #
 # Files go to a new folder benchmarks/results/h200/tune-<MODEL>-<WORKLOAD>-<UTC time>/ (tune.json, the printed table
 # tune.txt, the progress and plan tune.log, commit.txt), copied to $OUT as one tarball when OUT is set.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
+source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}
 WORKLOAD=${WORKLOAD:-train}
 BUDGET=${BUDGET:-9m}
 GUARD_S=${GUARD_S:-575}
+DEVICE=${DEVICE:-cuda}  # cpu: a smoke test of the script itself
 NAME=$(echo "$MODEL" | tr ':/' '--')
-DEST=${DEST:-benchmarks/results/h200}/tune-$NAME-$WORKLOAD-$(date -u +%Y%m%dT%H%M%SZ)
-if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
-mkdir -p "$DEST"
+new_dest "tune-$NAME-$WORKLOAD"
 echo "${CLSBENCH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" > "$DEST/commit.txt"
-T0=$(date +%s)
-timeout -s INT "$GUARD_S" python3 -m clsbench tune --model "$MODEL" --workload "$WORKLOAD" --device cuda \
+timeout -s INT "$(left)" $PY -m clsbench tune --model "$MODEL" --workload "$WORKLOAD" --device "$DEVICE" \
   --budget "$BUDGET" ${TUNE_ARGS:-} -o "$DEST/tune.json" > "$DEST/tune.txt" 2> "$DEST/tune.log"
 echo "rc=$? $(( $(date +%s) - T0 )) s" | tee -a "$DEST/tune.log"
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/tune-$NAME-$WORKLOAD.tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
