@@ -29,7 +29,7 @@ def main() -> None:
     from clsbench.data import DataSettings
     from clsbench.data.augment import MEAN, STD, choices
     from clsbench.data.base import AUGMENTS
-    from clsbench.data.pipelines.gpu import decode_batch
+    from clsbench.data.decoders.nvjpeg import decode_batch
     from clsbench.data.sources.folder import FolderSource
 
     data = FolderSource().open(DataSettings(args.directory, prime_cache=False))

@@ -30,9 +30,9 @@ from clsbench.data import DataSettings
 from clsbench.data.augment import CROP_RATIO, CROP_SCALE, choices, crop_box, sample_rng
 from clsbench.data.augments.batched import PAD_LIMIT, TOLERANCE_MEAN, TOLERANCE_P99, groups
 from clsbench.data.base import AUGMENTS, PIPELINES, BatchSpec
+from clsbench.data.decoders.nvjpeg import decode_batch
 from clsbench.data.make import MakeSpec, make_dataset
 from clsbench.data.pipelines.cpu import CpuPipeline
-from clsbench.data.pipelines.gpu import decode_batch
 from clsbench.data.sources.folder import FolderSource
 from clsbench.data.sources.memory import MemorySource
 from clsbench.data.stages import HostMeter, measure_stages

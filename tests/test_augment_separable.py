@@ -31,8 +31,8 @@ from clsbench.data.augments.separable import (
     resize_weights,
 )
 from clsbench.data.base import AUGMENTS, BatchSpec
+from clsbench.data.decoders.nvjpeg import decode_batch
 from clsbench.data.make import MakeSpec, make_dataset
-from clsbench.data.pipelines.gpu import decode_batch
 from clsbench.data.sources.folder import FolderSource
 from clsbench.data.stages import HostMeter, measure_stages
 from clsbench.measure.clock import FakeClock

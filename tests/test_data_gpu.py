@@ -174,7 +174,7 @@ def test_batched_augmentation_on_cuda_equals_the_cpu_one_and_the_reference(datas
     from clsbench.data.augment import MEAN, STD, choices
     from clsbench.data.augments.batched import TOLERANCE_MEAN, TOLERANCE_P99
     from clsbench.data.base import AUGMENTS
-    from clsbench.data.pipelines.gpu import decode_batch
+    from clsbench.data.decoders.nvjpeg import decode_batch
 
     data = MemorySource().open(DataSettings(str(dataset), source="memory"))
     encoded = [data.read(i) for i in range(len(data))]
@@ -214,7 +214,7 @@ def test_separable_augmentation_on_cuda_agrees_with_the_cpu_one_and_the_referenc
     from clsbench.data.augment import MEAN, STD, choices
     from clsbench.data.augments.separable import FLOAT16_BOUND, TOLERANCE_MAX, TOLERANCE_MEAN, TOLERANCE_P99
     from clsbench.data.base import AUGMENTS
-    from clsbench.data.pipelines.gpu import decode_batch
+    from clsbench.data.decoders.nvjpeg import decode_batch
 
     data = MemorySource().open(DataSettings(str(dataset), source="memory"))
     images = decode_batch([data.read(i) for i in range(len(data))], list(data.index.kinds), torch.device("cpu"))

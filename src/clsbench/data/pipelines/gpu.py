@@ -69,7 +69,6 @@ from clsbench.data.base import (
     loader_context,
     shutdown_loader,
 )
-from clsbench.data.decoders.nvjpeg import check_nvjpeg, decode_batch, nvjpeg_reason  # noqa: F401 - re-exported
 from clsbench.data.errors import DataError, DataLoaderTimeoutError, DataWorkerError, translate_loader_error
 from clsbench.data.running import RunningStages, StageMeter
 from clsbench.system.processes import worker_processes_allowed
