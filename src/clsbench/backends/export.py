@@ -21,6 +21,7 @@ workers, Inductor's layout optimisation and freezing off, no autotuning. The rec
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shutil
 import time
@@ -29,6 +30,7 @@ from typing import Any
 
 from clsbench.backends.base import (
     BACKENDS,
+    FAILED_BUILD,
     FAILED_EXPORT,
     BackendRequest,
     BuildStepError,
@@ -47,6 +49,32 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "conservative": {"compile_threads": 1, "layout_optimization": False, "freezing": False, "max_autotune": False},
 }
+
+
+#: Environment variable holding a JSON object of Inductor settings laid over every build variant's (for example
+#: ``{"aot_inductor.embed_kernel_binary": true}``): a workaround or an experiment without editing code. What it
+#: holds is part of the artifact's cache key and of the recorded versions, and the build facts list it.
+CONFIGS_ENV = "CLSBENCH_AOTI_CONFIGS"
+
+
+def env_configs() -> dict[str, Any]:
+    """The settings of :data:`CONFIGS_ENV` (empty when unset).
+
+    Raises:
+        BuildStepError: the variable is not a JSON object (the build fails with this line, not a traceback).
+    """
+    text = os.environ.get(CONFIGS_ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BuildStepError(FAILED_BUILD, f"{CONFIGS_ENV} is not valid JSON ({exc.msg}): give an object such as "
+                                           '{"freezing": true}') from None
+    if not isinstance(value, dict):
+        raise BuildStepError(FAILED_BUILD, f"{CONFIGS_ENV} must be a JSON object of Inductor settings, "
+                                           f"not {type(value).__name__}")
+    return value
 
 
 def _compiler() -> str:
@@ -88,6 +116,9 @@ class Export:
         triton = distribution_version("triton", "pytorch-triton")
         if triton:
             versions["triton"] = triton
+        with_env = os.environ.get(CONFIGS_ENV, "").strip()
+        if with_env:  # not a library version, but it decides the artifact as one does: keyed and recorded alike
+            versions[CONFIGS_ENV] = with_env
         return versions
 
     def variants(self, request: BackendRequest) -> tuple[str, ...]:
@@ -97,7 +128,7 @@ class Export:
         import torch
         from torch._inductor import aoti_compile_and_package
 
-        configs, dropped = _known_configs(VARIANTS[variant])
+        configs, dropped = _known_configs({**VARIANTS[variant], **env_configs()})
         t0 = time.perf_counter()
         with torch.no_grad():
             try:

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 16 on the H200 in one device call: what AOTInductor's loader needs there (benchmarks/aoti_probe.py), then
+# the backend matrix through `clsbench run --backend` itself, in cell order, under a guard, resumable across calls.
+#
+#   CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/backends_h200.sh
+#   RESUME=benchmarks/results/h200/backends-<time>/backends.json PROBE=0 OUT=$OUT bash benchmarks/backends_h200.sh
+#
+# PROBE=1 (default) runs the loader probe first (about 4-5 minutes: builds of a tiny network side by side, each
+# package loaded in a fresh process, cuda-gdb's stack of a crash); its chosen fix, when the default build does not
+# load, is passed to the export backend through CLSBENCH_AOTI_CONFIGS (recorded in every export cell's versions and
+# build facts). The matrix: MODELS (resnet50,mobilenet_v3_large) x infer-throughput (batch 256) and infer-latency
+# (batch 1) x MODES (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,onnxruntime,tensorrt), 3 repeats, cell order
+# (a cell's repeats share one build, and an interrupted call loses at most one cell's repeats), the artifact cache in
+# the ignored folder .cache/ (kept on a warm machine between calls). SIGINT at GUARD_S saves what finished.
+# Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder), as one
+# tarball in $OUT.
+source "$(dirname "$0")/lib.sh"
+GUARD_S=${GUARD_S:-570}
+PROBE=${PROBE:-1}
+DEVICE=${DEVICE:-cuda}
+if [ -n "${RESUME:-}" ]; then DEST=$(dirname "$RESUME"); T0=$(date +%s); else new_dest backends; fi
+echo "${CLSBENCH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" >> "$DEST/commit.txt"
+export CLSBENCH_CACHE=${CLSBENCH_CACHE:-$PWD/.cache/artifacts} CLSBENCH_DB=${CLSBENCH_DB:-$PWD/.cache/index.sqlite3}
+{ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv 2>&1 || echo "no nvidia-smi"
+  $PY -c 'import torch, platform; print("torch", torch.__version__, "cuda", torch.version.cuda, "python",
+platform.python_version())'; } >> "$DEST/environment.txt" 2>&1
+if [ "$PROBE" = 1 ]; then
+  timeout -s KILL "${PROBE_S:-360}" $PY benchmarks/aoti_probe.py --out "$DEST/aoti-probe" --device "$DEVICE" --gdb \
+    --parallel "${PARALLEL:-5}" ${PROBE_ARGS:-} > "$DEST/aoti-probe.out" 2>&1
+  echo "probe rc=$? at $(( $(date +%s) - T0 )) s"
+  tail -n 25 "$DEST/aoti-probe/aoti_probe.txt" 2>/dev/null
+  rm -rf "$DEST/aoti-probe/packages"  # the tiny packages: rebuilt in seconds, not worth carrying back
+  CHOSEN=$($PY benchmarks/aoti_probe.py --choose "$DEST/aoti-probe/aoti_probe.jsonl" --device "$DEVICE")
+  echo "chosen: $CHOSEN" | tee "$DEST/aoti-choice.txt"
+fi
+BACKENDS=${BACKENDS:-eager,torchscript,export,onnxruntime,tensorrt}
+if [ "$PROBE" = 1 ]; then
+  case "$CHOSEN" in
+    null) BACKENDS=$(echo "$BACKENDS" | sed 's/,\?export//');  # no build loads here: the matrix without export
+          echo "no AOTInductor configuration loads here: export left out" | tee -a "$DEST/aoti-choice.txt" ;;
+    *'"variant": "default"'*) ;;
+    *) export CLSBENCH_AOTI_CONFIGS
+       CLSBENCH_AOTI_CONFIGS=$($PY -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["configs"]))' \
+         "$CHOSEN") ;;
+  esac
+fi
+echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} backends=$BACKENDS" | tee -a "$DEST/aoti-choice.txt"
+if [ -n "${RESUME:-}" ]; then
+  timeout -s INT "$(left)" $PY -m clsbench run --resume "$RESUME" ${RUN_ARGS:-} \
+    > "$DEST/run-resume-$(date -u +%H%M%S).txt" 2>> "$DEST/progress.log"
+else
+  timeout -s INT "$(left)" $PY -m clsbench run --model "${MODELS:-resnet50,mobilenet_v3_large}" \
+    --workload infer-throughput,infer-latency --mode "${MODES:-bf16+cl,fp32}" --backend "$BACKENDS" \
+    --device "$DEVICE" --repeats 3 --min-time 1 --no-probe --timeout 300 --order cell ${RUN_ARGS:-} \
+    -o "$DEST/backends.json" > "$DEST/run.txt" 2>> "$DEST/progress.log"
+fi
+echo "run rc=$? at $(( $(date +%s) - T0 )) s (guard $GUARD_S s)"
+$PY -m clsbench show "$DEST/backends.json" > "$DEST/table.txt" 2>&1
+if [ -n "${OUT:-}" ]; then tar -czf "$OUT/$(basename "$DEST").tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
+grep -E 'ok|FAILED|SKIPPED|UNSTABLE' "$DEST/table.txt" | head -n 60 | cut -c1-190
