@@ -49,16 +49,19 @@ BUILD_VARIANTS: dict[str, dict[str, Any]] = {
     "mmap-weights": {"aot_inductor.force_mmap_weights": True},
     "freezing": {"freezing": True},
     "legacy-aot-compile": {},  # torch._export.aot_compile + aot_load: one .so, no package
+    "system-gxx": {},  # the default build, compiled by the distribution's g++ instead of $CXX
 }
+#: Environment of a variant's build process beyond this one's (the H200 image sets CXX=/opt/gcc/bin/g++).
+VARIANT_ENV: dict[str, dict[str, str]] = {"system-gxx": {"CXX": "/usr/bin/g++", "CC": "/usr/bin/gcc"}}
 #: How a built package is loaded.
 #: The first is how clsbench's ``export`` backend loads; every variant is loaded with it.
 LOADERS = ("aoti_load_package-single-threaded", "aoti_load_package", "AOTIModelPackageLoader")
 #: Preference among the variants for ``--choose`` (the export backend's fix): the least intrusive first.
-FIX_ORDER = ("default", "embed-kernels", "no-pch", "no-asm-consts", "mmap-weights", "consts-outside-so", "freezing",
-             "debug-O0")
+FIX_ORDER = ("default", "system-gxx", "embed-kernels", "no-pch", "no-asm-consts", "mmap-weights", "consts-outside-so",
+             "freezing", "debug-O0")
 BUILD_TIMEOUT_S = 240
 LOAD_TIMEOUT_S = 120
-GDB_TIMEOUT_S = 240
+GDB_TIMEOUT_S = 120
 BATCH = 4
 INPUT_SIZE = 64
 
@@ -128,7 +131,35 @@ def child_build(variant: str, device: str, folder: Path) -> None:
 
             aoti_compile_and_package(program, package_path=str(folder / "model.pt2"), inductor_configs=configs)
     _emit({"stage": "build", "variant": variant, "device": device, "outcome": "ok",
-           "seconds": round(time.perf_counter() - t0, 2), "configs": configs, "unknown_here": dropped})
+           "seconds": round(time.perf_counter() - t0, 2), "configs": configs, "unknown_here": dropped,
+           "CXX": os.environ.get("CXX"), "so_facts": so_facts(folder)})
+
+
+def so_facts(folder: Path) -> dict[str, Any]:
+    """What the package's shared object needs: the newest GLIBCXX/CXXABI versions it asks for, its libraries."""
+    import re
+    import zipfile
+
+    facts: dict[str, Any] = {}
+    pt2 = folder / "model.pt2"
+    if not pt2.exists():
+        return facts
+    with zipfile.ZipFile(pt2) as z:
+        names = [n for n in z.namelist() if n.endswith(".so")]
+        if not names:
+            return facts
+        so = folder / "extracted.so"
+        so.write_bytes(z.read(names[0]))
+    data = so.read_bytes()
+    for tag in ("GLIBCXX", "CXXABI", "GLIBC"):
+        found = {m.decode() for m in re.findall(rb"%s_[0-9.]+" % tag.encode(), data)}
+        facts[f"newest_{tag}"] = max(found, key=lambda v: [int(x) for x in v.split("_")[1].split(".") if x],
+                                     default=None)
+    ldd = subprocess.run(["ldd", str(so)], capture_output=True, text=True)
+    facts["ldd"] = [ln.strip() for ln in ldd.stdout.splitlines() if "libstdc++" in ln or "not found" in ln
+                    or "libgcc" in ln or "libtorch" in ln][:8]
+    facts["bytes"] = len(data)
+    return facts
 
 
 def child_load(variant: str, loader: str, device: str, folder: Path) -> None:
@@ -186,12 +217,14 @@ def _signal(code: int) -> str:
     return f"exit code {code}"
 
 
-def spawn(args: list[str], timeout: float, log: Path, base: dict[str, Any], prefix: list[str] | None = None) -> dict:
-    """Run this script as a child with ARGS; the row it printed, or one made from how it ended."""
-    cmd = (prefix or []) + [sys.executable, "-X", "faulthandler", __file__, *args]
+def spawn(args: list[str], timeout: float, log: Path, base: dict[str, Any], env: dict[str, str] | None = None) -> dict:
+    """Run this script as a child with ARGS (and ENV over this environment); the row it printed, or one made from
+    how it ended."""
+    cmd = [sys.executable, "-X", "faulthandler", __file__, *args]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace",
+                              env={**os.environ, **(env or {})})
         out, err, code = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -209,7 +242,7 @@ def spawn(args: list[str], timeout: float, log: Path, base: dict[str, Any], pref
     return {**base, "outcome": reason, "seconds": seconds, "detail": " | ".join(tail)[:600]}
 
 
-def gdb_backtrace(folder: Path, device: str, timeout: float, out: Path) -> dict[str, Any]:
+def gdb_backtrace(folder: Path, device: str, timeout: float, out: Path, loader: str) -> dict[str, Any]:
     """The native stack of the default package's load+run under cuda-gdb (or gdb), written to OUT/gdb.txt."""
     gdb = shutil.which("cuda-gdb") or shutil.which("gdb")
     if gdb is None:
@@ -220,6 +253,7 @@ def gdb_backtrace(folder: Path, device: str, timeout: float, out: Path) -> dict[
            "-ex", "info registers rip", "-ex", "x/6i $pc", "-ex", "info sharedlibrary",
            "--args", sys.executable, __file__, "--child-load", "default", "--loader", LOADERS[0],
            "--device", device, "--dir", str(folder)]
+    cmd[cmd.index("--loader") + 1] = loader
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, errors="replace")
@@ -248,6 +282,12 @@ def environment() -> dict[str, Any]:
             "\n")[0]
     facts["ldd"] = subprocess.run(["ldd", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
     facts["CXX"] = os.environ.get("CXX")
+    for var in ("CXX", "CC"):
+        if os.environ.get(var):
+            run = subprocess.run([os.environ[var], "--version"], capture_output=True, text=True)
+            facts[f"{var}_version"] = run.stdout.split("\n")[0]
+    facts["which g++"] = shutil.which("g++")
+    facts["LD_LIBRARY_PATH"] = os.environ.get("LD_LIBRARY_PATH")
     if torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name(0)
     return facts
@@ -273,9 +313,10 @@ def choose(jsonl: Path, device: str, tolerance: float = 1e-3) -> dict[str, Any] 
     for variant in FIX_ORDER:
         for r in rows:
             if (r.get("stage") == "load+run" and r.get("variant") == variant and r.get("device") == device
-                    and r.get("loader") == LOADERS[0] and r.get("outcome") == "ok"
-                    and (r.get("max_err_rel") or 0.0) <= tolerance and variant in builds):
-                return {"variant": variant, "configs": builds[variant].get("configs", {})}
+                    and r.get("outcome") == "ok" and (r.get("max_err_rel") or 0.0) <= tolerance
+                    and variant in builds):
+                return {"variant": variant, "configs": builds[variant].get("configs", {}),
+                        "env": VARIANT_ENV.get(variant, {}), "loader": r.get("loader")}
     return None
 
 
@@ -303,6 +344,10 @@ def main() -> int:
     p.add_argument("--child-load")
     p.add_argument("--child-cpp-wrapper", action="store_true")
     p.add_argument("--loader", default="aoti_load_package")
+    p.add_argument("--loaders", default=",".join(LOADERS),
+                   help="loaders to try on the default package, first one on the others (AOTIModelPackageLoader "
+                        "alone skips the 45 s that aoti_load_package spends importing Inductor on that image)")
+    p.add_argument("--no-cpp-wrapper", action="store_true")
     p.add_argument("--dir", type=Path)
     p.add_argument("--choose", type=Path, help="print the fix chosen from this aoti_probe.jsonl as JSON, and exit")
     a = p.parse_args()
@@ -328,7 +373,8 @@ def main() -> int:
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.parallel) as pool:
         futures = {pool.submit(spawn, ["--child-build", v, "--device", d, "--dir", str(work / f"{v}-{d}")],
-                               BUILD_TIMEOUT_S, log, {"stage": "build", "variant": v, "device": d}): (v, d)
+                               BUILD_TIMEOUT_S, log, {"stage": "build", "variant": v, "device": d},
+                               VARIANT_ENV.get(v)): (v, d)
                    for v, d in jobs}
         built = []
         for fut in concurrent.futures.as_completed(futures):
@@ -338,18 +384,19 @@ def main() -> int:
                 built.append(futures[fut])
     print(f"builds: {time.perf_counter() - t0:.1f} s", flush=True)
     for v, d in sorted(built, key=lambda j: (j[1] != a.device, list(BUILD_VARIANTS).index(j[0]))):
-        loaders = ("aot_load",) if v == "legacy-aot-compile" else LOADERS
+        loaders = ("aot_load",) if v == "legacy-aot-compile" else tuple(a.loaders.split(","))
         if v != "default" or d != a.device:
             loaders = loaders[:1]  # every loader on the default package; the first on the others
         for loader in loaders:
             record(spawn(["--child-load", v, "--loader", loader, "--device", d, "--dir", str(work / f"{v}-{d}")],
                          LOAD_TIMEOUT_S, log, {"stage": "load+run", "variant": v, "loader": loader, "device": d}))
-    record(spawn(["--child-cpp-wrapper", "--device", a.device], BUILD_TIMEOUT_S, log,
-                 {"stage": "jit cpp_wrapper", "variant": "-", "device": a.device}))
+    if not a.no_cpp_wrapper:
+        record(spawn(["--child-cpp-wrapper", "--device", a.device], BUILD_TIMEOUT_S, log,
+                     {"stage": "jit cpp_wrapper", "variant": "-", "device": a.device}))
     default_ok = any(r["stage"] == "load+run" and r["variant"] == "default" and r.get("device") == a.device
                      and r["outcome"] == "ok" for r in rows)
     if a.gdb and ("default", a.device) in built and not default_ok:
-        record(gdb_backtrace(work / f"default-{a.device}", a.device, GDB_TIMEOUT_S, out))
+        record(gdb_backtrace(work / f"default-{a.device}", a.device, GDB_TIMEOUT_S, out, a.loaders.split(",")[0]))
     print(write_table([r for r in rows if r["stage"] != "environment"], out / "aoti_probe.txt"))
     return 0
 

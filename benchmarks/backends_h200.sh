@@ -19,6 +19,7 @@ GUARD_S=${GUARD_S:-570}
 PROBE=${PROBE:-1}
 DEVICE=${DEVICE:-cuda}
 if [ -n "${RESUME:-}" ]; then DEST=$(dirname "$RESUME"); T0=$(date +%s); else new_dest backends; fi
+NAME=${NAME:-backends}  # the result file's name in DEST
 echo "${CLSBENCH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" >> "$DEST/commit.txt"
 export CLSBENCH_CACHE=${CLSBENCH_CACHE:-$PWD/.cache/artifacts} CLSBENCH_DB=${CLSBENCH_DB:-$PWD/.cache/index.sqlite3}
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv 2>&1 || echo "no nvidia-smi"
@@ -39,22 +40,26 @@ if [ "$PROBE" = 1 ]; then
     null) BACKENDS=$(echo "$BACKENDS" | sed 's/,\?export//');  # no build loads here: the matrix without export
           echo "no AOTInductor configuration loads here: export left out" | tee -a "$DEST/aoti-choice.txt" ;;
     *'"variant": "default"'*) ;;
-    *) export CLSBENCH_AOTI_CONFIGS
-       CLSBENCH_AOTI_CONFIGS=$($PY -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["configs"]))' \
-         "$CHOSEN") ;;
+    *) eval "$($PY -c 'import json, shlex, sys
+c = json.loads(sys.argv[1])
+for k, v in c.get("env", {}).items():
+    print(f"export {k}={shlex.quote(v)}")
+if c.get("configs"):
+    print("export CLSBENCH_AOTI_CONFIGS=" + shlex.quote(json.dumps(c["configs"])))' "$CHOSEN")" ;;
   esac
 fi
-echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} backends=$BACKENDS" | tee -a "$DEST/aoti-choice.txt"
+echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} CXX=${CXX:-} backends=$BACKENDS" | tee -a "$DEST/aoti-choice.txt"
 if [ -n "${RESUME:-}" ]; then
+  NAME=$(basename "$RESUME" .json)
   timeout -s INT "$(left)" $PY -m clsbench run --resume "$RESUME" ${RUN_ARGS:-} \
     > "$DEST/run-resume-$(date -u +%H%M%S).txt" 2>> "$DEST/progress.log"
 else
   timeout -s INT "$(left)" $PY -m clsbench run --model "${MODELS:-resnet50,mobilenet_v3_large}" \
     --workload infer-throughput,infer-latency --mode "${MODES:-bf16+cl,fp32}" --backend "$BACKENDS" \
     --device "$DEVICE" --repeats 3 --min-time 1 --no-probe --timeout 300 --order cell ${RUN_ARGS:-} \
-    -o "$DEST/backends.json" > "$DEST/run.txt" 2>> "$DEST/progress.log"
+    -o "$DEST/$NAME.json" > "$DEST/run-$NAME.txt" 2>> "$DEST/progress.log"
 fi
 echo "run rc=$? at $(( $(date +%s) - T0 )) s (guard $GUARD_S s)"
-$PY -m clsbench show "$DEST/backends.json" > "$DEST/table.txt" 2>&1
+$PY -m clsbench show "$DEST/$NAME.json" > "$DEST/table-$NAME.txt" 2>&1
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/$(basename "$DEST").tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
-grep -E 'ok|FAILED|SKIPPED|UNSTABLE' "$DEST/table.txt" | head -n 60 | cut -c1-190
+grep -E ' ok|FAILED|UNSTABLE' "$DEST/table-$NAME.txt" | head -n 60 | cut -c1-190
