@@ -2,10 +2,10 @@
 # Issue 16 on the H200 in one device call: what AOTInductor's loader needs there (benchmarks/aoti_probe.py), then
 # the backend matrix through `clsbench run --backend` itself, in cell order, under a guard, resumable across calls.
 #
-#   CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/backends_h200.sh
+#   CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/backends_h200.sh            # PROBE=1: the probe first
 #   RESUME=benchmarks/results/h200/backends-<time>/backends.json PROBE=0 OUT=$OUT bash benchmarks/backends_h200.sh
 #
-# PROBE=1 (default) runs the loader probe first (about 4-5 minutes: builds of a tiny network side by side, each
+# PROBE=1 runs the loader probe first (about 4-5 minutes: builds of a tiny network side by side, each
 # package loaded in a fresh process, cuda-gdb's stack of a crash); its chosen fix, when the default build does not
 # load, is passed to the export backend through CLSBENCH_AOTI_CONFIGS (recorded in every export cell's versions and
 # build facts). The matrix: MODELS (resnet50,mobilenet_v3_large) x infer-throughput (batch 256) and infer-latency
@@ -16,9 +16,14 @@
 # tarball in $OUT.
 source "$(dirname "$0")/lib.sh"
 GUARD_S=${GUARD_S:-570}
-PROBE=${PROBE:-1}
+PROBE=${PROBE:-0}
 DEVICE=${DEVICE:-cuda}
-if [ -n "${RESUME:-}" ]; then DEST=$(dirname "$RESUME"); T0=$(date +%s); else new_dest backends; fi
+if [ -n "${RESUME:-}" ]; then
+  # A folder written on the device in an earlier call is not in the next call's copy of the tree: bring it back and
+  # commit it first (a missing file once sent a whole call into tarring / instead).
+  [ -f "$RESUME" ] || { echo "error: RESUME=$RESUME is not a file here" >&2; exit 3; }
+  DEST=$(dirname "$RESUME"); T0=$(date +%s)
+else new_dest backends; fi
 NAME=${NAME:-backends}  # the result file's name in DEST
 echo "${CLSBENCH_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" >> "$DEST/commit.txt"
 export CLSBENCH_CACHE=${CLSBENCH_CACHE:-$PWD/.cache/artifacts} CLSBENCH_DB=${CLSBENCH_DB:-$PWD/.cache/index.sqlite3}

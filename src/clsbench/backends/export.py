@@ -4,9 +4,10 @@
 The package holds the compiled kernels (Triton on a GPU, C++/OpenMP on a CPU), a C++ wrapper that launches them
 and the weights; loading it needs no Python model code. Build and load are timed apart (``build_s``, ``load_s``).
 
-What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++; on a GPU
-also Triton (shipped with PyTorch's CUDA wheels). The input shape is static (the request's batch), which lets
-Inductor specialise every kernel; another batch size is another package.
+What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++, whose C++
+library is the one PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with PyTorch's CUDA
+wheels). The input shape is static (the request's batch), which lets Inductor specialise every kernel; another batch
+size is another package.
 
 The runner is loaded with ``run_single_threaded=True``: it drops the container's locking and per-run CUDA event
 bookkeeping, which a single-threaded benchmark does not need and which costs microseconds at batch 1 and gets in the
@@ -24,6 +25,7 @@ import inspect
 import json
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -77,9 +79,72 @@ def env_configs() -> dict[str, Any]:
     return value
 
 
+#: Environment variable naming the C++ compiler for AOTInductor's wrapper, over the choice below (never overridden).
+CXX_ENV = "CLSBENCH_AOTI_CXX"
+#: Compilers tried, after ``$CXX``, for one whose C++ library is the one this process runs with.
+CXX_FALLBACKS = ("g++", "/usr/bin/g++")
+
+
+def runtime_libstdcxx() -> str | None:
+    """The C++ standard library this process has loaded (PyTorch's), resolved; None where it cannot be read."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                if "/libstdc++.so" in path:
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return None
+
+
+def compiler_libstdcxx(cxx: str) -> str | None:
+    """The C++ standard library ``cxx`` compiles and links against, resolved; None when it does not say."""
+    exe = shutil.which(cxx)
+    if exe is None:
+        return None
+    try:
+        run = subprocess.run([exe, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = run.stdout.strip()
+    return os.path.realpath(path) if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def choose_compiler() -> dict[str, Any]:
+    """The C++ compiler for the wrapper, and why.
+
+    A wrapper compiled against a newer C++ library's headers than the library the loading process runs with
+    crashes when loaded: on the H200 image ``CXX`` is ``/opt/gcc/bin/g++``, whose own ``libstdc++`` is newer than
+    the system's that PyTorch loads, and every package it built died with SIGSEGV in the model's constructor
+    (``std::regex`` in ``parse_device_str`` reached ``std::codecvt`` of the other library; cuda-gdb's stack is in
+    ``benchmarks/results/h200/backends-20261203T170854Z/aoti-probe/gdb.txt``). The distribution's ``/usr/bin/g++``
+    built packages that loaded and matched eager. So: ``$CLSBENCH_AOTI_CXX`` if set; else ``$CXX`` (else ``g++``)
+    when its C++ library is the loaded one or cannot be told; else the first of :data:`CXX_FALLBACKS` whose library
+    is; else ``$CXX`` anyway, with the mismatch recorded.
+    """
+    forced = os.environ.get(CXX_ENV)
+    if forced:
+        return {"compiler": forced, "compiler_choice": f"${CXX_ENV}"}
+    configured = os.environ.get("CXX") or "g++"
+    loaded = runtime_libstdcxx()
+    own = compiler_libstdcxx(configured)
+    facts: dict[str, Any] = {"compiler": configured, "runtime_libstdcxx": loaded, "compiler_libstdcxx": own}
+    if loaded is None or own is None or own == loaded:
+        return {**facts, "compiler_choice": "$CXX" if os.environ.get("CXX") else "g++ (no $CXX)"}
+    for candidate in CXX_FALLBACKS:
+        if shutil.which(candidate) and compiler_libstdcxx(candidate) == loaded:
+            return {**facts, "compiler": candidate, "compiler_libstdcxx": loaded,
+                    "compiler_choice": f"{candidate}: $CXX={configured} links {own}, not the {loaded} this process "
+                                       f"loads (its packages crash at load)"}
+    return {**facts, "compiler_choice": f"$CXX, though it links {own} and this process loads {loaded}: set "
+                                        f"{CXX_ENV} to a compiler of the loaded library if loading crashes"}
+
+
 def _compiler() -> str:
-    """The C++ compiler Inductor will call: ``$CXX``, else ``g++`` (Inductor's default on Linux)."""
-    return os.environ.get("CXX") or "g++"
+    """The C++ compiler named for the wrapper: ``$CLSBENCH_AOTI_CXX``, else ``$CXX``, else ``g++`` (Inductor's
+    default on Linux); :func:`choose_compiler` may pick another of the same kind at build time."""
+    return os.environ.get(CXX_ENV) or os.environ.get("CXX") or "g++"
 
 
 def _known_configs(configs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -116,6 +181,7 @@ class Export:
         triton = distribution_version("triton", "pytorch-triton")
         if triton:
             versions["triton"] = triton
+        versions["cxx"] = choose_compiler()["compiler"]  # another compiler, another artifact
         with_env = os.environ.get(CONFIGS_ENV, "").strip()
         if with_env:  # not a library version, but it decides the artifact as one does: keyed and recorded alike
             versions[CONFIGS_ENV] = with_env
@@ -129,6 +195,7 @@ class Export:
         from torch._inductor import aoti_compile_and_package
 
         configs, dropped = _known_configs({**VARIANTS[variant], **env_configs()})
+        compiler = choose_compiler()
         t0 = time.perf_counter()
         with torch.no_grad():
             try:
@@ -137,10 +204,12 @@ class Export:
                 raise BuildStepError(FAILED_EXPORT, f"torch.export: {first_line(exc)}") from exc
             export_s = time.perf_counter() - t0
             t1 = time.perf_counter()
-            aoti_compile_and_package(program, package_path=str(path / ARTIFACT), inductor_configs=configs)
+            # cpp.cxx is read from $CXX when Inductor is imported: the choice is patched in for this build.
+            aoti_compile_and_package(program, package_path=str(path / ARTIFACT),
+                                     inductor_configs={**configs, "cpp.cxx": (None, compiler["compiler"])})
         return {"method": "torch.export.export (non-strict) + aoti_compile_and_package", "export_s": export_s,
                 "compile_s": time.perf_counter() - t1, "inductor_configs": configs, "configs_unknown_here": dropped,
-                "compiler": _compiler()}
+                **compiler}
 
     def load(self, path: Path, request: BackendRequest, build_facts: dict[str, Any]) -> Loaded:
         from torch._inductor import aoti_load_package

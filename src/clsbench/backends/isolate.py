@@ -194,9 +194,10 @@ def run_build(job: BuildJob) -> BuildOutcome:
 def smoke_load(job: BuildJob, example: Any, facts: dict[str, Any]) -> BuildOutcome | None:
     """Load the new artifact once and run it on the example, here in the build process; a failure, or None.
 
-    A loader that crashes (on the H200 image, torch 2.11's ``aoti_load_package`` died with SIGSEGV on every
-    AOTInductor package) then takes the build process with it, not the measuring worker, and the parent reads the
-    marker file left behind as ``load_error`` (which is not retried: another build variant loads the same way).
+    A loader that crashes (on the H200 image every AOTInductor package compiled by its ``$CXX`` died with SIGSEGV
+    at load, see :func:`clsbench.backends.export.choose_compiler`) then takes the build process with it, not the
+    measuring worker, and the parent reads the marker file left behind as ``load_error`` (which is not retried:
+    another build variant loads the same way).
     The outcome's ``smoke_load_s`` records what it cost.
     """
     import torch
