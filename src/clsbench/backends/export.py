@@ -86,7 +86,13 @@ CXX_FALLBACKS = ("g++", "/usr/bin/g++")
 
 
 def runtime_libstdcxx() -> str | None:
-    """The C++ standard library this process has loaded (PyTorch's), resolved; None where it cannot be read."""
+    """The C++ standard library PyTorch runs with in this process, resolved; None where it cannot be read.
+
+    PyTorch is imported first: a process that has not imported it (the CLI recording its environment) has no C++
+    library loaded yet, and would otherwise record another compiler than its workers build with.
+    """
+    import torch  # noqa: F401 - loads libtorch, and with it the libstdc++ it runs with
+
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
             for line in maps:
