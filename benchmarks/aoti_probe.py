@@ -53,8 +53,8 @@ BUILD_VARIANTS: dict[str, dict[str, Any]] = {
 }
 #: Environment of a variant's build process beyond this one's (the H200 image sets CXX=/opt/gcc/bin/g++).
 VARIANT_ENV: dict[str, dict[str, str]] = {"system-gxx": {"CXX": "/usr/bin/g++", "CC": "/usr/bin/gcc"}}
-#: How a built package is loaded.
-#: The first is how clsbench's ``export`` backend loads; every variant is loaded with it.
+#: How a built package is loaded; the first is how clsbench's ``export`` backend loads, and every variant is loaded
+#: with it (``--loaders`` changes the list).
 LOADERS = ("aoti_load_package-single-threaded", "aoti_load_package", "AOTIModelPackageLoader")
 #: Preference among the variants for ``--choose`` (the export backend's fix): the least intrusive first.
 FIX_ORDER = ("default", "system-gxx", "embed-kernels", "no-pch", "no-asm-consts", "mmap-weights", "consts-outside-so",

@@ -13,10 +13,10 @@
 # Measured on the H200 image (torch 2.11, 2026-12-01, first attempt of this script, stopped at 480 s): the eager and
 # torchscript cells of resnet50 took about 20 s and 35 s each (3 repeats; a torchscript build 2-6 s, its process
 # 12-20 s), an AOTInductor build of resnet50 66 s (fp32, bs256) and 84 s (bf16+cl, bs256), and loading an AOTInductor
-# package (aoti_load_package) died with SIGSEGV there, for a tiny model too, with every loader argument. So the
-# export cells fail (load_error, the build process's log holds the stack) after their build, and the whole matrix
-# (8 AOTInductor builds) cannot finish inside one call: what finished is saved and the rest is resumable. Without
-# export (BACKENDS=eager,torchscript,onnxruntime,tensorrt) it should fit. MODELS and BACKENDS override the lists.
+# package died with SIGSEGV there (the cause, found 2026-12-03: the image's CXX=/opt/gcc/bin/g++ links another
+# libstdc++ than PyTorch's; the export backend now chooses its compiler by that). The whole matrix (8 AOTInductor
+# builds) cannot finish inside one call: benchmarks/backends_h200.sh runs it in cell order, resumable across calls.
+# MODELS and BACKENDS override the lists.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
