@@ -12,13 +12,21 @@
 # (batch 1) x MODES (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,onnxruntime,tensorrt), 3 repeats, cell order
 # (a cell's repeats share one build, and an interrupted call loses at most one cell's repeats), the artifact cache in
 # the ignored folder .cache/ (kept on a warm machine between calls). SIGINT at GUARD_S saves what finished.
-# Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder), as one
-# tarball in $OUT.
+# Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder, or DIR), as one
+# tarball in $OUT. WORKLOADS overrides the workloads. GRAPHS=1 adds a second file, latency-graphs.json: batch 1 in
+# bf16+cl+cudagraph over GRAPH_BACKENDS (eager,torchscript,export; export's artifact is the bf16+cl one, cached).
+# DIR=<folder> continues every stage that its files say is unfinished, in order (the next call of a chain):
+#
+#   GRAPHS=1 CLSBENCH_GIT_COMMIT=<commit> OUT=$OUT bash benchmarks/backends_h200.sh        # call 1
+#   DIR=benchmarks/results/h200/backends-<time> GRAPHS=1 CLSBENCH_GIT_COMMIT=<commit> OUT=$OUT bash benchmarks/backends_h200.sh
 source "$(dirname "$0")/lib.sh"
 GUARD_S=${GUARD_S:-570}
 PROBE=${PROBE:-0}
 DEVICE=${DEVICE:-cuda}
-if [ -n "${RESUME:-}" ]; then
+if [ -n "${DIR:-}" ]; then
+  [ -d "$DIR" ] || { echo "error: DIR=$DIR is not a folder here (extract the last call's tarball into the tree first)" >&2; exit 3; }
+  DEST=$DIR; T0=$(date +%s)
+elif [ -n "${RESUME:-}" ]; then
   # A folder written on the device in an earlier call is not in the next call's copy of the tree: bring it back and
   # commit it first (a missing file once sent a whole call into tarring / instead).
   [ -f "$RESUME" ] || { echo "error: RESUME=$RESUME is not a file here" >&2; exit 3; }
@@ -54,17 +62,47 @@ if c.get("configs"):
   esac
 fi
 echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} CXX=${CXX:-} backends=$BACKENDS" | tee -a "$DEST/aoti-choice.txt"
-if [ -n "${RESUME:-}" ]; then
-  NAME=$(basename "$RESUME" .json)
-  timeout -s INT "$(left)" $PY -m clsbench run --resume "$RESUME" ${RUN_ARGS:-} \
-    > "$DEST/run-resume-$(date -u +%H%M%S).txt" 2>> "$DEST/progress.log"
-else
-  timeout -s INT "$(left)" $PY -m clsbench run --model "${MODELS:-resnet50,mobilenet_v3_large}" \
-    --workload infer-throughput,infer-latency --mode "${MODES:-bf16+cl,fp32}" --backend "$BACKENDS" \
-    --device "$DEVICE" --repeats 3 --min-time 1 --no-probe --timeout 300 --order cell ${RUN_ARGS:-} \
-    -o "$DEST/$NAME.json" > "$DEST/run-$NAME.txt" 2>> "$DEST/progress.log"
-fi
-echo "run rc=$? at $(( $(date +%s) - T0 )) s (guard $GUARD_S s)"
-$PY -m clsbench show "$DEST/$NAME.json" > "$DEST/table-$NAME.txt" 2>&1
+# One stage per result file in DEST, each started, resumed or passed over by what its file says, so the same command
+# continues in the next call (DIR=<folder>): the matrix, then (GRAPHS=1) the batch-1 cells captured as CUDA graphs.
+state_of() {  # FILE: new, pending, done or unreadable
+  $PY -c 'import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except FileNotFoundError:
+    print("new")
+except ValueError:
+    print("unreadable")
+else:
+    print("pending" if d.get("pending") else "done")' "$1"
+}
+stage() {  # NAME WORKLOADS MODES BACKENDS; succeeds when the file is finished
+  local name=$1 file="$DEST/$1.json" state
+  state=$(state_of "$file")
+  echo "stage $name: $state at $(( $(date +%s) - T0 )) s"
+  case "$state" in
+    done) return 0 ;;
+    unreadable) echo "error: $file is not a result file; left as it is" >&2; return 1 ;;
+  esac
+  if (( $(left) < 30 )); then echo "stage $name: not started, $(left) s left"; return 1; fi
+  if [ "$state" = pending ]; then
+    timeout -s INT "$(left)" $PY -m clsbench run --resume "$file" ${RUN_ARGS:-} \
+      > "$DEST/run-$name-resume-$(date -u +%H%M%S).txt" 2>> "$DEST/progress.log"
+  else
+    timeout -s INT "$(left)" $PY -m clsbench run --model "${MODELS:-resnet50,mobilenet_v3_large}" \
+      --workload "$2" --mode "$3" --backend "$4" \
+      --device "$DEVICE" --repeats 3 --min-time 1 --no-probe --timeout 300 --order cell ${RUN_ARGS:-} \
+      -o "$file" > "$DEST/run-$name.txt" 2>> "$DEST/progress.log"
+  fi
+  local rc=$?
+  state=$(state_of "$file")
+  echo "stage $name: rc=$rc, $state at $(( $(date +%s) - T0 )) s (guard $GUARD_S s)"
+  $PY -m clsbench show "$file" > "$DEST/table-$name.txt" 2>&1
+  grep -E ' ok|FAILED|UNSTABLE' "$DEST/table-$name.txt" | head -n 60 | cut -c1-190
+  [ "$state" = done ]
+}
+if [ -n "${RESUME:-}" ]; then NAME=$(basename "$RESUME" .json); fi
+stage "$NAME" "${WORKLOADS:-infer-throughput,infer-latency}" "${MODES:-bf16+cl,fp32}" "$BACKENDS" && \
+  if [ "${GRAPHS:-0}" = 1 ]; then
+    stage latency-graphs infer-latency bf16+cl+cudagraph "${GRAPH_BACKENDS:-eager,torchscript,export}"
+  fi
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/$(basename "$DEST").tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi
-grep -E ' ok|FAILED|UNSTABLE' "$DEST/table-$NAME.txt" | head -n 60 | cut -c1-190

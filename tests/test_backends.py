@@ -131,8 +131,22 @@ def test_export_build_facts_say_what_was_compiled(built: dict) -> None:
     assert facts["variant"] == "default" and facts["build"]["compile_s"] > 0
     assert facts["build"]["compiler"] and facts["build"]["compiler_choice"]  # the wrapper's compiler, and why
     assert facts["versions"]["cxx"] == facts["build"]["compiler"]
-    assert facts["runtime"]["runner"] == "torch._inductor.aoti_load_package"
+    assert facts["runtime"]["runner"] == "torch._C._aoti.AOTIModelPackageLoader"  # the C++ loader, directly
     assert (Path(facts["artifact_path"]) / "model.pt2").is_file()
+
+
+def test_both_export_loaders_run_the_package_alike(built: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The direct C++ loader and ``aoti_load_package`` (CLSBENCH_AOTI_LOADER=python) give the same logits."""
+    from clsbench.backends.base import BACKENDS
+
+    ready, facts = built[("export", "fp32")]
+    req = request("fp32")
+    monkeypatch.setenv("CLSBENCH_AOTI_LOADER", "python")
+    python_loaded = BACKENDS.get("export").load(Path(facts["artifact_path"]), req, facts["build"])
+    assert python_loaded.facts["runner"] == "torch._inductor.aoti_load_package"
+    x = req.example()
+    with torch.inference_mode():
+        assert torch.allclose(ready.forward(x), python_loaded.forward(x), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["export", "onnxruntime", "torchscript"])
