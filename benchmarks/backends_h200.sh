@@ -15,6 +15,7 @@
 # Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder, or DIR), as one
 # tarball in $OUT. WORKLOADS overrides the workloads. GRAPHS=1 adds a second file, latency-graphs.json: batch 1 in
 # bf16+cl+cudagraph over GRAPH_BACKENDS (eager,torchscript,export; export's artifact is the bf16+cl one, cached).
+# FP32=1 adds a third, fp32.json: the matrix in fp32 (the parity reference's own figures), for a MODES without it.
 # DIR=<folder> continues every stage that its files say is unfinished, in order (the next call of a chain):
 #
 #   GRAPHS=1 CLSBENCH_GIT_COMMIT=<commit> OUT=$OUT bash benchmarks/backends_h200.sh        # call 1
@@ -102,7 +103,7 @@ stage() {  # NAME WORKLOADS MODES BACKENDS; succeeds when the file is finished
 }
 if [ -n "${RESUME:-}" ]; then NAME=$(basename "$RESUME" .json); fi
 stage "$NAME" "${WORKLOADS:-infer-throughput,infer-latency}" "${MODES:-bf16+cl,fp32}" "$BACKENDS" && \
-  if [ "${GRAPHS:-0}" = 1 ]; then
-    stage latency-graphs infer-latency bf16+cl+cudagraph "${GRAPH_BACKENDS:-eager,torchscript,export}"
-  fi
+  { [ "${GRAPHS:-0}" != 1 ] || \
+    stage latency-graphs infer-latency bf16+cl+cudagraph "${GRAPH_BACKENDS:-eager,torchscript,export}"; } && \
+  { [ "${FP32:-0}" != 1 ] || stage fp32 "${WORKLOADS:-infer-throughput,infer-latency}" fp32 "$BACKENDS"; }
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/$(basename "$DEST").tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi

@@ -2,9 +2,10 @@
 settings ``CLSBENCH_AOTI_CONFIGS`` lays over every build.
 
 The compiler rule exists because of a crash seen on the H200 image (2026-12-03): ``CXX=/opt/gcc/bin/g++`` there
-links a newer ``libstdc++`` than the one PyTorch loads, and every package it built died at load. The choice is tested
-with fake compilers (their reported libraries are injected); the real lookups are checked on this machine's own
-g++ and process.
+links ``libstdc++`` statically into every shared object, and every package it built died at load beside the copy
+PyTorch loads. The choice is tested with fake compilers (their reported libraries are injected); the real lookups
+are checked on this machine's own g++ and process, and on a g++ wrapper that adds ``-static-libstdc++`` as that
+image's does.
 """
 
 from __future__ import annotations
@@ -89,6 +90,27 @@ def test_the_chosen_compiler_is_part_of_the_artifact_key(
     assert export_module.Export().versions()["cxx"] == "g++"
     monkeypatch.setenv(export_module.CXX_ENV, "/opt/gcc/bin/g++")
     assert export_module.Export().versions()["cxx"] == "/opt/gcc/bin/g++"
+
+
+def test_a_static_library_compiler_gives_way(fake_compilers: dict[str, str | None],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_compilers.update({"/opt/gcc/bin/g++": export_module.STATIC_LIBSTDCXX, "g++": LOADED})
+    monkeypatch.setenv("CXX", "/opt/gcc/bin/g++")
+    chosen = export_module.choose_compiler()
+    assert chosen["compiler"] == "g++" and "-static-libstdc++" in chosen["compiler_choice"]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or shutil.which("readelf") is None, reason="no g++ or readelf")
+def test_a_wrapper_that_links_the_library_statically_is_found(tmp_path: Path) -> None:
+    """The H200 image's kind of compiler, rebuilt here: g++ with -static-libstdc++ added. Its probe object needs no
+    shared libstdc++, so its library is never the loaded one; plain g++'s probe needs it."""
+    wrapper = tmp_path / "static-g++"
+    wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} "$@" -static-libstdc++\n')
+    wrapper.chmod(0o755)
+    assert export_module.needs_shared_libstdcxx(str(wrapper)) is False
+    assert export_module.needs_shared_libstdcxx(shutil.which("g++")) is True
+    assert export_module.compiler_libstdcxx(str(wrapper)) == export_module.STATIC_LIBSTDCXX
+    assert export_module.needs_shared_libstdcxx("/bin/false") is None  # a compiler that fails says nothing
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")

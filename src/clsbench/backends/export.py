@@ -5,8 +5,8 @@ where this PyTorch lacks it, or with ``CLSBENCH_AOTI_LOADER=python``).
 The package holds the compiled kernels (Triton on a GPU, C++/OpenMP on a CPU), a C++ wrapper that launches them
 and the weights; loading it needs no Python model code. Build and load are timed apart (``build_s``, ``load_s``).
 
-What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++, whose C++
-library is the one PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with PyTorch's CUDA
+What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++, whose shared
+objects run with the C++ library PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with PyTorch's CUDA
 wheels). The input shape is static (the request's batch), which lets Inductor specialise every kernel; another batch
 size is another package.
 
@@ -22,11 +22,13 @@ workers, Inductor's layout optimisation and freezing off, no autotuning. The rec
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -105,11 +107,28 @@ def runtime_libstdcxx() -> str | None:
     return None
 
 
+#: What :func:`compiler_libstdcxx` reports for a compiler whose shared objects carry their own copy of the C++
+#: library (``-static-libstdc++``) instead of needing the process's: never the loaded one.
+STATIC_LIBSTDCXX = "a copy linked into each shared object (-static-libstdc++)"
+_PROBE_SOURCE = ('#include <sstream>\n#include <string>\n'
+                 'extern "C" int clsbench_probe(int x) { std::ostringstream s; s << x; return (int)s.str().size(); }\n')
+
+
+@functools.lru_cache(maxsize=None)
 def compiler_libstdcxx(cxx: str) -> str | None:
-    """The C++ standard library ``cxx`` compiles and links against, resolved; None when it does not say."""
+    """The C++ standard library that shared objects built by ``cxx`` run with, resolved; None when it does not say.
+
+    A one-function shared object is built and its dynamic section read: without a ``NEEDED libstdc++`` entry the
+    compiler links the library statically (:data:`STATIC_LIBSTDCXX`). That is what the H200 image's
+    ``CXX=/opt/gcc/bin/g++`` does (its packages have no ``libstdc++`` in ``ldd`` and are four times the size), and
+    such a package's own copy of the library, beside the one PyTorch loaded, crashed in ``std::regex``'s locale code.
+    Otherwise the answer is the library the compiler links against (``-print-file-name``).
+    """
     exe = shutil.which(cxx)
     if exe is None:
         return None
+    if needs_shared_libstdcxx(exe) is False:
+        return STATIC_LIBSTDCXX
     try:
         run = subprocess.run([exe, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -118,16 +137,42 @@ def compiler_libstdcxx(cxx: str) -> str | None:
     return os.path.realpath(path) if os.path.isabs(path) and os.path.exists(path) else None
 
 
+def needs_shared_libstdcxx(exe: str) -> bool | None:
+    """Whether a shared object that ``exe`` builds needs ``libstdc++.so`` at run time (False: it carries a static
+    copy); None when the probe cannot be built or read (no ``readelf`` or ``objdump``, a compiler that fails)."""
+    with tempfile.TemporaryDirectory(prefix="clsbench-cxx-") as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        src.write_text(_PROBE_SOURCE)
+        try:
+            built = subprocess.run([exe, "-shared", "-fPIC", "-O1", str(src), "-o", str(lib)], capture_output=True,
+                                   text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if built.returncode != 0 or not lib.is_file():
+            return None
+        for tool in (["readelf", "-d"], ["objdump", "-p"]):
+            if shutil.which(tool[0]) is None:
+                continue
+            try:
+                out = subprocess.run([*tool, str(lib)], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if out.returncode == 0 and "NEEDED" in out.stdout:
+                return any("NEEDED" in line and "libstdc++" in line for line in out.stdout.splitlines())
+    return None
+
+
 def choose_compiler() -> dict[str, Any]:
     """The C++ compiler for the wrapper, and why.
 
-    A wrapper compiled against a newer C++ library's headers than the library the loading process runs with
-    crashes when loaded: on the H200 image ``CXX`` is ``/opt/gcc/bin/g++``, whose own ``libstdc++`` is newer than
-    the system's that PyTorch loads, and every package it built died with SIGSEGV in the model's constructor
-    (``std::regex`` in ``parse_device_str`` reached ``std::codecvt`` of the other library; cuda-gdb's stack is in
-    ``benchmarks/results/h200/backends-20261203T170854Z/aoti-probe/gdb.txt``). The distribution's ``/usr/bin/g++``
-    built packages that loaded and matched eager. So: ``$CLSBENCH_AOTI_CXX`` if set; else ``$CXX`` (else ``g++``)
-    when its C++ library is the loaded one or cannot be told; else the first of :data:`CXX_FALLBACKS` whose library
+    A wrapper whose shared object runs with another C++ library than the loading process crashes when loaded. On
+    the H200 image ``CXX`` is ``/opt/gcc/bin/g++``, a wrapper around the distribution's GCC 13.3 that links
+    ``libstdc++`` statically: every package it built carried its own copy beside the one PyTorch loads and died with
+    SIGSEGV in the model's constructor (``std::regex`` in ``parse_device_str`` reached ``std::codecvt``; cuda-gdb's
+    stack is in ``benchmarks/results/h200/backends-20261203T170854Z/aoti-probe/gdb.txt``). The distribution's
+    ``/usr/bin/g++`` built packages that need the shared library, and they loaded and matched eager. So:
+    ``$CLSBENCH_AOTI_CXX`` if set; else ``$CXX`` (else ``g++``) when the C++ library its shared objects run with
+    (:func:`compiler_libstdcxx`) is the loaded one or cannot be told; else the first of :data:`CXX_FALLBACKS` whose
     is; else ``$CXX`` anyway, with the mismatch recorded.
     """
     forced = os.environ.get(CXX_ENV)
@@ -142,9 +187,9 @@ def choose_compiler() -> dict[str, Any]:
     for candidate in CXX_FALLBACKS:
         if shutil.which(candidate) and compiler_libstdcxx(candidate) == loaded:
             return {**facts, "compiler": candidate, "compiler_libstdcxx": loaded,
-                    "compiler_choice": f"{candidate}: $CXX={configured} links {own}, not the {loaded} this process "
+                    "compiler_choice": f"{candidate}: $CXX={configured} builds with {own}, not the {loaded} this process "
                                        f"loads (its packages crash at load)"}
-    return {**facts, "compiler_choice": f"$CXX, though it links {own} and this process loads {loaded}: set "
+    return {**facts, "compiler_choice": f"$CXX, though it builds with {own} and this process loads {loaded}: set "
                                         f"{CXX_ENV} to a compiler of the loaded library if loading crashes"}
 
 
