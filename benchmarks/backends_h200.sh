@@ -74,7 +74,8 @@ except FileNotFoundError:
 except ValueError:
     print("unreadable")
 else:
-    print("pending" if d.get("pending") else "done")' "$1"
+    cells = d.get("settings", {}).get("cells", [])  # "pending" holds only cells begun; unbegun ones are absent
+    print("pending" if d.get("pending") or len(d.get("measurements", [])) < len(cells) else "done")' "$1"
 }
 stage() {  # NAME WORKLOADS MODES BACKENDS; succeeds when the file is finished
   local name=$1 file="$DEST/$1.json" state
