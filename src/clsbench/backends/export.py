@@ -6,8 +6,8 @@ The package holds the compiled kernels (Triton on a GPU, C++/OpenMP on a CPU), a
 and the weights; loading it needs no Python model code. Build and load are timed apart (``build_s``, ``load_s``).
 
 What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++, whose shared
-objects run with the C++ library PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with PyTorch's CUDA
-wheels). The input shape is static (the request's batch), which lets Inductor specialise every kernel; another batch
+objects run with the C++ library PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with
+PyTorch's CUDA wheels). The input shape is static (the request's batch), which lets Inductor specialise every kernel; another batch
 size is another package.
 
 The runner is loaded with ``run_single_threaded=True``: it drops the container's locking and per-run CUDA event
@@ -187,8 +187,8 @@ def choose_compiler() -> dict[str, Any]:
     for candidate in CXX_FALLBACKS:
         if shutil.which(candidate) and compiler_libstdcxx(candidate) == loaded:
             return {**facts, "compiler": candidate, "compiler_libstdcxx": loaded,
-                    "compiler_choice": f"{candidate}: $CXX={configured} builds with {own}, not the {loaded} this process "
-                                       f"loads (its packages crash at load)"}
+                    "compiler_choice": f"{candidate}: $CXX={configured} builds with {own}, not the {loaded} this "
+                                       f"process loads (its packages crash at load)"}
     return {**facts, "compiler_choice": f"$CXX, though it builds with {own} and this process loads {loaded}: set "
                                         f"{CXX_ENV} to a compiler of the loaded library if loading crashes"}
 
@@ -291,7 +291,7 @@ def direct_runner(package: Path, device_index: int = -1) -> Any:
     """``forward(x) -> logits`` over PyTorch's C++ package loader, or None where this PyTorch has none.
 
     ``aoti_load_package`` wraps the same loader but first imports ``torch._inductor`` and reads the archive in
-    Python: on the H200 image that took 33-45 s per process against about 3 s for the loader itself. A deployment
+    Python: on the H200 image that took 33-41 s per process against 0.01-0.04 s for the loader itself. A deployment
     loads the package from C++ without either, so the measured load time is the loader's alone. The package's
     input and output are one tensor each (the classifier's image batch and logits), so no pytree is needed.
     """
