@@ -7,8 +7,8 @@ and the weights; loading it needs no Python model code. Build and load are timed
 
 What each device needs: a C++ compiler (``g++``, or ``$CXX``) on both, since the wrapper is always C++, whose shared
 objects run with the C++ library PyTorch runs with (:func:`choose_compiler`); on a GPU also Triton (shipped with
-PyTorch's CUDA wheels). The input shape is static (the request's batch), which lets Inductor specialise every kernel; another batch
-size is another package.
+PyTorch's CUDA wheels). The input shape is static (the request's batch), which lets Inductor specialise every
+kernel; another batch size is another package.
 
 The runner is loaded with ``run_single_threaded=True``: it drops the container's locking and per-run CUDA event
 bookkeeping, which a single-threaded benchmark does not need and which costs microseconds at batch 1 and gets in the
@@ -114,7 +114,7 @@ _PROBE_SOURCE = ('#include <sstream>\n#include <string>\n'
                  'extern "C" int clsbench_probe(int x) { std::ostringstream s; s << x; return (int)s.str().size(); }\n')
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_libstdcxx(cxx: str) -> str | None:
     """The C++ standard library that shared objects built by ``cxx`` run with, resolved; None when it does not say.
 
