@@ -428,7 +428,8 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     facts = outcome.result.settings["tune"]
     assert facts["rules"]["backends"] == ["fast", "wrong"]
     backend = next(p for p in facts["phases"] if p["phase"] == "backend")
-    assert backend["candidates"] == ["fp32 @fast bs2", "fp32+cl @fast bs2", "fp32 @wrong bs2", "fp32+cl @wrong bs2"]
+    # Mode by mode, the most promising layout first (tune_kinds.backend_layouts), every backend of each.
+    assert backend["candidates"] == ["fp32+cl @fast bs2", "fp32+cl @wrong bs2", "fp32 @fast bs2", "fp32 @wrong bs2"]
     text = render_tune(outcome.analysis)
     assert "winner: fp32+cl @fast at batch 2" in text and "rejected: fp32+cl @wrong batch 2: outputs differ" in text
     assert outcome.search_s > 0

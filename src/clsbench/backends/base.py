@@ -47,6 +47,11 @@ PRECISION_DTYPES = {"fp32": "float32", "tf32": "float32", "amp-fp16": "float32",
 
 #: How a skipped backend tells the user to get its library (also in README.md, "Inference backends").
 ONNX_INSTALL_HINT = "pip install 'clsbench[onnx]'"
+#: Seconds a build is expected to take, per device type, for a backend that declares no ``build_s`` of its own
+#: (tune's cost model before a build of it was observed here). Generous on purpose: an underestimate makes a
+#: budgeted search promise what it cannot hold, an overestimate only defers a candidate until the first build of its
+#: kind was measured.
+DEFAULT_BUILD_S = {"cuda": 90.0, "cpu": 30.0}
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,11 @@ class Backend(Protocol):
     build_imports: tuple[str, ...]
     """Modules the build process imports before its timer starts: importing a library is not build cost."""
 
+    build_s: dict[str, float]
+    """Seconds one build typically takes, by device type (``cuda``, ``cpu``), for a ResNet-50 class network: the prior
+    of ``clsbench tune``'s cost model until a build of this backend was observed on the machine. Optional: a backend
+    without it is priced at :data:`DEFAULT_BUILD_S` (:func:`build_prior_s`)."""
+
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         """Why this backend cannot run ``request`` here (the measurement is then skipped), or None.
 
@@ -221,6 +231,14 @@ class BuildStepError(Exception):
 
 
 BACKENDS: Registry[Backend] = Registry("backend", package="clsbench.backends", option="--backend")
+
+
+def build_prior_s(backend: Any, device_type: str) -> float:
+    """``backend``'s expected build seconds on ``device_type`` (its ``build_s``, else :data:`DEFAULT_BUILD_S`)."""
+    default = DEFAULT_BUILD_S.get(device_type, DEFAULT_BUILD_S["cpu"])
+    if not getattr(backend, "builds_artifact", True):
+        return 0.0
+    return float((getattr(backend, "build_s", None) or {}).get(device_type, default))
 
 
 def get_backend(name: str) -> Backend:

@@ -209,9 +209,23 @@ def _known_configs(configs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 class Export:
-    name = "export"
+    """The ``export`` backend; other settings of the same build register under other names (``export-frozen``).
+
+    Args:
+        name: the registry name.
+        configs: Inductor settings of every build of this backend, laid over each build variant's (so that the
+            ``conservative`` fallback keeps them) and under :data:`CONFIGS_ENV`'s.
+    """
+
     builds_artifact = True
     build_imports = ("torch.export", "torch._inductor")
+    #: Builds took 54-72 s on the H200 (ResNet-50 and MobileNetV3-Large, bf16+cl, batch 1 and 256,
+    #: benchmarks/results/h200/backends-20261203T185814Z); 9-14 s for ResNet-18 at 64x64 on a 2-core CPU.
+    build_s = {"cuda": 70.0, "cpu": 30.0}
+
+    def __init__(self, name: str = "export", configs: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.configs = dict(configs or {})
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch
@@ -246,7 +260,7 @@ class Export:
         import torch
         from torch._inductor import aoti_compile_and_package
 
-        configs, dropped = _known_configs({**VARIANTS[variant], **env_configs()})
+        configs, dropped = _known_configs({**VARIANTS[variant], **self.configs, **env_configs()})
         compiler = choose_compiler()
         t0 = time.perf_counter()
         with torch.no_grad():

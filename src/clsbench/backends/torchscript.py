@@ -44,6 +44,9 @@ class TorchScript:
     name = "torchscript"
     builds_artifact = True
     build_imports = ("torch.jit",)
+    #: Trace and freeze took 1.3-5.0 s on the H200 (ResNet-50 and MobileNetV3-Large, bf16+cl,
+    #: benchmarks/results/h200/backends-20261203T185814Z).
+    build_s = {"cuda": 5.0, "cpu": 5.0}
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

@@ -731,15 +731,14 @@ def _settle_pending(run: IncrementalRun) -> None:
 def _search(run: IncrementalRun, budget: Budget, announce: Callable[[str], None] | None,
             tolerances: Mapping[str, float] | None) -> TuneResult:
     """Run (or go on with) the search of ``run``'s facts, check outputs, confirm, and analyse."""
-    from clsbench.procedures.tune_kinds import TUNE_KINDS
+    from clsbench.procedures.tune_kinds import cost_priors
     from clsbench.procedures.tune_search import Search
 
     facts = run.facts
     rules = facts.get("rules") or {}
     workload = facts["workload"]
     device = facts["device"]
-    cost = CostModel(device, {name: TUNE_KINDS.get(name).build_s.get("cuda" if device.startswith("cuda") else "cpu",
-                                                                       0.0) for name in TUNE_KINDS.names()})
+    cost = CostModel(device, cost_priors("cuda" if device.startswith("cuda") else "cpu"))
     cost.restore(facts.get("cost_model"))
     search = Search(run, model=facts["model"], workload=workload, device=device, input_size=facts.get("input_size"),
                     limits=facts.get("limits") or {}, base_modes=list(facts["modes"]),

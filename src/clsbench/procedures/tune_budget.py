@@ -158,13 +158,20 @@ class CostModel:
         seen = self.observed.get(name)
         if seen:
             return sum(seen) / len(seen)
-        build = float(self.build_s.get(kind, 0.0))
+        build = self.build_prior_s(kind)
         if warm:
             cold = self.observed.get(kind)
             if cold:  # a rebuild saves part of the build observed for this kind, nothing of the process start
                 return max(self.process_s, sum(cold) / len(cold) - (1.0 - WARM_BUILD_FRACTION) * build)
             build *= WARM_BUILD_FRACTION
         return self.process_s + build
+
+    def build_prior_s(self, kind: str) -> float:
+        """The build estimate of ``kind`` (a kind's name, or a finer key such as ``backend:export``, which falls back
+        to the estimate of its kind, ``backend``, when it has none of its own)."""
+        if kind in self.build_s:
+            return float(self.build_s[kind])
+        return float(self.build_s.get(kind.split(":", 1)[0], 0.0))
 
     def estimate_s(self, kind: str, window: Window, repeats: int, iteration_s: float | None = None, *,
                    warm: bool = False) -> float:

@@ -34,9 +34,9 @@ pipeline kind keeps its :data:`PIPELINE_LEADERS`: it measures the winners' input
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from clsbench.core.registry import Registry
 from clsbench.core.vocab import Reason, Status
@@ -78,14 +78,36 @@ DOMINANCE_MARGIN = AUTO_MIN_GAIN
 #: budgeted train tune on the H200 (2026-12-02, 9 minutes) spent its time screening and lengthening eager candidates
 #: and left the captured step out, the fastest step measured there. The longer rung only re-ranks eager leaders,
 #: which a compiled candidate beats on a GPU.
-PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "compile": 2, "screen-second": 3, "freeze": 4,
-            "train-step": 4, "longer": 5, "screen-more": 6, "max-autotune": 7, "backend": 8}
+#: For infer-latency on a GPU the backends come first after the confirmation, as ``captured-backend``: at batch 1 a
+#: loaded artifact replayed as a CUDA graph was the fastest configuration measured on the H200, ahead of
+#: ``+compile+cudagraph`` (ResNet-50 bf16+cl: export 0.513 ms p50, TorchScript 0.697, compile 0.67-0.92;
+#: MobileNetV3-Large: export 0.451, TorchScript 0.628; benchmarks/README.md, 2026-12-03).
+PRIORITY = {"screen-first": 0, "check": 0, "confirm": 1, "captured-backend": 1.5, "compile": 2, "screen-second": 3,
+            "freeze": 4, "train-step": 4, "longer": 5, "screen-more": 6, "max-autotune": 7, "backend": 8}
 #: ``+compile+freeze`` is tried for this many families (the best, by their compiled or eager scores): one cold
 #: compile each, and freezing refines a compile rather than opening a new direction.
 MAX_FREEZE_FAMILIES = 1
 #: The training-step candidates are tried for this many families (the best, by their compiled or eager scores):
 #: three or four builds each, two of them cold compiles.
 MAX_TRAIN_STEP_FAMILIES = 1
+
+
+class Stage(NamedTuple):
+    """One stage the up-front plan expects of a kind (a kind's ``stages`` may also give plain 3-tuples).
+
+    Attributes:
+        name: the stage's name (the rounds the kind yields use it).
+        count: how many candidates it is expected to propose.
+        priority: its place when the budget cannot hold every stage (:data:`PRIORITY`, lower first).
+        costs: the expected candidates one by one, most promising first, as (cost key, build shared with an earlier
+            one): for a kind whose candidates differ in cost (the backend kind: an AOTInductor build against a
+            TorchScript trace) or share builds. Empty: ``count`` candidates at the kind's own cost.
+    """
+
+    name: str
+    count: int
+    priority: float
+    costs: tuple[tuple[str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,17 +118,27 @@ class CandidateKind:
         name: the kind's name (in the result file, the plan and the cost model).
         rung: the rung its candidates enter: ``screen`` or ``longer``.
         build_s: seconds its build costs per repeat, by device type (``cuda``, ``cpu``), before one was observed.
-        stages: ``search -> [(stage, expected candidates, priority)]``: what the up-front plan expects.
+        stages: ``search -> [Stage or (stage, expected candidates, priority)]``: what the up-front plan expects.
         rounds: ``search -> Rounds``: the cells it proposes, round by round.
         enabled: ``search -> bool``: whether the search's settings ask for this kind at all.
+        cost_key: ``cell -> key``: the cost model's key for a candidate (default: the kind's name), for a kind
+            whose candidates cost differently by what they are (the backend kind prices each backend apart).
+        priors: ``device type -> {key: build seconds}``: the build estimates of the keys ``cost_key`` makes, before
+            one was observed (a key without one takes the kind's ``build_s``).
+        build_key: ``cell -> key``: candidates with equal keys share one build (an artifact in the backends'
+            cache), so a candidate whose build an earlier one of the search made is priced warm. None: each
+            candidate builds its own.
     """
 
     name: str
     rung: str
     build_s: Mapping[str, float]
-    stages: Callable[[Search], list[tuple[str, int, int]]]
+    stages: Callable[[Search], list[Stage] | list[tuple[str, int, int]]]
     rounds: Callable[[Search], Rounds]
     enabled: Callable[[Search], bool] = lambda search: True
+    cost_key: Callable[[Cell], str] | None = None
+    priors: Callable[[str], Mapping[str, float]] = lambda device_type: {}
+    build_key: Callable[[Cell], Hashable] | None = None
 
 
 TUNE_KINDS: Registry[CandidateKind] = Registry("tune candidate kind")
@@ -122,6 +154,29 @@ def register_kind(kind: CandidateKind, *, replace: bool = False) -> CandidateKin
 def kinds(search: Search) -> list[CandidateKind]:
     """The kinds this search tries, in registration order."""
     return [TUNE_KINDS.get(name) for name in TUNE_KINDS.names() if TUNE_KINDS.get(name).enabled(search)]
+
+
+def cost_priors(device_type: str) -> dict[str, float]:
+    """Every registered kind's build estimate on ``device_type`` (``cuda``, ``cpu``), with the keys its
+    ``cost_key`` makes: the cost model's priors."""
+    out: dict[str, float] = {}
+    for name in TUNE_KINDS.names():
+        kind = TUNE_KINDS.get(name)
+        out[name] = float(kind.build_s.get(device_type, 0.0))
+        out.update({key: float(value) for key, value in kind.priors(device_type).items()})
+    return out
+
+
+def cost_key(kind_name: str, cell: Cell) -> str:
+    """The cost model's key for ``cell`` proposed by the kind ``kind_name`` (its name, unless it keys by cell)."""
+    kind = TUNE_KINDS.get(kind_name) if kind_name in TUNE_KINDS else None
+    return kind.cost_key(cell) if kind is not None and kind.cost_key is not None else kind_name
+
+
+def build_key(kind_name: str, cell: Cell) -> Hashable | None:
+    """Which build ``cell`` shares with other candidates of its kind (None: its own)."""
+    kind = TUNE_KINDS.get(kind_name) if kind_name in TUNE_KINDS else None
+    return kind.build_key(cell) if kind is not None and kind.build_key is not None else None
 
 
 # ------------------------------------------------------------------------------------------------------ eager
@@ -486,11 +541,10 @@ register_kind(CandidateKind(
 # ---------------------------------------------------------------------------------------------------- backend
 
 
-def backend_modes(search: Search) -> tuple[list[str], int | None]:
-    """The modes of the backend kind and their batch size: the weight-cast form of the best eager precisions, with
-    and without ``+cl`` (and ``+cudagraph`` for infer-latency on a GPU), at the batch of the best eager result."""
-    from clsbench.modes import parse_mode
-
+def backend_precisions(search: Search) -> tuple[list[str], int | None]:
+    """The precisions of the backend kind, best first, and its batch size: the weight-cast form
+    (:data:`BACKEND_PRECISION`) of the best eager precisions (at most :data:`MAX_BACKEND_FAMILIES`, every one when
+    exhaustive) at the batch of the best eager result."""
     points = [p for p in (search.family_point(fam) for fam in search.base_modes) if p is not None]
     scored = sorted((p for p in points if search.score(p) is not None), key=lambda p: -(search.score(p) or 0))
     if not scored:
@@ -501,18 +555,58 @@ def backend_modes(search: Search) -> tuple[list[str], int | None]:
         cast = BACKEND_PRECISION.get(precision, precision)
         if cast not in precisions:
             precisions.append(cast)
-    modes = []
-    for precision in precisions[:search.family_limit(MAX_BACKEND_FAMILIES)]:
-        for suffix in ("", "+cl"):
-            modes.append(parse_mode(precision + suffix).name)
-            if search.workload == "infer-latency" and search.device.startswith("cuda"):
-                modes.append(parse_mode(precision + suffix + "+cudagraph").name)
-    return modes, scored[0].batch_size
+    return precisions[:search.family_limit(MAX_BACKEND_FAMILIES)], scored[0].batch_size
+
+
+def backend_layouts(search: Search) -> tuple[str, ...]:
+    """The suffixes each backend precision is tried with, most promising first: ``+cl`` before NCHW (the layout
+    every GPU convolution kernel prefers), and for infer-latency on a GPU the CUDA-graph replays of the loaded
+    artifact before the plain runs (at batch 1 a launched artifact is bound by its launches: ResNet-50 export 1.16
+    ms p50 launched against 0.513 ms replayed on the H200). A replay shares the build of its plain run (the artifact
+    cache keys it without ``+cudagraph``), so whichever of the two comes second costs no build."""
+    if search.workload == "infer-latency" and search.device.startswith("cuda"):
+        return ("+cl+cudagraph", "+cudagraph", "+cl", "")
+    return ("+cl", "")
+
+
+def backend_modes(search: Search) -> tuple[list[str], int | None]:
+    """The modes of the backend kind, most promising first (:func:`backend_precisions` x :func:`backend_layouts`),
+    and their batch size."""
+    from clsbench.modes import parse_mode
+
+    precisions, batch = backend_precisions(search)
+    return [parse_mode(p + suffix).name for p in precisions for suffix in backend_layouts(search)], batch
+
+
+def backend_cost_key(cell: Cell) -> str:
+    """``backend:NAME``: each backend is priced apart (a TorchScript trace took 1-5 s on the H200, an AOTInductor
+    build 54-72 s)."""
+    return f"backend:{cell.backend}"
+
+
+def artifact_key(cell: Cell) -> tuple[str, str, int]:
+    """(backend, mode without ``+cudagraph``, batch): what decides a backend candidate's artifact in this search
+    (:attr:`clsbench.backends.BackendRequest.artifact_mode`)."""
+    mode = "+".join(t for t in cell.mode.split("+") if t.split(":", 1)[0] != "cudagraph")
+    return (cell.backend, mode, cell.batch_size)
+
+
+def _backend_priors(device_type: str) -> dict[str, float]:
+    from clsbench.backends import BACKENDS
+    from clsbench.backends.base import build_prior_s
+
+    return {f"backend:{name}": build_prior_s(BACKENDS.get(name), device_type) for name in BACKENDS.names()
+            if name != DEFAULT_BACKEND}
+
+
+def _backend_priority(search: Search) -> float:
+    captured = search.workload == "infer-latency" and search.device.startswith("cuda")
+    return PRIORITY["captured-backend" if captured else "backend"]
 
 
 def _backend_rounds(search: Search) -> Rounds:
-    """Each backend in :func:`backend_modes`; what a backend cannot express here is pruned with the backend's
-    reason, without starting a worker."""
+    """Each backend in :func:`backend_modes`, mode by mode (every backend's most promising mode first); what a
+    backend cannot express here is pruned with the backend's reason, without starting a worker."""
     from clsbench.engine.runner import static_backend_skip_reason
 
     modes, batch = backend_modes(search)
@@ -520,31 +614,56 @@ def _backend_rounds(search: Search) -> Rounds:
         return
     cells = []
     environment = search.run.result.environment
-    for name in search.backends:
-        refused: dict[str, list[str]] = {}
-        for mode in modes:
+    refused: dict[tuple[str, str], list[str]] = {}
+    for mode in modes:
+        for name in search.backends:
             cell = search.cell(mode, batch, name)
             reason = static_backend_skip_reason(cell, environment)
             if reason:
-                refused.setdefault(reason, []).append(mode)
+                refused.setdefault((name, reason), []).append(mode)
             else:
                 cells.append(cell)
-        for reason, refused_modes in refused.items():
-            search.prune("backend", name, refused_modes, reason)
+    for (name, reason), refused_modes in refused.items():
+        search.prune("backend", name, refused_modes, reason)
     if cells:
         yield "backend", cells
 
 
-def _backend_count(search: Search) -> int:
-    layouts = 4 if search.workload == "infer-latency" and search.device.startswith("cuda") else 2
-    return len(search.backends) * search.family_count(MAX_BACKEND_FAMILIES) * layouts
+def runnable_backends(search: Search) -> list[str]:
+    """The search's backends that can run here for at least one precision the eager kind may hand them (a missing
+    library or a device the backend cannot use rules it out before anything was measured)."""
+    from clsbench.engine.runner import static_backend_skip_reason
+    from clsbench.modes import parse_mode
+
+    casts = list(dict.fromkeys(BACKEND_PRECISION.get(p, p) for p in
+                               (mode.split("+", 1)[0] for mode in search.base_modes)))
+    environment = search.run.result.environment
+    batch = search.sizes[0]
+    return [name for name in search.backends
+            if any(static_backend_skip_reason(search.cell(parse_mode(cast).name, batch, name), environment) is None
+                   for cast in casts)]
+
+
+def _backend_stages(search: Search) -> list[Stage]:
+    """One stage priced candidate by candidate, in the order :func:`_backend_rounds` proposes them: a backend that
+    cannot run here costs the plan nothing, each backend at its own build estimate, a mode whose artifact an
+    earlier candidate built (its ``+cudagraph`` twin) warm."""
+    names = runnable_backends(search)
+    costs = []
+    for _ in range(search.family_count(MAX_BACKEND_FAMILIES)):
+        built: set[tuple[str, str]] = set()
+        for suffix in backend_layouts(search):
+            layout = suffix.replace("+cudagraph", "")
+            for name in names:
+                costs.append((f"backend:{name}", (name, layout) in built))
+                built.add((name, layout))
+    return [Stage("backend", len(costs), _backend_priority(search), tuple(costs))]
 
 
 register_kind(CandidateKind(
     name="backend", rung="longer", build_s={"cuda": 90.0, "cpu": 30.0},
-    stages=lambda s: [("backend", _backend_count(s), PRIORITY["backend"])],
-    rounds=_backend_rounds, enabled=lambda s: bool(s.backends)))
-
+    stages=_backend_stages, rounds=_backend_rounds, enabled=lambda s: bool(s.backends),
+    cost_key=backend_cost_key, priors=_backend_priors, build_key=artifact_key))
 
 
 # --------------------------------------------------------------------------------------------------- pipeline
@@ -668,6 +787,7 @@ register_kind(CandidateKind(
 
 __all__ = [
     "CandidateKind",
+    "Stage",
     "DOMINANCE_MARGIN",
     "IMPLEMENTATIONS",
     "MAX_FREEZE_FAMILIES",
@@ -677,7 +797,14 @@ __all__ = [
     "PRIORITY",
     "TRAIN_STEP_SUFFIXES",
     "TUNE_KINDS",
+    "artifact_key",
+    "backend_cost_key",
+    "backend_layouts",
     "backend_modes",
+    "backend_precisions",
+    "build_key",
+    "cost_key",
+    "cost_priors",
     "best_compiled_families",
     "dominated",
     "eager_stage",
@@ -691,6 +818,7 @@ __all__ = [
     "pipeline_workers",
     "proposed_by_another_kind",
     "register_kind",
+    "runnable_backends",
     "train_step_cells",
     "variant_cells",
 ]

@@ -46,7 +46,7 @@ from clsbench.procedures.tune import (
     variant_of,
 )
 from clsbench.procedures.tune_budget import Budget, CostModel, Window, format_seconds
-from clsbench.procedures.tune_kinds import PRIORITY, CandidateKind, kinds
+from clsbench.procedures.tune_kinds import PRIORITY, CandidateKind, Stage, build_key, cost_key, kinds
 from clsbench.results.schema import DEFAULT_BACKEND, Measurement, data_label
 
 #: The rungs, lowest first.
@@ -236,9 +236,10 @@ class Search:
         stages = []
         self.facts["kinds"] = [kind.name for kind in kinds(self)]  # the kinds this search tries, in their order
         for kind in kinds(self):
-            for name, count, priority in kind.stages(self):
-                stages.append({"stage": name, "kind": kind.name, "rung": self.rung_of(kind), "candidates": count,
-                               "priority": priority})
+            for stage in (Stage(*entry) for entry in kind.stages(self)):
+                stages.append({"stage": stage.name, "kind": kind.name, "rung": self.rung_of(kind),
+                               "candidates": stage.count, "priority": stage.priority,
+                               **({"costs": [[key, warm] for key, warm in stage.costs]} if stage.costs else {})})
             if self.rung_of(kind) == "screen":
                 stages.append({"stage": "longer", "kind": "eager", "rung": "longer", "priority": PRIORITY["longer"],
                                "candidates": self._longer_count(sum(s["candidates"] for s in stages
@@ -277,11 +278,22 @@ class Search:
         full count under ``of``."""
         if stage["kind"] in ("check", "confirm") or int(stage["candidates"]) < 2:
             return
-        per = self.stage_estimate(stage, self.stages)
-        part = int(left // per) if per > 0 else 0
+        each = self._candidate_estimates(stage)
+        part, total = 0, 0.0
+        while part < len(each) and total + each[part] <= left:
+            total, part = total + each[part], part + 1
         if part < 1:
             return
-        stage.update(planned=True, of=int(stage["candidates"]), candidates=part, estimate_s=part * per)
+        stage.update(planned=True, of=int(stage["candidates"]), candidates=part, estimate_s=total)
+
+    def _candidate_estimates(self, stage: Mapping[str, Any]) -> list[float]:
+        """Seconds each expected candidate of a stage of candidates costs, in the order its kind proposes them: from
+        the stage's ``costs`` where its kind priced them one by one, else all at the kind's own cost."""
+        window = self.window(stage["rung"])
+        costs = stage.get("costs")
+        if costs:
+            return [self.cost.estimate_s(key, window, 1, warm=bool(warm)) for key, warm in costs]
+        return [self.stage_estimate(stage, self.stages)] * int(stage["candidates"])
 
     def _longer_count(self, screened: int) -> int:
         return min(screened, max(CONFIRM_TOP, math.ceil(screened / HALVING_ETA)))
@@ -307,7 +319,7 @@ class Search:
                 cell = Cell.of(m)
                 kind = self.kind_of(m)
                 todo = self.repeats - (len(m.repeats) if self.latest_rung(cell) == "longer" else 0)
-                total += self.cost.estimate_s(kind, window, max(0, todo), self.iteration_s(cell),
+                total += self.cost.estimate_s(cost_key(kind, cell), window, max(0, todo), self.iteration_s(cell),
                                               warm=kind != "eager")
             return total
         planned = {s["kind"] for s in stages if s["rung"] in ("screen", "longer") and s.get("planned")} or {"eager"}
@@ -337,8 +349,9 @@ class Search:
         return sum(self._stage_total(s) for s in later)
 
     def _stage_total(self, stage: Mapping[str, Any]) -> float:
-        per = self.stage_estimate(stage, self.stages)
-        return per if stage["kind"] in ("check", "confirm") else per * int(stage["candidates"])
+        if stage["kind"] in ("check", "confirm"):
+            return self.stage_estimate(stage, self.stages)
+        return sum(self._candidate_estimates(stage)[:int(stage["candidates"])])
 
     def planned(self, stage_name: str) -> bool:
         return any(s["stage"] == stage_name and s.get("planned") for s in self.stages)
@@ -398,9 +411,10 @@ class Search:
         if rung == "confirm" and current is not None and self.latest_rung(cell) == "longer":
             pending = len(current.repeats)
         todo = max(1, repeats - pending)
-        warm = kind != "eager" and (current is not None or pending > 0)
+        warm = kind != "eager" and (current is not None or pending > 0 or self.built(kind, cell))
+        key = cost_key(kind, cell)
         iteration = self.iteration_s(cell)
-        estimate = self.cost.estimate_s(kind, self.window(rung), todo, iteration, warm=warm)
+        estimate = self.cost.estimate_s(key, self.window(rung), todo, iteration, warm=warm)
         reserve = self.reserve_s(stage)
         if not self.budget.fits(estimate, reserve):
             self.leave_out(cell, kind, rung, stage, estimate, reserve)
@@ -423,9 +437,35 @@ class Search:
                       "status": m.status if m is not None else Status.FAILED,
                       "score": self.score(m) if m is not None else None})
         if m is not None and m.status != Status.SKIPPED:  # a skip starts no worker: nothing learnt of the cost
-            self.cost.observe(kind, actual, self.window(rung), todo, self.iteration_s(cell), warm=warm)
+            self.cost.observe(key, actual, self.window(rung), todo, self.iteration_s(cell), warm=warm)
         self.save()
         return m
+
+    def built(self, kind: str, cell: Cell) -> bool:
+        """Whether another candidate of this search made ``cell``'s build already and it is still at hand: one of the
+        same kind and build key (:func:`clsbench.procedures.tune_kinds.build_key`) that ran ok, the artifact cache
+        being on."""
+        key = build_key(kind, cell)
+        if key is None or getattr(self.run.plan, "no_cache", False):
+            return False
+        return any(t.get("kind") == kind and t.get("actual_s") is not None and t.get("status") == Status.OK
+                   and build_key(kind, self._trial_as_cell(t)) == key for t in self.facts["trials"])
+
+    def _trial_as_cell(self, entry: Mapping[str, Any]) -> Cell:
+        mode, batch, backend, _ = trial_cell(entry)
+        return self.cell(mode, batch, backend)
+
+    def _expected_warm(self, kind: str, cells: Sequence[Cell]) -> list[bool]:
+        """For cells about to be measured in this order: whether each will find its build made (by a candidate
+        measured before, or by an earlier one of ``cells``, assumed to succeed)."""
+        seen: set[Any] = set()
+        out = []
+        for cell in cells:
+            key = build_key(kind, cell)
+            out.append(key is not None and (key in seen or self.built(kind, cell)))
+            if key is not None and not getattr(self.run.plan, "no_cache", False):
+                seen.add(key)
+        return out
 
     def _make_room(self, cell: Cell, rung: str, current: Measurement | None) -> None:
         """Before measuring ``cell`` at ``rung``: a measurement of a lower rung moves to ``earlier`` (kept whole),
@@ -507,8 +547,8 @@ class Search:
             return 0
         room = self.budget.left_s() - self.reserve_s(stage_name)
         estimate, admitted = 0.0, 0
-        for cell in cells:
-            each = self.cost.estimate_s(kind, self.window(rung), 1, self.iteration_s(cell))
+        for cell, warm in zip(cells, self._expected_warm(kind, cells), strict=True):
+            each = self.cost.estimate_s(cost_key(kind, cell), self.window(rung), 1, self.iteration_s(cell), warm=warm)
             if estimate + each > room:
                 break
             estimate, admitted = estimate + each, admitted + 1
@@ -528,9 +568,10 @@ class Search:
         """A stage the plan left out: its candidates are logged as left out, none is started."""
         planned = next((s for s in self.stages if s["stage"] == stage), None)
         reason = planned.get("reason") if planned else "not in the plan"
-        for cell in cells:
+        for cell, warm in zip(cells, self._expected_warm(kind, cells), strict=True):
             entry = {"stage": stage, "kind": kind, "rung": rung, "mode": cell.mode, "batch_size": cell.batch_size,
-                     "estimate_s": self.cost.estimate_s(kind, self.window(rung), 1, self.iteration_s(cell)),
+                     "estimate_s": self.cost.estimate_s(cost_key(kind, cell), self.window(rung), 1,
+                                                        self.iteration_s(cell), warm=warm),
                      "left_s": self.budget.left_s(), "reserved_s": None,
                      "reason": f"left out by the plan: {reason}"}
             if cell.backend != DEFAULT_BACKEND:
