@@ -54,9 +54,12 @@ class Dummy:
     build_imports = ()
 
     def __init__(self, name: str = "dummy", *, scale: float = 1.0, refuse: str | None = None, fail: bool = False,
-                 cost_module: str | None = None, speed: float = 1.0, load_crash: bool = False) -> None:
+                 cost_module: str | None = None, speed: float = 1.0, load_crash: bool = False,
+                 build_s: dict[str, float] | None = None) -> None:
         self.name, self.scale, self.refuse, self.fail = name, scale, refuse, fail
         self.cost_module, self.speed, self.load_crash = cost_module, speed, load_crash
+        if build_s is not None:  # the optional prior of tune's cost model; without it, DEFAULT_BUILD_S
+            self.build_s = build_s
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         return self.refuse
@@ -433,3 +436,34 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     text = render_tune(outcome.analysis)
     assert "winner: fp32+cl @fast at batch 2" in text and "rejected: fp32+cl @wrong batch 2: outputs differ" in text
     assert outcome.search_s > 0
+
+
+def test_tune_prices_each_backend_apart_and_plans_only_those_that_run_here(register: Any, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from clsbench.backends.base import DEFAULT_BUILD_S
+    from clsbench.procedures.tune import tune
+    from test_sweep import load_costed
+
+    costed = load_costed(tmp_path, monkeypatch)
+    costed.STATE["cost"] = lambda mode, batch: int(500_000 + {"fp32": 4.0, "fp32+cl": 1.0}[mode] * 1e6 * batch)
+    register(Dummy("dear", cost_module=costed.__name__, speed=0.5, build_s={"cpu": 50.0}))
+    register(Dummy("cheap", cost_module=costed.__name__, speed=0.6))
+    register(Dummy("absent", refuse="absent is not installed: pip install absent"))
+    lines: list[str] = []
+    outcome = tune(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
+                   batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
+                   variants=["cudagraph"], max_autotune=False, backends=["dear", "cheap", "absent"], budget="1h",
+                   announce=lines.append, execution=Execution(isolation="inline", clock=costed.CostClock(),
+                                                              env=api.environment("cpu")))
+    facts = outcome.result.settings["tune"]
+    stage = next(s for s in facts["plan"] if s["stage"] == "backend")
+    # The backend that cannot run here is not in the plan; each other one is priced at its own build estimate.
+    assert stage["costs"] == [["backend:dear", False], ["backend:cheap", False], ["backend:dear", False],
+                              ["backend:cheap", False]]
+    assert any(line.startswith("  try backend: up to 4 candidate(s)") for line in lines)
+    priors = facts["cost_model"]["build_s"]
+    assert (priors["backend:dear"], priors["backend:cheap"]) == (50.0, DEFAULT_BUILD_S["cpu"])
+    assert {"backend:dear", "backend:cheap"} <= set(facts["cost_model"]["observed_overhead_s"])
+    assert any(p["mode"] == "absent" and "pip install absent" in p["reason"] for p in facts["pruned"])
+    backend = next(p for p in facts["phases"] if p["phase"] == "backend")
+    assert backend["candidates"] == ["fp32+cl @dear bs2", "fp32+cl @cheap bs2", "fp32 @dear bs2", "fp32 @cheap bs2"]

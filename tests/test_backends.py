@@ -80,8 +80,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> ArtifactCache:
 # ---------------------------------------------------------------------------------------- real builds (isolated)
 
 #: (backend, mode) pairs built once each through the isolated path and shared by the tests below.
-CPU_CASES = [("torchscript", "fp32"), ("torchscript", "bf16+cl"), ("export", "fp32"), ("onnxruntime", "fp32"),
-             ("onnxruntime", "fp16")]
+CPU_CASES = [("torchscript", "fp32"), ("torchscript", "bf16+cl"), ("export", "fp32"), ("export-frozen", "fp32"),
+             ("onnxruntime", "fp32"), ("onnxruntime", "fp16")]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,14 @@ def test_export_build_facts_say_what_was_compiled(built: dict) -> None:
     assert (Path(facts["artifact_path"]) / "model.pt2").is_file()
 
 
+def test_export_frozen_builds_with_freezing_as_another_artifact(built: dict) -> None:
+    _, plain = built[("export", "fp32")]
+    _, frozen = built[("export-frozen", "fp32")]
+    assert frozen["build"]["inductor_configs"]["freezing"] is True
+    assert plain["build"]["inductor_configs"].get("freezing") is not True  # plain export keeps its weights as given
+    assert frozen["artifact_path"] != plain["artifact_path"] and frozen["cache_key"] != plain["cache_key"]
+
+
 def test_both_export_loaders_run_the_package_alike(built: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     """The direct C++ loader and ``aoti_load_package`` (CLSBENCH_AOTI_LOADER=python) give the same logits."""
     from clsbench.backends.base import BACKENDS
@@ -149,7 +157,7 @@ def test_both_export_loaders_run_the_package_alike(built: dict, monkeypatch: pyt
         assert torch.allclose(ready.forward(x), python_loaded.forward(x), rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["export", "onnxruntime", "torchscript"])
+@pytest.mark.parametrize("name", ["export", "export-frozen", "onnxruntime", "torchscript"])
 def test_an_artifact_of_other_weights_fails_parity(built: dict, name: str) -> None:
     """The artifact was built from seed 0's weights; judged as seed 1's network it is wrong, and parity says so."""
     ready, _ = built[(name, "fp32")]
@@ -645,7 +653,8 @@ def test_parity_tolerances_are_the_ones_tune_uses() -> None:
 # ------------------------------------------------------------------------------------------------------ GPU
 
 GPU_CASES = [("torchscript", "bf16+cl"), ("torchscript", "fp32"), ("export", "bf16+cl"), ("export", "fp32"),
-             ("export", "bf16+cl+cudagraph"), ("onnxruntime", "fp16"), ("tensorrt", "bf16+cl")]
+             ("export", "bf16+cl+cudagraph"), ("export-frozen", "bf16+cl"), ("onnxruntime", "fp16"),
+             ("tensorrt", "bf16+cl")]
 
 
 @pytest.mark.gpu

@@ -442,6 +442,27 @@ def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: 
     assert facts["spent_s"] <= facts["budget_s"]
 
 
+def test_a_candidate_whose_build_an_earlier_one_made_is_priced_warm(costed: Any, env: dict[str, Any]) -> None:
+    # Two candidates of one kind share a build (as a backend's artifact and its CUDA-graph replay share one cache
+    # entry): the second is priced and observed as a rebuild; a third of its own build key is not.
+    def rounds(s: Any) -> Any:
+        best = s.family_point("fp32+cl")
+        yield "shared", [s.cell("fp32+cl", best.batch_size * 2), s.cell("fp32+cl", best.batch_size * 4),
+                         s.cell("fp32", best.batch_size * 2)]
+
+    outcome, _ = with_wide_kind(costed, env, CandidateKind(
+        name="test-wide", rung="longer", build_s={"cpu": 20.0, "cuda": 20.0}, stages=lambda s: [("shared", 3, 2)],
+        rounds=rounds, build_key=lambda cell: cell.mode), budget="1h")
+    facts = outcome.result.settings["tune"]
+    shared = [t for t in trials(outcome) if t["kind"] == "test-wide" and t["rung"] == "longer"]
+    assert [(t["mode"], t["batch_size"]) for t in shared] == [("fp32+cl", 4), ("fp32+cl", 8), ("fp32", 4)]
+    warm = facts["cost_model"]["observed_overhead_s"]["test-wide:warm"]
+    confirmed = [t for t in trials(outcome) if t["kind"] == "test-wide" and t["rung"] == "confirm"]
+    assert len(facts["cost_model"]["observed_overhead_s"]["test-wide"]) == 2  # the two builds of their own
+    assert len(warm) == 1 + len(confirmed)  # the shared build, and the confirmation's repeats (always warm)
+    assert shared[1]["estimate_s"] < shared[0]["estimate_s"]  # the warm prior: a fraction of the build
+
+
 def test_a_stage_that_does_not_fit_whole_is_planned_for_the_candidates_that_fit(costed: Any,
                                                                                  env: dict[str, Any]) -> None:
     # Six candidates of a cautious 20 s build each do not fit in what the budget leaves the stage; the plan keeps

@@ -122,6 +122,47 @@ def test_freeze_variants_follow_the_compile_variants() -> None:
     assert freeze_suffixes(SimpleNamespace(suffixes=("+cudagraph",), workload="infer-latency", device="cuda")) == ()
 
 
+def backend_search(workload: str, device: str, backends: tuple[str, ...]) -> SimpleNamespace:
+    """What the backend kind's plan reads of a search, before anything was measured."""
+    from clsbench.core.plan import Cell
+
+    return SimpleNamespace(
+        workload=workload, device=device, backends=backends, base_modes=["fp32", "amp-bf16+cl"], sizes=[1],
+        family_count=lambda limit: limit, run=SimpleNamespace(result=SimpleNamespace(environment={})),
+        cell=lambda mode, batch, backend="eager": Cell("resnet50", workload, mode, batch, device, None,
+                                                       backend=backend))
+
+
+def test_the_backend_plan_prices_each_backend_and_a_graph_twin_warm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clsbench.engine import runner
+    from clsbench.procedures.tune_kinds import backend_layouts, cost_priors
+
+    # As on the H200: TensorRT is not installed (and ONNX Runtime has no GPU provider).
+    monkeypatch.setattr(runner, "static_backend_skip_reason",
+                        lambda cell, environment: "not installed" if cell.backend == "tensorrt" else None)
+    kind = TUNE_KINDS.get("backend")
+    latency = backend_search("infer-latency", "cuda", ("export", "torchscript", "tensorrt"))
+    (stage,) = kind.stages(latency)
+    assert stage.priority == PRIORITY["captured-backend"] < PRIORITY["compile"]  # first after the confirmation
+    assert backend_layouts(latency) == ("+cl+cudagraph", "+cudagraph", "+cl", "")
+    # Mode by mode over the backends that can run here: the replays first (each a build), then the launched runs,
+    # whose artifact the replay of the same layout built (warm); TensorRT costs the plan nothing.
+    assert stage.costs == (("backend:export", False), ("backend:torchscript", False),
+                           ("backend:export", False), ("backend:torchscript", False),
+                           ("backend:export", True), ("backend:torchscript", True),
+                           ("backend:export", True), ("backend:torchscript", True))
+    assert stage.count == 8
+    priors = cost_priors("cuda")
+    assert priors["backend:torchscript"] < priors["backend:export"]  # 1-5 s against 54-72 s on the H200
+    throughput = backend_search("infer-throughput", "cuda", ("export", "torchscript", "tensorrt"))
+    (stage,) = kind.stages(throughput)
+    assert stage.priority == PRIORITY["backend"]
+    assert stage.costs == (("backend:export", False), ("backend:torchscript", False),
+                           ("backend:export", False), ("backend:torchscript", False))
+    latency_cpu = backend_search("infer-latency", "cpu", ("export",))
+    assert backend_layouts(latency_cpu) == ("+cl", "") and kind.stages(latency_cpu)[0].priority == PRIORITY["backend"]
+
+
 @pytest.mark.parametrize("workload", ["train", "infer-throughput"])
 def test_the_new_kinds_are_skipped_without_compile(costed: Any, env: dict[str, Any], workload: str) -> None:
     outcome = run_tune(costed, env, workload=workload, compile_variants=False)
