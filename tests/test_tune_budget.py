@@ -417,7 +417,8 @@ def with_wide_kind(costed: Any, env: dict[str, Any], kind: CandidateKind, budget
 
 
 def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: Any, env: dict[str, Any]) -> None:
-    # The plan prices a kind with a cautious 60 s build per candidate: its first stage (high priority) fits, its
+    # The plan prices a kind with a cautious 60 s build per candidate: its first stage (high priority) fits, with
+    # what it adds to the confirmation's price (a winner of this kind rebuilds warm in each confirming repeat), its
     # second does not. The first candidate shows what the kind really costs here (no build: a worker and its
     # window), so when the second stage's turn comes it is priced again and runs after all.
     def rounds(s: Any) -> Any:
@@ -427,7 +428,7 @@ def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: 
 
     outcome, lines = with_wide_kind(costed, env, CandidateKind(
         name="test-wide", rung="longer", build_s={"cpu": 60.0, "cuda": 60.0},
-        stages=lambda s: [("wide", 1, 2), ("wider", 1, 9)], rounds=rounds), budget="130s")
+        stages=lambda s: [("wide", 1, 2), ("wider", 1, 9)], rounds=rounds), budget="180s")
     facts = outcome.result.settings["tune"]
     assert any(line.startswith("  try wide: up to 1 candidate(s)") for line in lines)
     assert any(line.startswith("  leave out wider: up to 1 candidate(s)") for line in lines)
@@ -439,6 +440,26 @@ def test_a_stage_the_plan_left_out_runs_when_its_turn_comes_and_it_fits(costed: 
             and t["rung"] == "longer"] == [("fp32+cl", 4), ("fp32+cl", 8)]
     assert not any(e["stage"] in ("wide", "wider") for e in facts["left_out"])
     assert "left out for the budget: wider" not in render_tune(outcome.analysis)
+    assert facts["spent_s"] <= facts["budget_s"]
+
+
+def test_a_stage_pays_for_what_it_adds_to_the_confirmation(costed: Any, env: dict[str, Any]) -> None:
+    # With the same kind and 130 s, "wide" alone fits (62 s) but not with the 72 s its warm rebuilds would add to
+    # the confirmation: the plan leaves it out rather than promise more than the budget, and every planned total
+    # fits. Once the first candidates show the kind's real cost, it runs after all.
+    def rounds(s: Any) -> Any:
+        best = s.family_point("fp32+cl")
+        yield "wide", [s.cell("fp32+cl", best.batch_size * 2)]
+
+    outcome, lines = with_wide_kind(costed, env, CandidateKind(
+        name="test-wide", rung="longer", build_s={"cpu": 60.0, "cuda": 60.0}, stages=lambda s: [("wide", 1, 2)],
+        rounds=rounds), budget="130s")
+    facts = outcome.result.settings["tune"]
+    assert any(line.startswith("  leave out wide: up to 1 candidate(s)") and "of it for the confirmation" in line
+               for line in lines)
+    planned = sum(s["estimate_s"] for s in facts["plan"] if s["planned"] and not s.get("readmitted"))
+    assert planned <= 130.0
+    assert next(s for s in facts["plan"] if s["stage"] == "wide")["readmitted"]["candidates"] == 1
     assert facts["spent_s"] <= facts["budget_s"]
 
 

@@ -255,22 +255,43 @@ class Search:
         left = self.budget.left_s()
         for stage in sorted(stages, key=lambda s: s["priority"]):
             # Priced with the stages of higher priority planned: the confirmation, early in that order, is priced
-            # for eager leaders; while the search runs it is priced for the real leaders (stage_estimate).
+            # for the leaders of the kinds planned so far, and a stage of a costlier kind pays for what it adds to
+            # the confirmation's price (its leaders' repeats rebuild warm), so that what is planned fits. While the
+            # search runs the confirmation is priced for the real leaders (stage_estimate).
             stage["estimate_s"] = self._stage_total(stage)
-            fits = stage["estimate_s"] <= left
+            extra = self._confirm_increase(stage)
+            fits = stage["estimate_s"] + extra <= left
             stage["planned"] = fits or stage["stage"] == stages[0]["stage"]
             if not stage["planned"]:
-                self._plan_part(stage, left)
+                self._plan_part(stage, left - extra)
             if stage["planned"]:
-                left -= stage["estimate_s"]
+                left -= stage["estimate_s"] + extra
+                self._raise_confirm(extra)
             else:
-                stage["reason"] = f"needs about {format_seconds(stage['estimate_s'])}, " \
-                                  f"{format_seconds(max(0.0, left))} of the budget left for it"
+                stage["reason"] = f"needs about {format_seconds(stage['estimate_s'] + extra)}" + \
+                    (f" ({format_seconds(extra)} of it for the confirmation)" if extra > 0 else "") + \
+                    f", {format_seconds(max(0.0, left))} of the budget left for it"
         self.stages = stages
         self.facts["plan"] = [dict(s) for s in stages]
         self.run.save()
         self._announce_plan()
         return stages
+
+    def _confirm_increase(self, stage: dict[str, Any]) -> float:
+        """Seconds planning ``stage`` would add to the price of a confirmation planned before it."""
+        confirm = next((s for s in self.stages if s["kind"] == "confirm" and s.get("planned")), None)
+        if confirm is None or stage["kind"] in ("check", "confirm"):
+            return 0.0
+        stage["planned"] = True  # for the moment of pricing the confirmation with it
+        try:
+            return max(0.0, self._stage_total(confirm) - float(confirm["estimate_s"]))
+        finally:
+            stage["planned"] = False
+
+    def _raise_confirm(self, extra: float) -> None:
+        if extra > 0:
+            confirm = next(s for s in self.stages if s["kind"] == "confirm")
+            confirm["estimate_s"] = float(confirm["estimate_s"]) + extra
 
     def _plan_part(self, stage: dict[str, Any], left: float) -> None:
         """A stage of candidates that does not fit whole is planned for as many of them as fit (at least one): its
