@@ -9,12 +9,14 @@
 # package loaded in a fresh process, cuda-gdb's stack of a crash); its chosen fix, when the default build does not
 # load, is passed to the export backend through CLSBENCH_AOTI_CONFIGS (recorded in every export cell's versions and
 # build facts). The matrix: MODELS (resnet50,mobilenet_v3_large) x infer-throughput (batch 256) and infer-latency
-# (batch 1) x MODES (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,onnxruntime,tensorrt), 3 repeats, cell order
+# (batch 1) x MODES (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,export-frozen,onnxruntime,tensorrt), 3 repeats,
+# cell order
 # (a cell's repeats share one build, and an interrupted call loses at most one cell's repeats), the artifact cache in
 # the ignored folder .cache/ (kept on a warm machine between calls). SIGINT at GUARD_S saves what finished.
 # Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder, or DIR), as one
 # tarball in $OUT. WORKLOADS overrides the workloads. GRAPHS=1 adds a second file, latency-graphs.json: batch 1 in
-# bf16+cl+cudagraph over GRAPH_BACKENDS (eager,torchscript,export; export's artifact is the bf16+cl one, cached).
+# bf16+cl+cudagraph over GRAPH_BACKENDS (eager,torchscript,export,export-frozen; an artifact is the bf16+cl one,
+# cached).
 # FP32=1 adds a third, fp32.json: the matrix in fp32 (the parity reference's own figures), for a MODES without it.
 # DIR=<folder> continues every stage that its files say is unfinished, in order (the next call of a chain):
 #
@@ -48,10 +50,11 @@ if [ "$PROBE" = 1 ]; then
   CHOSEN=$($PY benchmarks/aoti_probe.py --choose "$DEST/aoti-probe/aoti_probe.jsonl" --device "$DEVICE")
   echo "chosen: $CHOSEN" | tee "$DEST/aoti-choice.txt"
 fi
-BACKENDS=${BACKENDS:-eager,torchscript,export,onnxruntime,tensorrt}
+BACKENDS=${BACKENDS:-eager,torchscript,export,export-frozen,onnxruntime,tensorrt}
 if [ "$PROBE" = 1 ]; then
   case "$CHOSEN" in
-    null) BACKENDS=$(echo "$BACKENDS" | sed 's/,\?export//');  # no build loads here: the matrix without export
+    null) BACKENDS=$(echo ",$BACKENDS," | sed -e 's/,export-frozen,/,/g' -e 's/,export,/,/g' -e 's/^,//' -e 's/,$//')
+          # no build loads here: the matrix without export (either build)
           echo "no AOTInductor configuration loads here: export left out" | tee -a "$DEST/aoti-choice.txt" ;;
     *'"variant": "default"'*) ;;
     *) eval "$($PY -c 'import json, shlex, sys
@@ -105,6 +108,6 @@ stage() {  # NAME WORKLOADS MODES BACKENDS; succeeds when the file is finished
 if [ -n "${RESUME:-}" ]; then NAME=$(basename "$RESUME" .json); fi
 stage "$NAME" "${WORKLOADS:-infer-throughput,infer-latency}" "${MODES:-bf16+cl,fp32}" "$BACKENDS" && \
   { [ "${GRAPHS:-0}" != 1 ] || \
-    stage latency-graphs infer-latency bf16+cl+cudagraph "${GRAPH_BACKENDS:-eager,torchscript,export}"; } && \
+    stage latency-graphs infer-latency bf16+cl+cudagraph "${GRAPH_BACKENDS:-eager,torchscript,export,export-frozen}"; } && \
   { [ "${FP32:-0}" != 1 ] || stage fp32 "${WORKLOADS:-infer-throughput,infer-latency}" fp32 "$BACKENDS"; }
 if [ -n "${OUT:-}" ]; then tar -czf "$OUT/$(basename "$DEST").tgz" -C "$(dirname "$DEST")" "$(basename "$DEST")"; fi

@@ -7,10 +7,11 @@ prepacked weights). The package holds the folded weights, so new weights mean a 
 them as they are. This is ``+compile+freeze`` (:mod:`clsbench.modes.freeze`) for an exported artifact, where the
 ``+freeze`` modifier cannot go: it belongs to ``torch.compile``, which no artifact backend takes.
 
-Measured (fp32, one process each, 30 calls after the first, median): on a 2-core CPU VM, ResNet-18 with 100
-classes at batch 8 and 64x64, 24.8 ms per batch frozen against 85.4 ms for plain ``export``, outputs within 2.6e-6
-of eager. On the H200 freezing gained 13% for ``torch.compile`` (ResNet-50 bf16+cl, batch 512: 28,241 against
-24,961 img/s, benchmarks/README.md); this backend's own H200 figures are not measured yet.
+Measured with ``clsbench run`` on a 2-core CPU VM (ResNet-18, fp32, batch 8 at 64x64, 3 fresh processes each,
+``benchmarks/results/cpu/backends-export-frozen-resnet18.json``): 583 img/s frozen (spread 22%, UNSTABLE on that
+shared host) against 265 for plain ``export`` and 447 for eager, outputs within 1.1e-6 of fp32 eager. On the H200
+freezing gained 13% for ``torch.compile`` (ResNet-50 bf16+cl, batch 512: 28,241 against 24,961 img/s,
+benchmarks/README.md); this backend's own H200 figures are not measured yet.
 """
 
 from __future__ import annotations
