@@ -54,6 +54,11 @@ ONNX_INSTALL_HINT = "pip install 'clsbench[onnx]'"
 DEFAULT_BUILD_S = {"cuda": 90.0, "cpu": 30.0}
 
 
+def artifact_mode(mode: str) -> str:
+    """``mode`` without ``+cudagraph``: what decides an artifact (a CUDA graph is captured around the loaded one)."""
+    return "+".join(t for t in mode.split("+") if t.split(":", 1)[0] != "cudagraph")
+
+
 @dataclass(frozen=True)
 class BackendRequest:
     """What one backend measurement asks for: everything that decides the artifact, and nothing that does not.
@@ -130,7 +135,7 @@ class BackendRequest:
     @property
     def artifact_mode(self) -> str:
         """The mode without ``+cudagraph``: graph capture wraps a loaded artifact, so both share one build."""
-        return "+".join(t for t in self.mode.split("+") if t.split(":", 1)[0] != "cudagraph")
+        return artifact_mode(self.mode)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

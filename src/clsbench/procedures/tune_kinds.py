@@ -585,17 +585,18 @@ def backend_cost_key(cell: Cell) -> str:
 
 
 def artifact_key(cell: Cell) -> tuple[str, str, int]:
-    """(backend, mode without ``+cudagraph``, batch): what decides a backend candidate's artifact in this search
-    (:attr:`clsbench.backends.BackendRequest.artifact_mode`)."""
-    mode = "+".join(t for t in cell.mode.split("+") if t.split(":", 1)[0] != "cudagraph")
-    return (cell.backend, mode, cell.batch_size)
+    """(backend, mode without ``+cudagraph``, batch): what decides a backend candidate's artifact in this search."""
+    from clsbench.backends.base import artifact_mode
+
+    return (cell.backend, artifact_mode(cell.mode), cell.batch_size)
 
 
 def _backend_priors(device_type: str) -> dict[str, float]:
     from clsbench.backends import BACKENDS
     from clsbench.backends.base import build_prior_s
 
-    return {f"backend:{name}": build_prior_s(BACKENDS.get(name), device_type) for name in BACKENDS.names()
+    # By name, not registration order, so the stored cost model reads the same whatever registered when.
+    return {f"backend:{name}": build_prior_s(BACKENDS.get(name), device_type) for name in sorted(BACKENDS.names())
             if name != DEFAULT_BACKEND}
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from clsbench.core.plan import Cell, StopRule
@@ -464,27 +464,26 @@ class Search:
 
     def built(self, kind: str, cell: Cell) -> bool:
         """Whether another candidate of this search made ``cell``'s build already and it is still at hand: one of the
-        same kind and build key (:func:`clsbench.procedures.tune_kinds.build_key`) that ran ok, the artifact cache
-        being on."""
-        key = build_key(kind, cell)
-        if key is None or getattr(self.run.plan, "no_cache", False):
-            return False
-        return any(t.get("kind") == kind and t.get("actual_s") is not None and t.get("status") == Status.OK
-                   and build_key(kind, self._trial_as_cell(t)) == key for t in self.facts["trials"])
+        same kind and build key (:func:`clsbench.procedures.tune_kinds.build_key`) that ran ok."""
+        key = self._shared_build(kind, cell)
+        return key is not None and any(
+            t.get("kind") == kind and t.get("actual_s") is not None and t.get("status") == Status.OK
+            and build_key(kind, self.cell(*trial_cell(t)[:3])) == key for t in self.facts["trials"])
 
-    def _trial_as_cell(self, entry: Mapping[str, Any]) -> Cell:
-        mode, batch, backend, _ = trial_cell(entry)
-        return self.cell(mode, batch, backend)
+    def _shared_build(self, kind: str, cell: Cell) -> Hashable | None:
+        """``cell``'s build key, or None where no other candidate can hand it a build (the kind gives each its own,
+        or ``--no-cache`` builds every artifact anew)."""
+        return None if self.run.plan.no_cache else build_key(kind, cell)
 
     def _expected_warm(self, kind: str, cells: Sequence[Cell]) -> list[bool]:
         """For cells about to be measured in this order: whether each will find its build made (by a candidate
         measured before, or by an earlier one of ``cells``, assumed to succeed)."""
-        seen: set[Any] = set()
+        seen: set[Hashable] = set()
         out = []
         for cell in cells:
-            key = build_key(kind, cell)
+            key = self._shared_build(kind, cell)
             out.append(key is not None and (key in seen or self.built(kind, cell)))
-            if key is not None and not getattr(self.run.plan, "no_cache", False):
+            if key is not None:
                 seen.add(key)
         return out
 
