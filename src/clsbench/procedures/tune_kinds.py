@@ -649,12 +649,14 @@ def _backend_stages(search: Search) -> list[Stage]:
     """One stage priced candidate by candidate, in the order :func:`_backend_rounds` proposes them: a backend that
     cannot run here costs the plan nothing, each backend at its own build estimate, a mode whose artifact an
     earlier candidate built (its ``+cudagraph`` twin) warm."""
+    from clsbench.backends.base import artifact_mode
+
     names = runnable_backends(search)
     costs = []
     for _ in range(search.family_count(MAX_BACKEND_FAMILIES)):
         built: set[tuple[str, str]] = set()
         for suffix in backend_layouts(search):
-            layout = suffix.replace("+cudagraph", "")
+            layout = artifact_mode(suffix)  # a replay and its plain run are one artifact (artifact_key)
             for name in names:
                 costs.append((f"backend:{name}", (name, layout) in built))
                 built.add((name, layout))
