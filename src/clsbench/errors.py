@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Exit codes, documented in README.md ("Exit codes") and docs/methodology.md.
+# Exit codes, documented in docs/exit-codes.md and docs/methodology/exit-codes.md.
 EXIT_OK = 0
 EXIT_INTERNAL = 1  # a bug in clsbench: please report it
 EXIT_INVALID_INPUT = 2  # bad argument or option, unknown name, device not present

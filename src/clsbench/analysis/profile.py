@@ -1,7 +1,7 @@
 """Where a step's time goes, derived from a ``torch.profiler`` trace. Pure: reads trace events (Chrome trace format,
 as ``export_chrome_trace`` writes them), imports no torch, and is tested on synthetic events.
 
-What it reads (docs/methodology.md, "Profiles", has the long form):
+What it reads (docs/methodology/power-and-efficiency.md, "Profiles", has the long form):
 
 * **steps**: the ``ProfilerStep#k`` ranges the profiler's schedule opens, one per profiled step. The *window* runs
   from the start of the first to the end of the last (or to the end of the last GPU activity, if later); the

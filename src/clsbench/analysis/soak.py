@@ -6,7 +6,7 @@ finished. The telemetry record of the same region (:mod:`clsbench.results.teleme
 same start, within a few milliseconds (the sampler starts right before the region's clock is read), so windows
 and samples share one time axis.
 
-The rules (docs/methodology.md, "Soak verdicts", says the same in prose):
+The rules (docs/methodology/soak.md, "Soak verdicts", says the same in prose):
 
 * **full windows**: a window that ran at least :data:`PARTIAL_WINDOW_SHARE` of the window length; a shorter one
   (a soak ended early mid-window) counts in the totals but in no judgement below.

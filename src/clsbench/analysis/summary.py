@@ -1,6 +1,6 @@
 """From repeat records to a measurement: status, summary and validity. Pure; reads only the records.
 
-Definitions (docs/methodology.md has the long form):
+Definitions (docs/methodology/measurement-protocol.md, section 4, has the long form):
 
 * throughput of a repeat = images in the timed region / wall seconds of the timed region; the measurement's
   ``throughput_img_s`` is the median over its repeats;

@@ -45,7 +45,7 @@ EAGER = "eager"
 PRECISION_DTYPES = {"fp32": "float32", "tf32": "float32", "amp-fp16": "float32", "amp-bf16": "float32",
                     "fp16": "float16", "bf16": "bfloat16"}
 
-#: How a skipped backend tells the user to get its library (also in README.md, "Inference backends").
+#: How a skipped backend tells the user to get its library (also in docs/backends.md).
 ONNX_INSTALL_HINT = "pip install 'clsbench[onnx]'"
 #: Seconds a build is expected to take, per device type, for a backend that declares no ``build_s`` of its own
 #: (tune's cost model before a build of it was observed here). Generous on purpose: an underestimate makes a

@@ -49,7 +49,7 @@ from clsbench.backends.ort import (
 ARTIFACT = "model.ep"
 TORCH_TRT = "torch_tensorrt"
 ORT_TRT = "onnxruntime-trt"
-#: What a user without TensorRT reads (README.md, "Inference backends", says the same).
+#: What a user without TensorRT reads (docs/backends.md says the same).
 INSTALL_HINT = ("install torch-tensorrt matching your torch (pip install torch-tensorrt), or onnxruntime-gpu with "
                 "TensorRT's libraries; TensorRT is user-installed, not a clsbench extra")
 

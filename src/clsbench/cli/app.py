@@ -1,6 +1,6 @@
 """The command line: parse, call the library, print. No measurement logic lives here.
 
-Exit codes (also in README.md): 0 success; 1 internal error (a bug); 2 bad input (unknown name, bad value,
+Exit codes (also in docs/exit-codes.md): 0 success; 1 internal error (a bug); 2 bad input (unknown name, bad value,
 missing device); 3 result-file problem (unreadable, foreign, newer schema, output exists or not writable);
 4 the run finished but some measurement failed; 5 `compare --fail-if-slower` found a significant slowdown beyond
 the threshold; 130 interrupted (what finished is saved).

@@ -84,7 +84,7 @@ GPU_STOP_RULES: dict[str, StopRule] = {
     "train": StopRule(warmup=5, min_iterations=20, min_seconds=1.0, warmup_seconds=0.5, max_seconds=120.0),
 }
 
-#: Defaults per workload on a CPU, small enough for the quick suite (README: its time on 2 idle cores). Latency
+#: Defaults per workload on a CPU, small enough for the quick suite (docs/run.md: time on 2 idle cores). Latency
 #: takes >= 100 requests, the fewest that support a p99 (analysis.stats.MIN_SAMPLES).
 CPU_STOP_RULES: dict[str, StopRule] = {
     "infer-latency": StopRule(warmup=5, min_iterations=100, min_seconds=1.0, max_seconds=30.0),

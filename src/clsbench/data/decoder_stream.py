@@ -5,7 +5,7 @@ a batch of baseline JPEGs on the hardware decoder, but per image it still copies
 event and runs a small colour-conversion kernel on the decoder's own CUDA stream: about 250 round trips through the
 GPU per batch of 256. Alone they take 12.6 ms per batch; beside a GPU kept busy by a captured ResNet-50 they took
 450 ms. The idea was that at a high priority the GPU's scheduler would take the decoder's blocks first. Measured on
-the H200 on 2026-12-02 (docs/methodology.md 16.4.4), it did not: with the priority set and read back as -3, the
+the H200 on 2026-12-02 (docs/methodology/data.md 16.4.4), it did not: with the priority set and read back as -3, the
 decode still took 453 ms beside the graph, and the pipeline ran as before. So this is not the default.
 
 torchvision makes that stream itself (the next stream of PyTorch's pool of normal-priority streams, when its decoder

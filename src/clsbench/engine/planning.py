@@ -223,7 +223,7 @@ def expand_models(names: Sequence[str]) -> list[str]:
 
 def check_model(name: str, input_size: int | None = None) -> None:
     """Refuse, in one line and before anything runs, a name no source knows, and a custom builder that breaks the
-    contract in the README: it must take ``num_classes`` and return an ``nn.Module``.
+    contract in docs/run.md: it must take ``num_classes`` and return an ``nn.Module``.
 
     A custom model is built on the meta device (shapes only: no memory, no arithmetic). Its forward is never called
     here: it may crash or hang, which is for a worker to meet and record. A builder that fails on the meta device

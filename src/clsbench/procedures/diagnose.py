@@ -385,10 +385,11 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
         worth = EXPLAIN_SHARE * split["synthetic_ms"]
         if slower is not None and slower > worth:
             # torchvision already decodes baseline JPEGs on the hardware JPEG engines of GPUs that have them, so a
-            # different decoder is not the advice. Measured on the H200 (docs/methodology.md 16.4.3): the compiled
+            # different decoder is not the advice. Measured on the H200 (docs/methodology/data.md 16.4.3): the compiled
             # ResNet-50 step ran 28.5 ms slower beside the pipeline, and 2.2 ms slower captured as a CUDA graph, so
             # the interpreter, not the GPU, took most of it. Capture is not the advice either: the captured step
-            # starves nvJPEG of the GPU, and the launched one was fed better end to end (docs/methodology.md 16.4.4).
+            # starves nvJPEG of the GPU, and the launched one was fed better end to end
+            # (docs/methodology/data.md 16.4.4).
             lines.append("the step itself runs slower beside the gpu pipeline: its kernel launches share the training "
                          "process's Python interpreter (the GIL) with the pipeline's threads, and the GPU with their "
                          "decode and augment kernels: a cheaper augmentation (--gpu-augment; the stages below time "
@@ -402,7 +403,7 @@ def explain(best: dict[str, Any], rows: list[dict[str, Any]], split: dict[str, A
                 from clsbench.modes import parse_mode
 
                 if parse_mode(mode).captured:
-                    # H200, ResNet-50, batch 256 (docs/methodology.md 16.4.4; benchmarks/results/h200/
+                    # H200, ResNet-50, batch 256 (docs/methodology/data.md 16.4.4; benchmarks/results/h200/
                     # pipeline-levers-resnet50-20261202T093108Z and -20261202T111607Z): a batch's decode took 452 ms
                     # beside a graph replaying back to back, 12.6-16.3 ms alone, 20.3 ms beside the launched step.
                     lines.append("the captured step holds back the decoder's many small GPU round trips (nvJPEG: "
@@ -615,7 +616,7 @@ def running_lines(row: dict[str, Any]) -> list[str]:
                      "synchronisation (a thread waiting for the GPU that way counts as busy: nvJPEG's decode "
                      "synchronises about once per image, and beside a step captured as a CUDA graph each wait is "
                      "long; --gpu-decode cpu has no such waits where the host decodes fast enough: "
-                     "docs/methodology.md 16.4.4)")
+                     "docs/methodology/data.md 16.4.4)")
     return lines + [line]
 
 

@@ -46,11 +46,11 @@ from clsbench.system.machine import resolve_device, run_facts
 
 #: Automatic growth continues only while a doubling raises the best throughput seen by at least this fraction.
 #: 3% is about three times the spread of batch >= 64 throughput between fresh processes on the H200 (<= 0.91%,
-#: docs/methodology.md section 8), so a smaller gain cannot be told apart from noise.
+#: docs/methodology/limitations.md), so a smaller gain cannot be told apart from noise.
 AUTO_MIN_GAIN = 0.03
 
 #: Growth ends on a plateau only after this many doublings in a row without that gain: launch-bound small batches
-#: can move by tens of % between fresh processes (docs/methodology.md section 8), and one unlucky point must not end
+#: can move by tens of % between fresh processes (docs/methodology/limitations.md), and one unlucky point must not end
 #: a sweep at batch 2.
 AUTO_PLATEAU_PATIENCE = 2
 

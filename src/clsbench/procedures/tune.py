@@ -97,7 +97,7 @@ from clsbench.system.machine import resolve_device, run_facts
 #: Precisions explored for every workload, each with and without ``+cl``.
 TUNE_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 #: Weight-cast precisions, explored for inference only (casting the weights is not a way to train). They avoid
-#: autocast's per-forward weight casts, which dominate batch-1 latency on fast GPUs (docs/methodology.md, modes).
+#: autocast's per-forward weight casts, which dominate batch-1 latency on fast GPUs (docs/methodology/modes.md).
 INFERENCE_CAST_PRECISIONS = ("fp16", "bf16")
 
 #: A mode whose eager result lost by more than this fraction to the best result so far is not compiled: on

@@ -676,7 +676,7 @@ register_kind(CandidateKind(
 #: the pipeline: real data can change the order. On the H200 (benchmarks/README.md, 2026-12-02, third session) the
 #: compiled ResNet-50 step ran 28.5 ms slower beside the gpu pipeline and the same step captured as a CUDA graph 2.2
 #: ms slower, because a launched step's kernel launches wait for the interpreter's lock that the pipeline's threads
-#: hold. Two days later (fifth session, docs/methodology.md 16.4.4) the order reversed over the memory source: the
+#: hold. Two days later (fifth session, docs/methodology/data.md 16.4.4) the order reversed over the memory source: the
 #: captured step held back nvJPEG's round trips and was fed at 4,519 img/s, the launched one at 5,383. Which wins
 #: depends on the pipeline and the source, so the leaders always include one of each where both were measured: where
 #: the two best both capture their step, or neither does, the second is the best of the other kind

@@ -33,7 +33,7 @@ no work, because the host was still waiting for data, or the stream waited for t
 pipeline's ready event). GPU idle fraction = sum(idle_ms) / sum(iteration_ms). On the CPU the step runs
 synchronously, ``step_ms`` is host time and the idle fraction is the data-wait share of the wall time.
 
-GPU busy-time profiling (section 5 of the methodology) is not run: the idle fraction measured between events
+GPU busy-time profiling (docs/methodology/power-and-efficiency.md) is not run: the idle fraction measured between events
 replaces it, and profiling a pipeline's side stream would mix decode work into the model's busy time. A profile
 (``run --profile``, ``clsbench profile``) runs a few more steps from the same stream after the timed region and the
 pipeline's facts, with the wait for each batch and its placing on the device marked as the ``data_wait`` and

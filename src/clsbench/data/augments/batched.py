@@ -26,7 +26,7 @@ same bilinear interpolation, one sample at each output pixel's centre. Where a c
 weights the input pixels with a triangle filter two output pixels wide; roi_align averages samples over one output
 pixel's footprint (a box filter one output pixel wide, blurred by the bilinear interpolation of each sample): both
 are low-pass filters that follow the scale, roi_align's the narrower, so it keeps a little more of the finest detail
-and noise. The difference, measured on generated photographs, is stated in docs/methodology.md and held by a test
+and noise. The difference, measured on generated photographs, is stated in docs/methodology/data.md and held by a test
 (:data:`TOLERANCE_MEAN`, :data:`TOLERANCE_P99`).
 """
 
@@ -45,7 +45,7 @@ from clsbench.data.base import AUGMENTS
 PAD_LIMIT = 2.0
 #: Agreement with the antialiased reference (``resized_crop(..., antialias=True)`` on uint8), in grey levels (0-255)
 #: per pixel value, over batches of generated photographs: the mean absolute difference and its 99th percentile.
-#: Measured: see docs/methodology.md; ``tests/test_augment.py`` holds every batch to these bounds.
+#: Measured: see docs/methodology/data.md (16.4.1); ``tests/test_augment.py`` holds every batch to these bounds.
 TOLERANCE_MEAN = 1.0
 TOLERANCE_P99 = 5.0
 

@@ -61,7 +61,7 @@ measures that.
 Against the reference on uint8 (the cpu pipeline's result), which rounds its intermediate pass and its output to
 integers (with fixed-point weights), the difference is about 0.3 grey levels on average and at most about one:
 :data:`TOLERANCE_MEAN`, :data:`TOLERANCE_P99` and :data:`TOLERANCE_MAX`, measured as stated beside them and in
-docs/methodology.md 16.4.2. Against the same arithmetic on float32 images it is about 1e-4 grey levels (float32
+docs/methodology/data.md 16.4.2. Against the same arithmetic on float32 images it is about 1e-4 grey levels (float32
 compute).
 """
 

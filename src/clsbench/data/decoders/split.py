@@ -1,6 +1,6 @@
 """``split``: each batch shared between nvJPEG on the GPU and libjpeg-turbo on the host's threads, at the same time.
 
-Why (H200, docs/methodology.md 16.4.4): beside a training step captured as a CUDA graph, nvJPEG's per-image round
+Why (H200, docs/methodology/data.md 16.4.4): beside a training step captured as a CUDA graph, nvJPEG's per-image round
 trips pass only while the GPU is idle, so the decode alone paced the pipeline at about 55 ms per batch of 256; the
 host's 16 vCPUs decoded a whole batch in about 65 ms. Each can do part of a batch in less time than the step takes,
 and together they need the GPU idle for fewer round trips.

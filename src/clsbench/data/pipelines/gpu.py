@@ -82,7 +82,7 @@ POLL_S = 0.2
 #: Seconds ``close`` waits for the stage threads to finish their current batch.
 JOIN_S = 10.0
 #: Environment variables for two experiments on how the pipeline shares the process and the GPU with the step
-#: (docs/methodology.md 16.4.4); each value in force is in the result's pipeline facts:
+#: (docs/methodology/data.md 16.4.4); each value in force is in the result's pipeline facts:
 #: the interpreter's switch interval while the pipeline runs, in ms (``sys.setswitchinterval``; Python's own is 5 ms:
 #: how long a thread running Python keeps the GIL from one that waits for it), restored when the pipeline closes;
 SWITCH_ENV = "CLSBENCH_GPU_SWITCH_MS"

@@ -124,7 +124,7 @@ def _build(name: str, builder: Callable[..., Any], num_classes: int, input_size:
         # (training then fails with "Target 845 is out of bounds").
         raise InvalidInputError(
             f"model {name!r} takes no num_classes, so clsbench cannot give it {num_classes} classes",
-            "add a num_classes=1000 parameter to its builder and size the head with it (README: custom models)",
+            "add a num_classes=1000 parameter to its builder and size the head with it (docs/run.md: your own model)",
         )
     if params is not None and "input_size" in params:
         kwargs["input_size"] = input_size

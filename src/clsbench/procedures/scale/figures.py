@@ -1,6 +1,6 @@
 """Scale figures (pure): per-measurement figures from the repeats, scaling efficiency across measurements, the table.
 
-Definitions (docs/methodology.md, section 16, has the long form):
+Definitions (docs/methodology/scale.md, section 17, has the long form):
 
 * ``throughput_img_s``: images of all GPUs / the slowest rank's wall time, median over repeats (as for ``run``);
   ``throughput_per_gpu_img_s`` = that / GPUs in total.

@@ -111,4 +111,4 @@ def multicast_note(environ: dict[str, str] | None = None) -> str | None:
         return None
     return ("NCCL_NVLS_ENABLE is not 0, so NCCL may use NVLink multicast (NVLS) where the GPUs offer it; "
             "export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 to keep it off "
-            "(required on shared machines, see the README)")
+            "(required on shared machines, see docs/scale.md)")
