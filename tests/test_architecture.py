@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workloads", ("clsbench.workloads", "clsbench.scenarios", "clsbench.serving")),
     ("engine", ("clsbench.engine",)),
     ("report", ("clsbench.report",)),
-    ("procedures", ("clsbench.procedures",)),
+    ("procedures", ("clsbench.procedures", "clsbench.deploy")),
     ("api", ("clsbench.api",)),
     ("cli", ("clsbench.cli", "clsbench.__main__")),
     ("package", ("clsbench",)),

@@ -44,6 +44,8 @@ ARTIFACT = "model.onnx"
 TRT_CACHE_DIR = "trt"
 INPUT_NAME = "images"
 OUTPUT_NAME = "logits"
+#: The symbolic name of the batch dimension of a dynamic-batch export (``export_onnx(dynamic_batch=True)``).
+DYNAMIC_BATCH_DIM = "batch"
 TRT_EP = "TensorrtExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -87,8 +89,16 @@ def planned_provider(request: BackendRequest, available: list[str] | None = None
     return next((p for p in GPU_PROVIDERS if p in available), None)
 
 
-def export_onnx(model: Any, example: Any, path: Path) -> dict[str, Any]:
+def export_onnx(model: Any, example: Any, path: Path, *, dynamic_batch: bool = False) -> dict[str, Any]:
     """Export ``model`` for ``example``'s static shape to ``path`` (``model.onnx``, weights beside it if large).
+
+    Args:
+        model: the prepared module (its dtype is the graph's).
+        example: the tracing input.
+        path: the ``.onnx`` file to write.
+        dynamic_batch: make the first input dimension a symbol (``batch``) instead of ``example``'s batch size, as
+            a server's dynamic batcher needs (``clsbench export --triton-repo``); the measured backend keeps static
+            shapes. ``example`` must then have a batch of at least 2: torch.export specialises a dimension of 1.
 
     Raises:
         BuildStepError: the exporter refused the model (``export_error``, with its first line).
@@ -96,13 +106,18 @@ def export_onnx(model: Any, example: Any, path: Path) -> dict[str, Any]:
     import torch
 
     t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if dynamic_batch:
+        extra["dynamic_shapes"] = ({0: torch.export.Dim(DYNAMIC_BATCH_DIM)},)
     try:
         with torch.no_grad():
             torch.onnx.export(model, (example,), str(path), dynamo=True, input_names=[INPUT_NAME],
-                              output_names=[OUTPUT_NAME], verbose=False)
+                              output_names=[OUTPUT_NAME], verbose=False, **extra)
     except Exception as exc:  # noqa: BLE001 - an unsupported operator is the model's export error
         raise BuildStepError(FAILED_EXPORT, f"torch.onnx.export: {first_line(exc)}") from exc
     facts: dict[str, Any] = {"exporter": "torch.onnx.export(dynamo=True)", "export_s": time.perf_counter() - t0}
+    if dynamic_batch:
+        facts["dynamic_batch"] = True
     try:
         import onnx
 
