@@ -29,6 +29,11 @@ comparison can be redone from files alone on any machine.
   per-repeat values, level ``alpha``, default 0.05): ``faster``, ``slower``, or ``not significant`` when the
   difference is inside the repeat-to-repeat noise; ``not testable`` with fewer than two repeats on a side; ``n/a``
   when either cell has no figure (failed, skipped or missing).
+* **Protocols.** Runs measured under different stop-rule protocols (``run --protocol``; a file from before
+  protocols reads as ``thorough (before protocols)``, the rules it ran under) are not compared silently: when a
+  later run's protocol differs from the first's and the stop rules the two files store differ for a workload both
+  measured, :func:`check_protocols` refuses in one error line, and ``--allow-protocol-mix`` turns the refusal into a
+  warning. Protocols whose stored rules agree (on a CPU, or train and throughput alone) are no mix.
 * **Environment.** The facts of :data:`clsbench.results.facts.KEY_FIELDS` that differ between runs are
   listed. Runs on different hardware are expected; runs on the *same* hardware (same GPU name, or same CPU model
   for CPU runs) whose software or settings differ get a warning: a difference may come from either.
@@ -44,7 +49,7 @@ from typing import Any
 
 from clsbench.analysis import stats
 from clsbench.analysis.significance import DEFAULT_ALPHA, TEST_NAME, TestResult, welch_t_test
-from clsbench.core.plan import WORKLOADS
+from clsbench.core.plan import PRE_PROTOCOL_EQUIVALENT, PRE_PROTOCOL_LABEL, WORKLOADS, protocol_of
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.results.facts import KEY_FIELDS, get_field
@@ -83,6 +88,7 @@ class RunInfo:
     devices: tuple[str, ...]
     torch: str | None
     created_utc: str
+    protocol: str | None = None  # the stop rules' protocol; None: a result with no stop rules (serve)
 
 
 @dataclass(frozen=True)
@@ -387,7 +393,68 @@ def _hardware(result: BenchmarkResult) -> tuple[str, str]:
 def _run_info(result: BenchmarkResult, name: str, label: str) -> RunInfo:
     devices = tuple(sorted({m.device for m in result.measurements}))
     return RunInfo(name=name, label=label, hardware=_hardware(result)[1], devices=devices,
-                   torch=get_field(result.environment, "software.torch"), created_utc=result.created_utc)
+                   torch=get_field(result.environment, "software.torch"), created_utc=result.created_utc,
+                   protocol=protocol_of(result.settings))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Protocols
+
+#: The ``compare`` flag that compares runs of different protocols anyway (with a warning line).
+ALLOW_PROTOCOL_MIX_FLAG = "--allow-protocol-mix"
+
+
+def _same_rules_as(protocol: str) -> str:
+    """The protocol whose rules ``protocol`` ran under (a file from before protocols: ``thorough``)."""
+    return PRE_PROTOCOL_EQUIVALENT if protocol == PRE_PROTOCOL_LABEL else protocol
+
+
+def _rule_differences(first: BenchmarkResult, other: BenchmarkResult) -> list[str]:
+    """The stored stop-rule fields that differ between two runs, for the workloads both measured, e.g.
+    ``infer-latency min_iterations 300 vs 1000`` (a workload whose rule either file lacks is not judged)."""
+    rules = [r.settings.get("stop_rules") or {} for r in (first, other)]
+    both = {m.workload for m in first.measurements} & {m.workload for m in other.measurements}
+    out = []
+    for workload in sorted(both, key=_workload_order):
+        a, b = rules[0].get(workload), rules[1].get(workload)
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            continue
+        out += [f"{workload} {name} {a.get(name)} vs {b.get(name)}" for name in dict.fromkeys([*a, *b])
+                if a.get(name) != b.get(name)]
+    return out
+
+
+def protocol_mixes(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[str]:
+    """One line per later run measured under another protocol than the first, with stop rules that differ for a
+    workload both measured (:func:`_rule_differences`). Runs without stop rules (serve) are never a mix."""
+    out = []
+    first = protocol_of(results[0].settings)
+    for name, result in zip(names[1:], results[1:], strict=True):
+        other = protocol_of(result.settings)
+        if first is None or other is None or _same_rules_as(first) == _same_rules_as(other):
+            continue
+        differences = _rule_differences(results[0], result)
+        if differences:
+            out.append(f"{names[0]} ran protocol {first!r} and {name} protocol {other!r}: their stop rules differ "
+                       f"({'; '.join(differences)})")
+    return out
+
+
+def check_protocols(results: Sequence[BenchmarkResult], names: Sequence[str], *, allow_mix: bool) -> list[str]:
+    """Refuse runs of different protocols (:func:`protocol_mixes`), or with ``allow_mix`` return the warning lines.
+
+    Raises:
+        InvalidInputError: a mix without ``allow_mix``: one line naming the runs, protocols and rules.
+    """
+    mixes = protocol_mixes(results, names)
+    if mixes and not allow_mix:
+        more = f" (and {len(mixes) - 1} more run(s) of another protocol)" if len(mixes) > 1 else ""
+        wanted = _same_rules_as(protocol_of(results[0].settings) or "")
+        raise InvalidInputError(
+            f"{mixes[0]}{more}; compare does not mix protocols silently",
+            f"re-run with `--protocol {wanted}` to match {names[0]}, or pass {ALLOW_PROTOCOL_MIX_FLAG} to compare "
+            "them anyway")
+    return [f"protocols mixed ({ALLOW_PROTOCOL_MIX_FLAG}): {line}" for line in mixes]
 
 
 def environment_differences(results: Sequence[BenchmarkResult]) -> list[EnvDifference]:
@@ -609,21 +676,23 @@ def _tables(keys: Sequence[Key], indexes: Sequence[dict[Key, Measurement]], defa
     return tables
 
 
-def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float = DEFAULT_ALPHA) -> Comparison:
+def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float = DEFAULT_ALPHA, *,
+            allow_protocol_mix: bool = False) -> Comparison:
     """Match the measurements of ``results`` and compare every run against the first.
 
     Args:
         results: two or more runs; the first is the baseline every ratio is taken against.
         names: one name per run (file path or run id), shown in the legend.
         alpha: significance level of Welch's t-test (p < alpha is significant).
+        allow_protocol_mix: compare runs of different protocols anyway (:func:`check_protocols`), with a warning.
 
     Returns:
         The comparison as data (see :class:`Comparison`).
 
     Raises:
-        InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha``, or a run
-            that has no measurement in common with the first (naming the input size, data pipeline or world size
-            that kept the same cells apart, if one did).
+        InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha``, runs of
+            different protocols without ``allow_protocol_mix``, or a run that has no measurement in common with the
+            first (naming the input size, data pipeline or world size that kept the same cells apart, if one did).
     """
     if len(results) < 2:
         raise InvalidInputError("compare needs at least two runs", "e.g. clsbench compare baseline.json new.json")
@@ -634,7 +703,7 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
     if not 0.0 < alpha < 1.0:
         raise InvalidInputError(f"alpha must lie between 0 and 1, got {alpha:g}", "e.g. --alpha 0.05")
     labels = [RUN_LABELS[i] for i in range(len(results))]
-    warnings: list[str] = []
+    warnings: list[str] = check_protocols(results, names, allow_mix=allow_protocol_mix)
     defaults = default_input_sizes(results)
     indexes = [_index(r, label, warnings, defaults) for r, label in zip(results, labels, strict=True)]
     _check_common(indexes, names, labels, defaults, warnings)

@@ -104,7 +104,7 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--profile", "with_profile", is_flag=True,
               help="After the first repeat's timed region, profile a few steps (torch.profiler) and attach where "
                    "the step's time goes to the measurement (`clsbench profile` writes the trace too).")
-@measure_options()
+@measure_options(opt_in=("protocol",))
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],

@@ -62,21 +62,25 @@ def register(group: click.Group) -> None:
                   help="Significance level of Welch's t-test on the per-repeat figures.")
     @click.option("--db", metavar="PATH",
                   help="The run index for run ids (default: $CLSBENCH_DB, else the user's data directory).")
+    @click.option("--allow-protocol-mix", is_flag=True,
+                  help="Compare runs measured under different stop-rule protocols (run --protocol) anyway, with a "
+                       "warning; without it, such runs are refused.")
     @handle_errors
     def compare(runs: tuple[str, ...], fmt: str, output: str, force: bool, fail_if_slower: str | None,
-                alpha: float, db: str | None) -> None:
+                alpha: float, db: str | None, allow_protocol_mix: bool) -> None:
         """Compare runs A B [C ...] (result files or run ids) against the first.
 
         Measurements are matched by model, workload, mode, batch size, backend, input size, data pipeline and
         world size (not device: comparing GPUs is the point); cells that differ in input size, data pipeline or
         world size are separate rows, and a warning says which differed. Each ratio is a speed-up against A (> 1
         is faster; latency inverted), with Welch's two-sided t-test on the per-repeat figures deciding whether it
-        is faster, slower or not significant. Serve results are compared by each scenario's answer (server QPS,
-        offline samples/s, ...) and p99, tested where both runs repeated their answer (serve --confirm N);
-        otherwise significance is not assessed.
+        is faster, slower or not significant. Runs measured under different stop-rule protocols (run --protocol)
+        are refused unless --allow-protocol-mix is given. Serve results are compared by each scenario's answer
+        (server QPS, offline samples/s, ...) and p99, tested where both runs repeated their answer (serve --confirm
+        N); otherwise significance is not assessed.
         """
+        from clsbench.analysis.compare import check_protocols, lost_measurements, regressions
         from clsbench.analysis.compare import compare as build_comparison
-        from clsbench.analysis.compare import lost_measurements, regressions
         from clsbench.procedures.base import comparer
         from clsbench.report import export
 
@@ -90,11 +94,13 @@ def register(group: click.Group) -> None:
         results = [load_result(ref, db) for ref in runs]
         own_way = comparer(results)
         if own_way is not None:  # a procedure that compares its own way (serve: each scenario's answer)
+            for line in check_protocols(results, list(runs), allow_mix=allow_protocol_mix):
+                click.echo(f"warning: {line}", err=True)
             own = own_way(results, list(runs), alpha)
             emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output, force=force)
             _gate_procedure(own, threshold, alpha)
             return
-        comparison = build_comparison(results, list(runs), alpha=alpha)
+        comparison = build_comparison(results, list(runs), alpha=alpha, allow_protocol_mix=allow_protocol_mix)
         emit(export.export_comparison(comparison, fmt), output, force=force)
         if threshold is None:
             return

@@ -83,6 +83,7 @@ def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_t
 
 def measure_options(defaults: MeasureOptions = MeasureOptions(), *, execution: Collection[str] = EXECUTION_FLAGS,
                     helps: Mapping[str, str] | None = None, fields: Collection[str] | None = None,
+                    opt_in: Collection[str] = (),
                     clock: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare ``--device``, every measurement option, the ``execution`` flags, ``--output``, ``--quiet`` and
     ``--clock`` on a command, and hand the command ``measure``, ``execution``, ``device``, ``output``, ``quiet``.
@@ -92,15 +93,19 @@ def measure_options(defaults: MeasureOptions = MeasureOptions(), *, execution: C
             autotuning to each strategy).
         execution: which execution flags the command takes (``scale`` takes none: each launch is its own).
         helps: help texts that say more for this command, by field name (``device`` and ``output`` too).
-        fields: the measurement options the command takes (None: all); the others keep ``defaults``' values
-            (``serve`` takes input size, seed and compile mode: LoadGen decides how long it measures).
+        fields: the measurement options the command takes (None: all but the opt-in ones); the others keep
+            ``defaults``' values (``serve`` takes input size, seed and compile mode: LoadGen decides how long it
+            measures).
+        opt_in: the opt-in options (metadata ``opt_in``) the command takes besides ``fields``: ``run``, ``sweep``
+            and ``tune`` take ``protocol``, since their stop rules are the workloads' defaults under it (``soak``,
+            ``diagnose``, ``scale`` and ``profile`` set their own).
         clock: declare the hidden ``--clock`` hook (``serve``'s batcher runs on the wall clock).
     """
     helps = dict(helps or {})
     measure_hints = typing.get_type_hints(MeasureOptions)
     execution_hints = typing.get_type_hints(Execution)
     measure_fields = [f for f in dataclasses.fields(MeasureOptions) if "flag" in f.metadata
-                      and (fields is None or f.name in fields)]
+                      and (f.name in opt_in or (f.name in fields if fields is not None else not f.metadata["opt_in"]))]
     execution_fields = [f for f in dataclasses.fields(Execution) if f.name in execution]
     options = [click.option("--device", default="auto", show_default=True,
                             help=helps.get("device", "auto, cpu, cuda or cuda:N."))]

@@ -38,7 +38,7 @@ from clsbench.procedures.tune import TUNE_OPTIONS
               help="Inference backend of every point: eager, torchscript, export, onnxruntime, tensorrt.")
 @click.option("--no-cache", is_flag=True, help="Build every backend artifact anew.")
 @click.option("--backend-cache", "backend_cache", metavar="DIR", help="Where backend artifacts are cached.")
-@measure_options()
+@measure_options(opt_in=("protocol",))
 def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, ...], knee_fraction: float,
                   max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
                   execution: Execution, device: str, output: str | None, quiet: bool) -> None:
@@ -114,7 +114,7 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
                    "reference for benchmarks/tune_vs_exhaustive.py.")
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
-@measure_options(TUNE_OPTIONS)
+@measure_options(TUNE_OPTIONS, opt_in=("protocol",))
 @data_options
 @click.pass_context
 def tune_command(ctx: click.Context, model: str | None, workload: str, max_latency_ms: float | None,

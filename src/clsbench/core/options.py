@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clsbench.core.plan import ORDERS
+from clsbench.core.plan import DEFAULT_PROTOCOL, ORDERS, PRE_PROTOCOL_EQUIVALENT, PROTOCOL_NAMES, PROTOCOLS
 from clsbench.errors import InvalidInputError
 
 if TYPE_CHECKING:
@@ -29,21 +29,28 @@ DEFAULT_COMPILE_MODE = "default"
 
 
 def _option(flag: str, help: str, *, negative: str | None = None, metavar: str | None = None,
-            choices: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Field metadata: the command-line flag, its help text, for a switch the flag that turns it off, and for a
-    choice its values."""
-    return {"flag": flag, "help": help, "negative": negative, "metavar": metavar, "choices": choices}
+            choices: tuple[str, ...] | None = None, opt_in: bool = False) -> dict[str, Any]:
+    """Field metadata: the command-line flag, its help text, for a switch the flag that turns it off, for a choice
+    its values, and whether only the commands that name it declare it (``opt_in``: it means something to some
+    commands only, as ``--protocol`` does where the stop rules come from the workloads' defaults)."""
+    return {"flag": flag, "help": help, "negative": negative, "metavar": metavar, "choices": choices,
+            "opt_in": opt_in}
 
 
 @dataclass(frozen=True)
 class MeasureOptions:
     """What every measurement does and when it stops.
 
-    ``warmup``, ``iterations``, ``min_time`` and ``max_time`` override the fields of the workload's stop rule
-    (:class:`~clsbench.core.plan.StopRule`); None keeps the rule's default for the device.
+    ``protocol`` names the set of stop-rule defaults (:data:`~clsbench.core.plan.PROTOCOLS`); ``warmup``,
+    ``iterations``, ``min_time`` and ``max_time`` override the fields of the workload's stop rule under it
+    (:class:`~clsbench.core.plan.StopRule`); None keeps the protocol's rule for the device.
     """
 
     repeats: int = field(default=3, metadata=_option("--repeats", "Fresh worker processes per measurement."))
+    protocol: str = field(default=DEFAULT_PROTOCOL, metadata=_option(
+        "--protocol", "Stop-rule defaults: default (GPU latency repeats of >= 300 requests: p99, no p99.9) or "
+                      "thorough (>= 1000 requests, as before protocols: p99.9 too). --iterations etc. still override.",
+        choices=PROTOCOL_NAMES, opt_in=True))
     warmup: int | None = field(default=None, metadata=_option(
         "--warmup", "Warm-up iterations (requests) before timing; default: the workload's rule."))
     iterations: int | None = field(default=None, metadata=_option(
@@ -72,6 +79,9 @@ class MeasureOptions:
             raise InvalidInputError(f"repeats must be >= 1, got {self.repeats}", "e.g. --repeats 3")
         if not self.timeout_s > 0:
             raise InvalidInputError("timeout must be > 0 seconds", "e.g. --timeout 600")
+        if self.protocol not in PROTOCOLS:
+            raise InvalidInputError(f"unknown protocol {self.protocol!r}",
+                                    "use --protocol " + " or --protocol ".join(PROTOCOL_NAMES))
         if self.input_size is not None and not 16 <= self.input_size <= 4096:
             raise InvalidInputError(f"input size {self.input_size} is out of range",
                                     "use 16..4096, e.g. --input-size 224")
@@ -84,12 +94,16 @@ class MeasureOptions:
 
     @classmethod
     def of_plan(cls, plan: RunPlan, workload: str) -> MeasureOptions:
-        """The options that made ``plan`` (for ``workload``'s stop rule): what a reproduce line must say."""
+        """The options that made ``plan`` (for ``workload``'s stop rule): what a reproduce line must say.
+
+        A plan read from a file written before protocols gives ``thorough``, the protocol whose rules it ran under.
+        """
         from clsbench.core.plan import default_stop_rules
 
         device = plan.cells[0].device if plan.cells else "cpu"
+        protocol = plan.protocol if plan.protocol in PROTOCOLS else PRE_PROTOCOL_EQUIVALENT
         rule = plan.stop_rules.get(workload)
-        default = default_stop_rules(device).get(workload)
+        default = default_stop_rules(device, protocol).get(workload)
         overrides: dict[str, Any] = {}
         if rule is not None and default is not None:
             overrides = {
@@ -99,8 +113,8 @@ class MeasureOptions:
                 "max_time": rule.max_seconds if rule.max_seconds is not None
                 and rule.max_seconds != default.max_seconds else None,
             }
-        return cls(repeats=plan.repeats, timeout_s=plan.timeout_s, compile_mode=plan.compile_mode, seed=plan.seed,
-                   cudnn_benchmark=plan.cudnn_benchmark, telemetry=plan.telemetry, **overrides)
+        return cls(repeats=plan.repeats, protocol=protocol, timeout_s=plan.timeout_s, compile_mode=plan.compile_mode,
+                   seed=plan.seed, cudnn_benchmark=plan.cudnn_benchmark, telemetry=plan.telemetry, **overrides)
 
     def to_cli_args(self, *, skip: frozenset[str] = frozenset()) -> list[str]:
         """The command-line flags that give these options, leaving out defaults (and the fields in ``skip``)."""
@@ -213,8 +227,9 @@ def reproduce_command(plan: RunPlan, cell: Cell) -> str:
 
 
 #: ``run`` flags (with the number of values each takes) that ``clsbench profile`` has no use for: it measures one
-#: repeat, in one worker, with nothing to overlap or order.
-RUN_ONLY_FLAGS = {"--repeats": 1, "--overlap": 0, "--no-overlap": 0, "--order": 1}
+#: repeat, in one worker, with nothing to overlap or order, and profiles steps after its timed region, whose length
+#: (the protocol's) does not change what the profile shows.
+RUN_ONLY_FLAGS = {"--repeats": 1, "--overlap": 0, "--no-overlap": 0, "--order": 1, "--protocol": 1}
 
 
 def profile_command(run_command: str, directory: str | None = None) -> str:

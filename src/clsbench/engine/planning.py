@@ -45,8 +45,8 @@ def plan_run(
     from the pipeline being measured).
 
     Args:
-        options: repeats, stop-rule overrides, input size, timeout, compile mode, seed, cuDNN autotuning,
-            telemetry.
+        options: repeats, the stop rules' protocol and overrides, input size, timeout, compile mode, seed, cuDNN
+            autotuning, telemetry.
         execution: ``overlap`` is recorded in the plan; the rest of it applies when the plan runs.
         environment: the recorded environment, to choose amp-fp16 for the suite's amp-bf16 on a GPU without bf16.
         modes: a mode made for one kind of workload (``+freeze`` for inference; ``+foreach``, ``+fused``,
@@ -85,12 +85,12 @@ def plan_run(
         cells = [dataclasses.replace(cell, data=data) for cell in cells]
         overlap = False
     rules = {name: rule.with_overrides(**options.stop_overrides())
-             for name, rule in default_stop_rules(resolved_device).items()}
+             for name, rule in default_stop_rules(resolved_device, options.protocol).items()}
     plan = RunPlan(cells=tuple(dict.fromkeys(cells)), repeats=options.repeats, stop_rules=rules, seed=options.seed,
                    data_seed=options.seed, timeout_s=options.timeout_s, compile_mode=options.compile_mode,
                    cudnn_benchmark=bool(options.cudnn_benchmark), overlap_prepare=overlap, order=execution.order,
                    telemetry=options.telemetry, suite=suite, no_cache=no_cache, cache_dir=cache_dir,
-                   profile=profile)
+                   profile=profile, protocol=options.protocol)
     plan.validate()
     return plan
 

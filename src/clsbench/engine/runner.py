@@ -133,6 +133,7 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         executor = ProcessExecutor(plan.timeout_s, overlap=on_gpu and plan.overlap_prepare, on_window=on_window)
 
     skips = {cell.key: static_skip(cell, result.environment, plan.compile_mode) for cell in todo}
+    compile_caches = compile_cache_dirs(result, todo)
     # The jobs in the order they will run, so that overlap prepares the one that really comes next.
     done = {cell.key: len(result.pending_repeats(cell.key)) for cell in todo}
     order = schedule([cell for cell in todo if not skips[cell.key]], plan.repeats, order=plan.order, seed=plan.seed,
@@ -142,7 +143,7 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
             compile_mode=plan.compile_mode, cudnn_benchmark=plan.cudnn_benchmark, train=plan.train, clock=clock,
             telemetry=plan.telemetry, timeout_s=plan.timeout_s if execution.isolation != "inline" else None,
             no_cache=plan.no_cache, cache_dir=plan.cache_dir, profile=plan.profile if r == 0 else None,
-            window_s=plan.window_s,
+            window_s=plan.window_s, compile_cache_dir=compile_caches.get(cell.key),
             **({"telemetry_interval_s": plan.telemetry_interval_s} if plan.telemetry_interval_s else {}))
         for cell, r in order
     ]
@@ -172,6 +173,16 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
         return measure_all(todo, plan.repeats, result, procedure, save=lambda r: None, **options)
     with result_io.writer_lock(output):
         return measure_all(todo, plan.repeats, result, procedure, save=lambda r: result_io.save(r, output), **options)
+
+
+def compile_cache_dirs(result: BenchmarkResult, cells: list[Cell]) -> dict[tuple[Any, ...], str]:
+    """The Inductor cache directory of each compiled cell (:mod:`clsbench.engine.compile_cache`), by cell key: one
+    per cell, under one directory per run (named by the result's run id), so that a cell's later repeats (in this
+    call, a later one, or a resume) reuse what its first repeat compiled."""
+    from clsbench.engine.compile_cache import cell_cache_dir, compiles, run_cache_root
+
+    root = run_cache_root(result.run_id, result.created_utc)
+    return {cell.key: cell_cache_dir(root, cell.label(), cell.key) for cell in cells if compiles(cell.mode)}
 
 
 def window_reporter(progress: Any) -> Any:

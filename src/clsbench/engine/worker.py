@@ -59,6 +59,7 @@ class Job:
     cache_dir: str | None = None  # inference backends: the artifact cache (None: its default location)
     profile: Any = None  # a core.plan.ProfileSettings: profile after the timed region (the runner sets it on repeat 0)
     window_s: float | None = None  # a soak: the timed region in windows of this length; Ctrl-C keeps finished ones
+    compile_cache_dir: str | None = None  # +compile: Inductor's cache for this cell's repeats (engine.compile_cache)
 
 
 @dataclass
@@ -230,6 +231,9 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None, *, on_window
             early_stop: Any = None) -> dict[str, Any]:
     """Run the workload on the prepared model; return the repeat record.
 
+    With ``job.compile_cache_dir`` (a compiled cell), Inductor compiles into that directory, and the record's
+    ``compile_cache`` says what the repeat found there (:func:`clsbench.engine.compile_cache.inductor_cache`).
+
     Args:
         job: what to measure.
         prepared: what :func:`prepare` built.
@@ -239,6 +243,16 @@ def measure(job: Job, prepared: Prepared, gate: Gate | None = None, *, on_window
     """
     if prepared.error is not None:
         return prepared.error
+    if job.compile_cache_dir is None:
+        return _measure(job, prepared, gate, on_window=on_window, early_stop=early_stop)
+    from clsbench.engine.compile_cache import inductor_cache
+
+    with inductor_cache(job.compile_cache_dir) as cache:
+        out = _measure(job, prepared, gate, on_window=on_window, early_stop=early_stop)
+    return out if out.get("status") == Status.SKIPPED else {**out, "compile_cache": cache}
+
+
+def _measure(job: Job, prepared: Prepared, gate: Gate | None, *, on_window: Any, early_stop: Any) -> dict[str, Any]:
     from clsbench.measure.device import memory_readings, reset_peak_memory
     from clsbench.workloads import WorkloadContext, get_workload
     from clsbench.workloads.base import EarlyStop

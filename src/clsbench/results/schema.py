@@ -29,7 +29,15 @@ History of ``schema_version``:
   runs started in the same second are two runs); older files have none, and the history index derives one from
   their contents. A soak (``clsbench soak``) is an ordinary run file with ``settings["soak"]``, ``window_s`` and
   ``telemetry_interval_s`` in its settings, ``samples["windows"]`` and ``validity["ended_early"]`` in its repeat,
-  and possibly ``fan_pct`` in its telemetry samples; all optional, so no version change.
+  and possibly ``fan_pct`` in its telemetry samples; all optional, so no version change. Runs made since issue 35
+  record ``settings["protocol"]``, the stop rules' protocol (``default`` or ``thorough``,
+  :data:`clsbench.core.plan.PROTOCOLS`); a file without it (written before protocols) reads as ``thorough (before
+  protocols)``, since its GPU latency rule was the 1000 requests that ``thorough`` keeps, and a resumed one keeps
+  reading so. A repeat of a compiled cell adds ``compile_cache`` (the Inductor cache directory of its cell, whether
+  it held artifacts when the repeat began, and Inductor's cache hits and misses; see
+  :mod:`clsbench.engine.compile_cache`). Both are new optional keys that an older clsbench ignores without
+  misreading anything (its tables, summaries and ``compare`` read neither), so no version change: the version
+  changes only when an older reader would take a file for something it is not, as version 2 did.
 """
 
 from __future__ import annotations
