@@ -131,3 +131,17 @@ def split_list(values: Iterable[str], option: str | None = None) -> list[str]:
                                     f"give a name, e.g. {option} resnet50, or leave {option} out")
         out.extend(part for part in parts if part)
     return out
+
+
+def export_triton_repo(settings: Any, *, progress: Any = None) -> Any:
+    """Write a measured model into a Triton Inference Server model repository (``clsbench export --triton-repo``):
+    the artifact of an ONNX Runtime or TorchScript backend with a dynamic batch dimension, checked against fp32
+    eager at two batch sizes, its ``config.pbtxt`` (the dynamic batcher and instances, from the options or from the
+    best Server answer of a serve result) and a README, in ``DIR/<name>`` (never overwritten).
+
+    ``settings`` is a :class:`clsbench.deploy.TritonExportSettings`; ``progress`` is called with a line before each
+    slow step. Returns :func:`clsbench.deploy.export_triton_repo`'s ``RepoOutcome``.
+    """
+    from clsbench.deploy import export_triton_repo as write_repository
+
+    return write_repository(settings, progress=progress)

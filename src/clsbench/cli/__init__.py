@@ -11,6 +11,7 @@ from clsbench.cli import (
     compare_cmds,
     data_cmds,
     diagnose_cmds,
+    export_cmds,
     profile_cmds,
     report_cmds,
     scale_cmds,
@@ -22,7 +23,7 @@ from clsbench.cli import (
 from clsbench.cli.app import main
 
 for _module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds, serve_cmds,
-                profile_cmds, soak_cmds):
+                profile_cmds, soak_cmds, export_cmds):
     _module.register(main)
 
 __all__ = ["main"]

@@ -447,6 +447,10 @@ def export_triton_repo(settings: TritonExportSettings, *,
     say = progress or (lambda line: None)
     plan = resolve(settings)
     request = plan.request
+    if plan.winner is not None:
+        say(f"from {plan.winner.source}: the best Server answer, {plan.winner.describe()}")
+    for note in plan.notes:
+        say(f"note: {note}")
     staging = triton_repo.staging_folder(plan.repo_dir, plan.name)
     try:
         folder = staging / triton_repo.VERSION
