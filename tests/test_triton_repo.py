@@ -355,3 +355,62 @@ def test_the_command_builds_in_a_child_process_and_prints_how_to_start(tmp_path:
     assert (model / "1" / "model.onnx").is_file() and not (model / "1" / "build.log").exists()
     assert last.removeprefix("start Triton on it: ") in (model / "README.txt").read_text(encoding="utf-8")
     assert model_config(model / "config.pbtxt").max_batch_size == 8
+
+
+# ------------------------------------------------------------------------------------------------ a real tritonserver
+
+
+def tritonserver_binary() -> Path | None:
+    """A tritonserver binary: ``$CLSBENCH_TRITONSERVER``, else the one PyTriton embeds, else None."""
+    import importlib.util
+    import os
+
+    given = os.environ.get("CLSBENCH_TRITONSERVER")
+    if given:
+        return Path(given)
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    binary = Path(next(iter(spec.submodule_search_locations))) / "tritonserver" / "bin" / "tritonserver"
+    return binary if binary.is_file() else None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_real_tritonserver_reads_both_configs(onnx_repo: Any, torchscript_repo: Any, tmp_path: Path) -> None:
+    """The server parses each config.pbtxt and resolves its platform to a backend; where that backend is installed
+    the model must load. PyTriton's server (the one these machines can install) has neither backend, so there the
+    test stops at the backend lookup, past the configuration: a field it did not know would fail the parse first."""
+    import os
+    import shutil
+    import subprocess
+    import sysconfig
+
+    binary = tritonserver_binary()
+    if binary is None:
+        pytest.skip("no tritonserver: pip install nvidia-pytriton (needs numpy<2), or set CLSBENCH_TRITONSERVER")
+    repo = tmp_path / "models"
+    repo.mkdir()
+    for outcome in (onnx_repo, torchscript_repo):
+        shutil.copytree(outcome.path, repo / outcome.path.name)
+    backends = binary.parent.parent / "backends"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(sysconfig.get_config_var("LIBDIR"))}  # see ../shared/FACTS.md
+    command = [str(binary), f"--model-repository={repo}", f"--backend-directory={backends}",
+               f"--http-port={free_port()}", f"--grpc-port={free_port()}", f"--metrics-port={free_port()}",
+               "--exit-on-error=true", "--exit-timeout-secs=5"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    log = done.stdout + done.stderr
+    assert "Error parsing text-format" not in log, log[-3000:]
+    for outcome, backend in ((onnx_repo, "onnxruntime"), (torchscript_repo, "pytorch")):
+        name = outcome.path.name
+        if (backends / backend).is_dir():
+            assert f"successfully loaded '{name}'" in log, log[-3000:]
+        else:
+            assert f"failed to load '{name}' version 1: Invalid argument: unable to find backend library for " \
+                   f"backend '{backend}'" in log, log[-3000:]
