@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[timm,test,serve,onnx]'
+	$(PY) -m pip install -q -e '.[timm,test,serve,onnx,triton]'
 	touch $(STAMP)
 
 run: setup
