@@ -29,7 +29,7 @@ LIST_OPTIONS = {
     "run": {"--model", "--workload", "--mode", "--batch-size", "--backend"},
     "sweep": {"--batch-size"},
     "tune": {"--mode", "--batch-size", "--backend"},
-    "serve": {"--mode"},
+    "serve": {"--mode", "--backend"},
     "diagnose": {"--num-workers", "--pipeline"},
 }
 

@@ -246,6 +246,14 @@ def build_prior_s(backend: Any, device_type: str) -> float:
     return float((getattr(backend, "build_s", None) or {}).get(device_type, default))
 
 
+def backend_label(name: str) -> str:
+    """``name`` as tables print it: `` (legacy)`` after a backend its library deprecated (TorchScript); an unknown
+    name (a file from another clsbench) as it is."""
+    if name not in BACKENDS:
+        return name
+    return f"{name} (legacy)" if getattr(BACKENDS.get(name), "legacy", False) else name
+
+
 def get_backend(name: str) -> Backend:
     """The backend registered as ``name``.
 

@@ -42,6 +42,9 @@ OPTIMIZE_FOR_INFERENCE = {"cpu": False, "cuda": False}
 
 class TorchScript:
     name = "torchscript"
+    #: TorchScript is deprecated upstream (PyTorch 2.11 onward): still measured, since deployments still run it,
+    #: and labelled so in help texts and tables (:func:`clsbench.backends.base.backend_label`).
+    legacy = True
     builds_artifact = True
     build_imports = ("torch.jit",)
     #: Trace and freeze took 1.3-5.0 s on the H200 (ResNet-50 and MobileNetV3-Large, bf16+cl,

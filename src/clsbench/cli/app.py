@@ -92,8 +92,9 @@ def _ints(values: list[str], option: str) -> list[int]:
 @list_option("--mode", "modes", help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
 @list_option("--batch-size", "batch_sizes", help="Batch size(s); default per workload.")
 @list_option("--backend", "backends",
-             help="Inference backend(s); repeat or comma-separate: eager (default), torchscript, export "
-                  "(AOTInductor), onnxruntime, tensorrt. Inference workloads only.")
+             help="Inference backend(s); repeat or comma-separate: eager (default), torchscript (legacy: "
+                  "deprecated upstream), export (AOTInductor), export-frozen, onnxruntime, tensorrt. Inference "
+                  "workloads only.")
 @click.option("--no-cache", is_flag=True,
               help="Build every backend artifact anew (the new build replaces the cached one).")
 @click.option("--backend-cache", "backend_cache", metavar="DIR",

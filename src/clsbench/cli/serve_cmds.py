@@ -46,6 +46,16 @@ def progress_line(event: dict[str, Any]) -> str:
     from clsbench.serving import records
 
     kind = event.get("kind")
+    if kind == "build":
+        facts = event.get("facts") or {}
+        how = "from the cache" if facts.get("cache_hit") else f"built in {facts.get('build_s') or 0:.1f} s"
+        return f"{event['mode']}: bucket {event['bucket']} artifact {how}, loaded in {facts.get('load_s') or 0:.2f} s"
+    if kind == "parity":
+        parity = event.get("parity") or {}
+        error = parity.get("max_abs_err_rel")
+        figure = "not measured" if error is None else f"max error {error:.1e} (tolerance {parity.get('tolerance'):.0e})"
+        return f"{event['mode']}: bucket {event['bucket']} parity {'ok' if parity.get('passed') else 'FAILED'}: " \
+               f"{figure}"
     if kind == "setup":
         what = f"warm-up {event['mode']} b{event['max_batch']} i{event['instances']}"
         if event.get("error"):
@@ -57,7 +67,8 @@ def progress_line(event: dict[str, Any]) -> str:
     step = event["step"]
     setting = records.setting_label(step.get("setting") or {})
     target = records.target_qps(step)
-    head = f"[{step['index']}] {step['mode']} {step['scenario']} {setting} {step['role']}"
+    on = f" @{step['backend']}" if step.get("backend") else ""
+    head = f"[{step['index']}] {step['mode']}{on} {step['scenario']} {setting} {step['role']}"
     if target is not None:
         head += f" {target:,.0f} qps"
     if step.get("error") and not step.get("loadgen"):
@@ -88,6 +99,14 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 @click.option("--model", required=True, help="Model name (see `clsbench models`).")
 @list_option("--mode", "modes", default=("fp32",),
              help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
+@list_option("--backend", "backends", default=("eager",),
+             help="Inference backend(s) each mode is served on; repeat or comma-separate: eager, torchscript (legacy: "
+                  "deprecated upstream), export, export-frozen, onnxruntime, tensorrt. An artifact backend serves "
+                  "the artifacts `run --backend` builds, one per bucket (static shapes), parity-checked first.")
+@click.option("--no-cache", is_flag=True,
+              help="Build every backend artifact anew (the new build replaces the cached one).")
+@click.option("--backend-cache", "backend_cache", metavar="DIR",
+              help="Where backend artifacts are cached; default: $CLSBENCH_CACHE, else ~/.cache/clsbench/artifacts.")
 @click.option("--scenario", "scenarios", multiple=True, default=("offline,single-stream,server",),
               show_default=True, help="Scenarios (comma list): offline, single-stream, multi-stream, server.")
 @click.option("--latency-bound-ms", type=float, default=15.0, show_default=True,
@@ -123,7 +142,8 @@ def min_duration(given: float | None, mlperf: bool) -> float:
               help="A batch running longer ends the LoadGen run as INVALID (timeout).")
 @click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
 @measure_options(fields=SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
-def serve_command(model: str, modes: tuple[str, ...], scenarios: tuple[str, ...], latency_bound_ms: float,
+def serve_command(model: str, modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
+                  backend_cache: str | None, scenarios: tuple[str, ...], latency_bound_ms: float,
                   latency_percentile: float, max_batches: tuple[str, ...], max_delays: tuple[str, ...],
                   instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool, min_duration_s: float | None,
                   mlperf: bool, min_queries: int | None, resolution: float, start_qps: float | None,
@@ -153,12 +173,14 @@ def serve_command(model: str, modes: tuple[str, ...], scenarios: tuple[str, ...]
         latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile / 100.0,
         min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
         start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
-        max_search_steps=max_search_steps, threads=threads)
+        max_search_steps=max_search_steps, threads=threads,
+        backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache, cache_dir=backend_cache)
     settings.validate()  # bad input fails here, before the environment is read or anything is started
     import_loadgen()
     resolved, env, path = start(settings.device, output)
     if not quiet:
-        click.echo(f"clsbench {__version__}: serve {model} {','.join(settings.modes)} on {resolved}, scenarios "
+        on = "" if settings.backends == ("eager",) else f" @{','.join(settings.backends)}"
+        click.echo(f"clsbench {__version__}: serve {model} {','.join(settings.modes)}{on} on {resolved}, scenarios "
                    f"{','.join(settings.scenarios)}, {len(settings.configs())} batching setting(s), LoadGen runs of "
                    f">= {settings.min_duration_s:g} s; results -> {path}", err=True)
         if settings.mlperf_duration:

@@ -35,7 +35,8 @@ from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFil
 from clsbench.measure.clock import Clock
 from clsbench.procedures.base import PROCEDURES, ProcedureComparison, ProcedureView
 from clsbench.results import io as result_io
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import DEFAULT_BACKEND as EAGER
+from clsbench.results.schema import BenchmarkResult, Measurement, backend_suffix
 from clsbench.serving import records
 from clsbench.serving.analysis import (
     WORKLOAD_PREFIX,
@@ -146,7 +147,8 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
     torch.set_num_threads(threads)
     try:
         for mode in modes:
-            run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios])
+            for backend in settings.backends:
+                run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios], backend)
     except KeyboardInterrupt as exc:
         from clsbench.serving.loadgen import LoadGenGaveUp
 
@@ -195,6 +197,7 @@ class _Run:
         self.status: dict[tuple[str, str], tuple[Status, Reason, str]] = {}
         self.offline_qps: dict[tuple[str, int, int], float] = {}
         self.index = 0
+        self.lines: dict[str, tuple[str, str]] = {}  # line label -> (mode, backend)
         self._pools: dict[int, Any] = {}
 
     # ----------------------------------------------------------------------------------------- the file
@@ -204,8 +207,9 @@ class _Run:
 
     def save(self) -> None:
         measurements = []
-        for (mode, scenario), steps in self.steps.items():
-            status, reason, detail = self.status.get((mode, scenario), (Status.OK, None, None))
+        for (line, scenario), steps in self.steps.items():
+            mode, backend = self.lines[line]
+            status, reason, detail = self.status.get((line, scenario), (Status.OK, None, None))
             if status == Status.OK and steps and all(step.get("error") for step in steps):
                 status = Status.FAILED
                 reason, detail = failure_of(str(steps[0]["error"]).removeprefix("not run: "))
@@ -214,7 +218,7 @@ class _Run:
             measurements.append(Measurement(
                 model=self.settings.model, workload=WORKLOAD_PREFIX + scenario, mode=mode, batch_size=batch,
                 device=self.settings.device, status=status, input_size=self.settings.input_size, reason=reason,
-                detail=detail, repeats=tuple(steps), summary=summary))
+                detail=detail, repeats=tuple(steps), summary=summary, backend=backend))
         self.result = dataclasses.replace(self.result, settings={"serve": self.facts},
                                           measurements=tuple(measurements))
         if self.path is not None:
@@ -225,24 +229,50 @@ class _Run:
 
     # ----------------------------------------------------------------------------------------- one mode
 
-    def serve_mode(self, mode: str, scenarios: list[Any]) -> None:
-        from clsbench.serving.instance import UnsupportedModeError, build_engine
+    def serve_mode(self, mode: str, scenarios: list[Any], backend: str = EAGER) -> None:
+        """Serve ``mode`` on ``backend`` (one *line* of the result, labelled ``mode @backend`` unless eager) under
+        every batching setting and scenario."""
+        from clsbench.backends import ArtifactCache, BackendNotRun
+        from clsbench.serving.instance import UnsupportedBackendError, UnsupportedModeError, build_engine
         from clsbench.serving.server import failure_reason
 
         s = self.settings
+        line = mode + backend_suffix(backend)
+        self.lines[line] = (mode, backend)
+        buckets = sorted({b for c in s.configs() for b in c.buckets})
         try:
             engine = build_engine(s.model, mode, s.device, input_size=s.input_size, seed=s.seed,
-                                  compile_mode=s.compile_mode, cuda_graphs=s.cuda_graphs)
+                                  compile_mode=s.compile_mode, cuda_graphs=s.cuda_graphs, backend=backend,
+                                  buckets=buckets, cache=ArtifactCache(s.cache_dir), no_cache=s.no_cache,
+                                  progress=lambda event: self.progress({**event, "mode": line}))
         except UnsupportedModeError as exc:
-            self._mark(mode, scenarios, Status.SKIPPED, Reason.UNSUPPORTED_MODE, exc.message)
+            self._mark(line, scenarios, Status.SKIPPED, Reason.UNSUPPORTED_MODE, exc.message)
+            return
+        except UnsupportedBackendError as exc:
+            self._mark(line, scenarios, Status.SKIPPED, Reason.UNSUPPORTED_BACKEND, exc.message)
+            return
+        except BackendNotRun as exc:  # a bucket's artifact failed: this line's failure, recorded; the rest goes on
+            self.facts["modes"][line] = {"mode": mode, "backend": backend, "artifacts": exc.facts}
+            self._mark(line, scenarios, Status(exc.status), Reason(exc.reason), exc.detail)
             return
         except InvalidInputError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fails its mode, not the call
-            self._mark(mode, scenarios, Status.FAILED, *failure_of(failure_reason(exc)))
+            self._mark(line, scenarios, Status.FAILED, *failure_of(failure_reason(exc)))
             return
-        self.facts["modes"][mode] = {"flags": engine.flags, "notes": dict(engine.prepared.notes),
+        self.facts["modes"][line] = {"flags": engine.flags, "notes": dict(engine.prepared.notes),
                                      "cuda_graphs": engine.cuda_graphs, "input_size": engine.input_size}
+        if engine.runners is not None:
+            self.facts["modes"][line].update(mode=mode, backend=backend, artifacts=engine.runners.facts())
+        try:
+            self._serve_engine(line, engine, scenarios)
+        finally:
+            if engine.runners is not None:  # the per-instance load times are known once the servers set up
+                self.facts["modes"][line]["artifacts"] = engine.runners.facts()
+                self.save()
+
+    def _serve_engine(self, mode: str, engine: Any, scenarios: list[Any]) -> None:
+        s = self.settings
         for scenario in scenarios:
             self._ensure(mode, scenario.name)
         if "compile_mode" in engine.prepared.notes:
@@ -341,10 +371,12 @@ class _Run:
         from clsbench.serving.logs import parse_logs
 
         self.index += 1
-        record: dict[str, Any] = {"index": self.index, "mode": mode, "scenario": scenario, "role": role,
+        record: dict[str, Any] = {"index": self.index, "mode": self.lines[mode][0], "scenario": scenario, "role": role,
                                   "setting": config.to_dict(), "params": params.to_dict(), "loadgen": {},
                                   "server": {}, "error": None, "log_dir": None, "wall_s": 0.0,
                                   "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        if self.lines[mode][1] != EAGER:
+            record["backend"] = self.lines[mode][1]
         if server.error:
             record["error"] = f"not run: {server.error}"
         else:

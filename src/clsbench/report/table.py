@@ -53,6 +53,13 @@ def _status(m: Measurement) -> str:
     return "ok"
 
 
+def backend_label(name: str) -> str:
+    """The backend as the table prints it (``torchscript (legacy)``: :func:`clsbench.backends.base.backend_label`)."""
+    from clsbench.backends.base import backend_label as label
+
+    return label(name)
+
+
 def has_backends(measurements: Sequence[Measurement]) -> bool:
     """Whether any measurement ran on an inference backend other than eager (then tables get a backend column)."""
     return any(m.backend != DEFAULT_BACKEND for m in measurements)
@@ -87,7 +94,7 @@ def row(m: Measurement, backend: bool = False) -> tuple[str, ...]:
         m.model,
         workload_text(m),
         m.mode,
-        *((m.backend,) if backend else ()),
+        *((backend_label(m.backend),) if backend else ()),
         str(m.batch_size),
         fmt_rate(s.get("throughput_img_s")),
         "-" if spread is None else f"{spread:.1f}%",
@@ -129,7 +136,7 @@ def efficiency_row(m: Measurement, backend: bool = False) -> tuple[str, ...]:
         m.model,
         workload_text(m),
         m.mode,
-        *((m.backend,) if backend else ()),
+        *((backend_label(m.backend),) if backend else ()),
         str(m.batch_size),
         _fmt(tele.get("power_avg_w"), ".0f"),
         _fmt(tele.get("joules_per_image"), ".4f"),

@@ -20,7 +20,7 @@ from typing import Any
 
 from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
 from clsbench.core.vocab import Status
-from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.schema import BenchmarkResult, Measurement, backend_suffix
 from clsbench.serving import records
 from clsbench.serving.config import MLPERF_MIN_DURATION_S
 from clsbench.serving.counters import STAGES
@@ -49,6 +49,11 @@ def serve_measurements(result: BenchmarkResult) -> list[Measurement]:
 
 def scenario_of(m: Measurement) -> str:
     return m.workload[len(WORKLOAD_PREFIX):]
+
+
+def line_of(m: Measurement) -> str:
+    """The line a serve measurement belongs to: its mode, and `` @backend`` unless eager (``fp16+cl @export``)."""
+    return m.mode + backend_suffix(m.backend)
 
 
 def _headline(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -94,7 +99,8 @@ def step_row(step: dict[str, Any]) -> dict[str, Any]:
     """One LoadGen run as a flat row (the steps table, the report's chart, CSV)."""
     stats = records.batch_stats(step) or {}
     return {
-        "index": step.get("index"), "mode": step.get("mode"), "scenario": step.get("scenario"),
+        "index": step.get("index"), "mode": f"{step.get('mode')}{backend_suffix(step.get('backend'))}",
+        "scenario": step.get("scenario"),
         "role": step.get("role"), "setting": records.setting_label(step.get("setting") or {}),
         "target_qps": records.target_qps(step),
         "scheduled_qps": records.loadgen_figure(step, "scheduled_qps"),
@@ -239,7 +245,10 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
                  "note": head.get("note") or "", "best": step_row(best) if best else None,
                  "settings": rows, "best_setting": winner, "why": why,
                  "steps": [step_row(s) for s in steps]}
-        modes.setdefault(m.mode, {"mode": m.mode, "scenarios": []})["scenarios"].append(entry)
+        line = line_of(m)
+        modes.setdefault(line, {"mode": line, "backend": m.backend, "scenarios": [],
+                                "artifacts": artifacts_summary(((facts.get("modes") or {}).get(line) or {})
+                                                               .get("artifacts"))})["scenarios"].append(entry)
         all_rows.extend(entry["steps"])
     for mode in modes.values():
         by_name = {e["scenario"]: e for e in mode["scenarios"]}
@@ -259,6 +268,64 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ text
+
+
+def artifacts_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What ``show`` says of an artifact backend's buckets: how many were built now or taken from the cache, the
+    build seconds, the worst parity error against its tolerance; None for eager (no artifacts)."""
+    if not isinstance(facts, dict):
+        return None
+    buckets = [b for b in facts.get("buckets") or [] if isinstance(b, dict)]
+    backend = [b.get("backend") or {} for b in buckets]
+    errors = [(b.get("parity") or {}).get("max_abs_err_rel") for b in buckets]
+    errors = [e for e in errors if isinstance(e, (int, float))]
+    tolerances = [(b.get("parity") or {}).get("tolerance") for b in buckets]
+    return {"name": facts.get("name"), "buckets": [b.get("bucket") for b in buckets],
+            "built": sum(1 for f in backend if f.get("built_now")),
+            "cached": sum(1 for f in backend if f.get("cache_hit")),
+            "build_s": sum(float(f.get("build_s") or 0.0) for f in backend if f.get("built_now")),
+            "parity_max_err": max(errors) if errors else None,
+            "parity_tolerance": next((t for t in tolerances if t is not None), None),
+            "parity_passed": all((b.get("parity") or {}).get("passed") for b in buckets) if buckets else None}
+
+
+def _artifacts_text(art: dict[str, Any]) -> str:
+    sizes = ",".join(str(b) for b in art["buckets"]) or "-"
+    text = (f"  artifacts ({art['name']}): buckets {sizes}: {art['built']} built now "
+            f"({art['build_s']:.0f} s of builds), {art['cached']} from the cache")
+    if art.get("parity_max_err") is not None:
+        text += (f"; parity against fp32 eager: worst error {art['parity_max_err']:.1e} "
+                 f"(tolerance {art['parity_tolerance']:.0e})")
+    return text
+
+
+def side_by_side(analysis: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per line (mode and backend): its offline and server answers and their ratio, the way a reader
+    compares backends. Lines without either answer show what they have."""
+    rows = []
+    for mode in analysis.get("modes") or []:
+        by_name = {e["scenario"]: e for e in mode["scenarios"]}
+        offline, server = by_name.get("offline") or {}, by_name.get("server") or {}
+        status = next((f"{e['status'].upper()}: {e['reason']}" for e in mode["scenarios"] if e["status"] != Status.OK),
+                      None)
+        ratio = (mode.get("goal") or {}).get("ratio")
+        rows.append({"line": mode["mode"], "backend": mode.get("backend") or "eager",
+                     "offline_samples_s": offline.get("figure"), "server_qps": server.get("figure"),
+                     "server_p99_ms": (server.get("best") or {}).get("p99_ms") if server.get("figure") is not None
+                     else None,
+                     "server_setting": server.get("best_setting"), "server_over_offline": ratio, "status": status})
+    return rows
+
+
+def _side_by_side_text(analysis: dict[str, Any]) -> list[str]:
+    rows = side_by_side(analysis)
+    if len(rows) < 2:
+        return []
+    table = [(r["line"], fmt_rate(r["offline_samples_s"]), fmt_rate(r["server_qps"]), fmt_ms(r["server_p99_ms"]),
+              "-" if r["server_over_offline"] is None else f"{r['server_over_offline'] * 100:.1f}%",
+              r["server_setting"] or "-", r["status"] or "") for r in rows]
+    header = ("mode @backend", "offline samples/s", "server qps", "server p99", "server/offline", "setting", "")
+    return ["", "side by side:", *("  " + line for line in text_table(header, table, right={1, 2, 3, 4}))]
 
 
 def _figure(value: float | None, unit: str) -> str:
@@ -291,8 +358,11 @@ def render_serve(analysis: dict[str, Any]) -> str:
            + (f"; server bound: p{pct * 100:g} <= {bound:g} ms" if bound else "")
            + (_duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
            + (f" (LoadGen {analysis['loadgen_version']})" if analysis.get("loadgen_version") else "")]
+    out += _side_by_side_text(analysis)
     for mode in analysis.get("modes") or []:
         out += ["", f"{mode['mode']}"]
+        if mode.get("artifacts"):
+            out.append(_artifacts_text(mode["artifacts"]))
         rows = []
         for e in mode["scenarios"]:
             if e["status"] != Status.OK:
@@ -395,8 +465,8 @@ def serve_input_sizes(results: list[BenchmarkResult]) -> list[dict[tuple[str, st
         built, asked = _built_input_sizes(result), _asked_input_size(result)
         sizes = {}
         for m in serve_measurements(result):
-            size = built.get(m.mode) or asked or _size(m.input_size)
-            sizes[(m.mode, scenario_of(m))] = size if size is not None else default
+            size = built.get(line_of(m)) or asked or _size(m.input_size)
+            sizes[(line_of(m), scenario_of(m))] = size if size is not None else default
         out.append(sizes)
     return out
 

@@ -145,6 +145,11 @@ class ServeSettings:
             ``compare``'s significance test.
         max_search_steps: the most LoadGen runs one server search makes (per setting).
         threads: torch's intra-op threads while serving (None: :func:`default_threads`).
+        backends: inference backends each mode is served on (:mod:`clsbench.backends`): ``eager`` serves the
+            prepared module, the others the artifacts ``run --backend`` builds, one per bucket
+            (:mod:`clsbench.serving.artifacts`).
+        cache_dir: the artifact cache (None: its default location, as for ``run``).
+        no_cache: build every artifact anew (the new build replaces the cache entry).
     """
 
     model: str
@@ -170,6 +175,9 @@ class ServeSettings:
     confirm: int = 0
     max_search_steps: int = MAX_SEARCH_STEPS
     threads: int | None = None
+    backends: tuple[str, ...] = ("eager",)
+    cache_dir: str | None = None
+    no_cache: bool = False
 
     @classmethod
     def with_options(cls, options: MeasureOptions, **fields: Any) -> ServeSettings:
@@ -197,10 +205,20 @@ class ServeSettings:
             raise InvalidInputError("no mode given", "e.g. --mode bf16+cl")
         if not self.scenarios:
             raise InvalidInputError("no scenario given", SCENARIO_ORDER_HINT)
+        self._check_backends()
         self._check_batching()
         self._check_loadgen()
         self._check_execution()
         return self
+
+    def _check_backends(self) -> None:
+        """Every backend is a registered one (an unknown name is one line with the closest names)."""
+        from clsbench.backends import get_backend
+
+        if not self.backends:
+            raise InvalidInputError("no backend given", "e.g. --backend eager,export")
+        for name in self.backends:
+            get_backend(name)
 
     def _check_batching(self) -> None:
         """The batching settings tried: max batches, instances, max delays and the bucket sizes."""

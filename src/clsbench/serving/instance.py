@@ -50,7 +50,7 @@ class UnsupportedModeError(InvalidInputError):
 
 @dataclass
 class Engine:
-    """A model prepared for one mode on one device, shared (read-only) by every instance.
+    """A model prepared for one mode (and backend) on one device, shared (read-only) by every instance.
 
     Attributes:
         prepared: the mode's prepared model (forward, input dtype and memory format, autocast).
@@ -59,6 +59,9 @@ class Engine:
         mode: the mode's canonical name as asked (``+cudagraph`` included).
         cuda_graphs: instances capture one CUDA graph per bucket.
         flags: the process-wide flags the mode set (stored in the result).
+        backend: the inference backend (:mod:`clsbench.backends`); ``eager`` runs ``prepared`` itself.
+        runners: an artifact backend's loaded runners per instance and bucket
+            (:class:`~clsbench.serving.artifacts.BackendRunners`); None for eager.
     """
 
     prepared: Prepared
@@ -67,22 +70,49 @@ class Engine:
     mode: str
     cuda_graphs: bool
     flags: dict[str, Any] = field(default_factory=dict)
+    backend: str = "eager"
+    runners: Any = None
 
     def __post_init__(self) -> None:
-        dtype = self.prepared.input_dtype
+        dtype = self.input_dtype
         mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32) * UINT8_MAX
         scale = 1.0 / (torch.tensor(IMAGENET_STD, dtype=torch.float32) * UINT8_MAX)
         self._mean = mean.view(1, 3, 1, 1).to(self.device, dtype)
         self._scale = scale.view(1, 3, 1, 1).to(self.device, dtype)
 
-    def compute(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 images on the device -> top-1 class ids (int64), the whole device side of a batch."""
-        x = images.to(self.prepared.input_dtype).sub_(self._mean).mul_(self._scale)
-        x = x.contiguous(memory_format=self.prepared.memory_format)
+    @property
+    def input_dtype(self) -> torch.dtype:
+        """The dtype the network takes (an artifact's own, else the mode's)."""
+        return self.runners.input_dtype if self.runners is not None else self.prepared.input_dtype
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        """The layout the network takes (ONNX Runtime and TensorRT take NCHW at their boundary whatever the mode)."""
+        return self.runners.memory_format if self.runners is not None else self.prepared.memory_format
+
+    @property
+    def capture_mode(self) -> str:
+        """CUDA's stream-capture mode for the instances' graphs: *relaxed* around an artifact's runner (the
+        AOTInductor runner queries an event between runs, which the default *global* mode forbids)."""
+        return "relaxed" if self.runners is not None else "global"
+
+    def load_instance(self, instance: int, buckets: Sequence[int]) -> None:
+        """Give ``instance`` its own loaded runner of every bucket (artifact backends; nothing to do for eager)."""
+        if self.runners is not None:
+            self.runners.load_instance(instance, buckets)
+
+    def compute(self, images: torch.Tensor, instance: int = 0) -> torch.Tensor:
+        """uint8 images on the device -> top-1 class ids (int64), the whole device side of a batch (run by
+        ``instance``'s own runner of the batch's bucket with an artifact backend)."""
+        x = images.to(self.input_dtype).sub_(self._mean).mul_(self._scale)
+        x = x.contiguous(memory_format=self.memory_format)
+        if self.runners is not None:
+            logits = self.runners.forward(instance, int(images.shape[0]))(x)
+            logits = logits[0] if isinstance(logits, (tuple, list)) else logits
+            return logits.argmax(dim=1)
         with self.prepared.autocast(self.device.type):
             logits = self.prepared.forward(x)
         return logits.argmax(dim=1)
-
 
     def precompile(self, buckets: Sequence[int]) -> None:
         """Call the forward pass once per bucket shape in this thread, so ``torch.compile`` compiles before any
@@ -96,17 +126,27 @@ class Engine:
             torch.cuda.synchronize(self.device)
 
 
+class UnsupportedBackendError(InvalidInputError):
+    """The backend cannot serve this mode here (the setting's scenarios are recorded as skipped with the reason)."""
+
+
 def build_engine(model: str, mode: str, device: str, *, input_size: int | None, seed: int, compile_mode: str,
-                 cuda_graphs: bool) -> Engine:
-    """Build the seeded model, move it to ``device`` and prepare it for ``mode``.
+                 cuda_graphs: bool, backend: str = "eager", buckets: Sequence[int] = (), cache: Any = None,
+                 no_cache: bool = False, progress: Callable[[dict[str, Any]], None] | None = None) -> Engine:
+    """Build the seeded model, move it to ``device`` and prepare it for ``mode`` (and ``backend``).
 
     ``+cudagraph`` in the mode means CUDA graphs per bucket (the mode's own single-shape capture cannot serve several
-    batch sizes), so it is taken out of the mode and done by the instances instead.
+    batch sizes), so it is taken out of the mode and done by the instances instead. An artifact backend builds (or
+    takes from the cache) one artifact per bucket of ``buckets`` and checks each for parity
+    (:func:`clsbench.serving.artifacts.build_runners`); the eager module is then released from the device.
 
     Raises:
         UnsupportedModeError: the mode cannot run here (with the mode's own reason).
-        InvalidInputError: an unknown model or mode.
+        UnsupportedBackendError: the backend cannot run the mode here (with the backend's own reason).
+        clsbench.backends.BackendNotRun: a bucket's artifact failed to build, load or pass parity.
+        InvalidInputError: an unknown model, mode or backend.
     """
+    from clsbench.backends import backend_unsupported_reason
     from clsbench.models import get_model_spec
 
     spec = get_model_spec(model)
@@ -117,6 +157,15 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
     dev = torch.device(device)
     if cuda_graphs and dev.type != "cuda":
         raise UnsupportedModeError("CUDA graphs need a CUDA device; this device is " + dev.type)
+    size = input_size or spec.input_size
+    if backend != "eager":
+        from clsbench.backends import BackendRequest
+
+        asked = parsed.name + ("+cudagraph" if cuda_graphs else "")
+        reason = backend_unsupported_reason(backend, BackendRequest(
+            model=spec.name, mode=asked, batch_size=max(buckets or (1,)), input_size=size, device=device, seed=seed))
+        if reason:
+            raise UnsupportedBackendError(reason)
     capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else (0, 0)
     ctx = parsed.context(dev, "inference", bf16_supported=dev.type != "cuda" or torch.cuda.is_bf16_supported(),
                          tf32_supported=capability >= (8, 0), compile_mode=compile_mode)
@@ -127,12 +176,21 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True  # autotuned in each instance's untimed warm-up
         flags["cudnn_benchmark"] = True
-    size = input_size or spec.input_size
     net = spec.build(seed=seed, input_size=size).eval().to(dev)
     prepared = parsed.prepare(net, ctx)
     if cuda_graphs:
         prepared.autocast_cache = False  # cached casts would be freed after capture, leaving the graphs dangling
-    return Engine(prepared, dev, size, mode, cuda_graphs, flags)
+    if backend == "eager":
+        return Engine(prepared, dev, size, mode, cuda_graphs, flags)
+    from clsbench.backends import ArtifactCache
+    from clsbench.serving.artifacts import build_runners, serve_requests
+
+    requests = serve_requests(spec.name, parsed.name, device, buckets, input_size=size, seed=seed)
+    runners = build_runners(backend, prepared, requests, cache=cache if cache is not None else ArtifactCache(),
+                            no_cache=no_cache, progress=progress)
+    with contextlib.suppress(Exception):  # the artifacts hold their own weights: free the eager module's
+        net.to("meta")
+    return Engine(prepared, dev, size, mode, cuda_graphs, flags, backend=backend, runners=runners)
 
 
 class SamplePool:
@@ -187,6 +245,9 @@ class ModelInstance:
         ``tick()`` is called before each model call, so a watchdog can hold every call to a timeout.
         """
         self._tick = tick
+        load_started = time.perf_counter()
+        self.engine.load_instance(self.index, self.buckets)  # an artifact backend's own runners, in this thread
+        load_s = time.perf_counter() - load_started
         largest, size = self.buckets[-1], self.engine.input_size
         device = self.engine.device
         self._host_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, pin_memory=self.on_cuda)
@@ -211,6 +272,8 @@ class ModelInstance:
             latency[str(bucket)] = sorted(times)[len(times) // 2]
         facts: dict[str, Any] = {"bucket_latency_ns": latency, "setup_s": time.perf_counter() - started,
                                  "cuda_graphs": bool(self._graphs)}
+        if self.engine.runners is not None:
+            facts["artifact_load_s"] = load_s
         if self.on_cuda:
             facts["memory_allocated_bytes"] = torch.cuda.memory_allocated(device)
         return facts
@@ -220,18 +283,18 @@ class ModelInstance:
         if not self.on_cuda:
             for _ in range(WARMUP_CALLS):
                 self._tick()
-                self.engine.compute(images)
+                self.engine.compute(images, self.index)
             return
         with torch.cuda.stream(self._stream):
             for _ in range(WARMUP_CALLS):
                 self._tick()
-                self.engine.compute(images)
+                self.engine.compute(images, self.index)
         self._stream.synchronize()
         if self.engine.cuda_graphs:
             self._tick()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self._stream):
-                out = self.engine.compute(images)
+            with torch.cuda.graph(graph, stream=self._stream, capture_error_mode=self.engine.capture_mode):
+                out = self.engine.compute(images, self.index)
             self._graphs[bucket] = (graph, out)
 
     def run(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -243,7 +306,7 @@ class ModelInstance:
         torch.index_select(self.pool.data, 0, torch.tensor(batch.indices, dtype=torch.int64), out=self._host_in[:n])
         t1 = clock.now_ns()
         if not self.on_cuda:
-            out = self.engine.compute(self._host_in[:bucket])
+            out = self.engine.compute(self._host_in[:bucket], self.index)
             t2 = clock.now_ns()
             self._host_out[:bucket].copy_(out)
             t3 = clock.now_ns()
@@ -258,7 +321,7 @@ class ModelInstance:
                 graph[0].replay()
                 out = graph[1]
             else:
-                out = self.engine.compute(self._dev_in[:bucket])
+                out = self.engine.compute(self._dev_in[:bucket], self.index)
             computed.record()
             self._host_out[:bucket].copy_(out, non_blocking=True)
             done.record()

@@ -1,0 +1,119 @@
+"""``serve --backend``: the artifacts ``run --backend`` builds, served one per bucket, parity-checked first, each line
+(mode @backend) its own measurements, side by side in ``show``; a backend that cannot run or fails is that line's
+record and the rest goes on. CPU, the tiny test network, TorchScript (its builds take seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clsbench.core.options import Execution
+from clsbench.results import io as result_io
+from clsbench.serving.analysis import analyze_serve, render_serve, side_by_side
+from clsbench.serving.config import ServeSettings
+
+NO_ENV = Execution(env={"host": "test"})
+TINY = "clsbench_testmodels:tiny"
+
+
+def _settings(cache: Path, **kw: Any) -> ServeSettings:
+    base = dict(model=TINY, modes=("fp32",), device="cpu", scenarios=("offline", "server"), max_batches=(4,),
+                max_delays_ms=(1.0,), instances=(2,), latency_bound_ms=2000.0, min_duration_s=0.2, min_queries=64,
+                sample_count=16, max_search_steps=2, start_qps=50.0, backends=("eager", "torchscript"),
+                cache_dir=str(cache))
+    base.update(kw)
+    return ServeSettings(**base)
+
+
+def test_each_backend_is_a_line_of_its_own_with_its_artifacts_per_bucket(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_loadgen")
+    from clsbench.procedures.serve import serve
+
+    events: list[dict[str, Any]] = []
+    path = tmp_path / "serve.json"
+    serve(_settings(tmp_path / "cache"), path, execution=Execution(env={"host": "test"}, progress=events.append))
+    loaded = result_io.load(path)
+    lines = [(m.mode, m.backend, m.workload, m.status) for m in loaded.measurements]
+    assert lines == [("fp32", "eager", "serve-offline", "ok"), ("fp32", "eager", "serve-server", "ok"),
+                     ("fp32", "torchscript", "serve-offline", "ok"), ("fp32", "torchscript", "serve-server", "ok")]
+    steps = [s for m in loaded.measurements if m.backend == "torchscript" for s in m.repeats]
+    assert steps and all(s["backend"] == "torchscript" and s["error"] is None for s in steps)
+    assert all("backend" not in s for m in loaded.measurements if m.backend == "eager" for s in m.repeats)
+    facts = loaded.settings["serve"]["modes"]["fp32 @torchscript"]
+    artifacts = facts["artifacts"]
+    # buckets 1, 2, 4: one artifact each, built in the isolated build process, each passing parity before serving
+    assert [b["bucket"] for b in artifacts["buckets"]] == [1, 2, 4]
+    assert all(b["backend"]["built_now"] and b["parity"]["passed"] for b in artifacts["buckets"])
+    assert len({b["backend"]["cache_key"] for b in artifacts["buckets"]}) == 3
+    assert all(b["parity"]["batch"] == b["bucket"] for b in artifacts["buckets"])
+    assert set(artifacts["instance_load_s"]) == {"1"}  # instance 0 runs the builder's loads, instance 1 its own
+    assert [e["bucket"] for e in events if e["kind"] == "build"] and \
+        sorted(e["bucket"] for e in events if e["kind"] == "parity") == [1, 2, 4]
+    analysis = analyze_serve(loaded)
+    rows = side_by_side(analysis)
+    assert [r["line"] for r in rows] == ["fp32", "fp32 @torchscript"]
+    assert all(r["offline_samples_s"] and r["offline_samples_s"] > 0 for r in rows)
+    text = render_serve(analysis)
+    assert "side by side:" in text and "fp32 @torchscript" in text
+    assert "artifacts (torchscript): buckets 1,2,4: 3 built now" in text
+
+    # A second serve of the same setting takes every artifact from the cache.
+    again = serve(_settings(tmp_path / "cache", backends=("torchscript",), scenarios=("offline",)), None,
+                  execution=NO_ENV)
+    buckets = again.result.settings["serve"]["modes"]["fp32 @torchscript"]["artifacts"]["buckets"]
+    assert all(b["backend"]["cache_hit"] and not b["backend"].get("built_now") for b in buckets)
+
+
+def test_a_backend_that_cannot_serve_the_mode_is_skipped_and_the_rest_goes_on(tmp_path: Path) -> None:
+    pytest.importorskip("mlperf_loadgen")
+    from clsbench.procedures.serve import serve
+
+    outcome = serve(_settings(tmp_path / "cache", modes=("amp-bf16",), backends=("torchscript", "eager"),
+                              scenarios=("offline",)), None, execution=NO_ENV)
+    status = {(m.backend, m.status, m.reason) for m in outcome.result.measurements}
+    assert status == {("torchscript", "skipped", "unsupported_backend"), ("eager", "ok", None)}
+    skipped = next(m for m in outcome.result.measurements if m.backend == "torchscript")
+    assert "autocast" in skipped.detail
+    assert "SKIPPED" in render_serve(analyze_serve(outcome.result))
+
+
+def test_an_artifact_that_fails_parity_is_never_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlperf_loadgen")
+    import torch
+
+    from clsbench.backends.base import Loaded
+    from clsbench.backends.torchscript import TorchScript
+    from clsbench.procedures.serve import serve
+
+    def wrong(self: Any, path: Path, request: Any, build_facts: dict[str, Any]) -> Loaded:
+        return Loaded(forward=lambda x: torch.zeros((x.shape[0], 10)))  # not the network it was given
+
+    monkeypatch.setattr(TorchScript, "load", wrong)
+    outcome = serve(_settings(tmp_path / "cache", scenarios=("offline",)), None, execution=NO_ENV)
+    by_backend = {m.backend: m for m in outcome.result.measurements}
+    assert by_backend["eager"].status == "ok"
+    failed = by_backend["torchscript"]
+    assert (failed.status, failed.reason, failed.repeats) == ("failed", "parity_failed", ())
+    assert failed.detail.startswith("bucket 1: ")
+
+
+def test_serve_takes_backend_options_and_labels_torchscript_legacy(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from clsbench.backends.base import backend_label
+    from clsbench.cli import main
+    from clsbench.cli.serve_cmds import progress_line
+
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0 and "--backend" in result.output and "legacy" in result.output
+    result = CliRunner().invoke(main, ["serve", "--model", TINY, "--device", "cpu", "--backend", "exprot"])
+    assert result.exit_code == 2 and "export" in result.output and "Traceback" not in result.output
+    assert backend_label("torchscript") == "torchscript (legacy)" and backend_label("export") == "export"
+    build = progress_line({"kind": "build", "mode": "fp32 @export", "bucket": 8,
+                           "facts": {"cache_hit": False, "build_s": 61.2, "load_s": 0.04}})
+    assert build == "fp32 @export: bucket 8 artifact built in 61.2 s, loaded in 0.04 s"
+    parity = progress_line({"kind": "parity", "mode": "fp32 @export", "bucket": 8,
+                            "parity": {"passed": True, "max_abs_err_rel": 7.7e-7, "tolerance": 1e-4}})
+    assert parity == "fp32 @export: bucket 8 parity ok: max error 7.7e-07 (tolerance 1e-04)"
