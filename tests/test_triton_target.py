@@ -28,14 +28,17 @@ triton_restricted = triton_fixture.triton_restricted
 
 #: Samples in the pool LoadGen's indices point into.
 POOL = 64
-#: The test server serves about 100 samples/s on one CPU thread: an Offline run of 1 s minimum generates
-#: expected QPS x 1.1 samples, so 200 expected keeps it VALID (over 1 s) up to 220 samples/s and short (about 2 s).
-OFFLINE = LoadGenParams("Offline", min_duration_ms=1000, min_query_count=1, expected_qps=200.0, seed=3)
+#: The test server serves about 100 samples/s on one CPU thread: an Offline run generates min duration x expected
+#: QPS x 1.1 samples (220 here), so it stays VALID (over the 0.5 s minimum) up to 440 samples/s and short (about 2 s).
+OFFLINE = LoadGenParams("Offline", min_duration_ms=500, min_query_count=1, expected_qps=400.0, seed=3)
 #: Server at a third of capacity; p90 needs few queries for LoadGen's early-stopping rule; a loose bound.
 SERVER = LoadGenParams("Server", min_duration_ms=2000, min_query_count=80, target_qps=30.0,
                        target_latency_ns=2_000_000_000, latency_percentile=0.9, seed=4)
 #: No LoadGen run, however broken the server, may take longer than this (seconds).
 RUN_LIMIT_S = 60.0
+#: From Ctrl-C (or the server's death) to the end of the LoadGen run: the abort itself takes one poll of the sender
+#: (50 ms); the rest is LoadGen ending its run and writing its logs (seconds).
+ABORT_LIMIT_S = 2.0
 
 
 # ------------------------------------------------------------------------------------------------ parsing (pure)
@@ -261,25 +264,36 @@ LONG_OFFLINE = LoadGenParams("Offline", min_duration_ms=1000, min_query_count=1,
 
 
 def test_interrupt_then_a_dead_server_end_the_run_at_once_with_the_reason(tmp_path: Path) -> None:
-    """Ctrl-C (request_abort) ends a run within a moment; then the server is killed mid-run: the run ends, INVALID,
-    with ``server_error``, every request answered, nothing hangs."""
+    """Ctrl-C (request_abort) ends an HTTP run at once; then the server is killed mid-run (gRPC): the run ends,
+    INVALID, with ``server_error``, every request answered, nothing hangs."""
     pytest.importorskip("mlperf_loadgen", reason="MLPerf LoadGen is not installed (pip install 'clsbench[serve]')")
     with running_server(tmp_path / "server", statistics="open") as server:
-        interrupted = _connected(server.url("grpc"), max_in_flight=16)
-        threading.Timer(1.5, interrupted.request_abort, args=(str(Reason.INTERRUPTED),)).start()
-        started = time.monotonic()
+        interrupted = _connected(server.url("http"), max_in_flight=16)
+        pressed: list[float] = []
+
+        def ctrl_c() -> None:
+            pressed.append(time.monotonic())
+            interrupted.request_abort(str(Reason.INTERRUPTED))
+
+        threading.Timer(1.5, ctrl_c).start()
         step = _run(interrupted, LONG_OFFLINE, tmp_path / "interrupted")
+        ended = time.monotonic()
         interrupted.close()
-        assert time.monotonic() - started < 10.0
+        assert pressed and ended - pressed[0] < ABORT_LIMIT_S
         assert step["error"] == "interrupted" and not records.is_valid(step)
-        assert step["server"]["dropped"] > 0 and step["server"]["requests"] + step["server"]["dropped"] == \
-            step["server"]["issued"]
+        record = step["server"]
+        assert record["dropped"] > 0 and record["requests"] + record["dropped"] == record["issued"] == _samples(step)
 
         target = _connected(server.url("grpc"), max_in_flight=16)
-        threading.Timer(1.5, server.kill).start()
-        started = time.monotonic()
+        killed: list[float] = []
+
+        def kill() -> None:
+            killed.append(time.monotonic())
+            server.kill()
+
+        threading.Timer(1.5, kill).start()
         step = _run(target, LONG_OFFLINE, tmp_path / "killed")
-        took_s = time.monotonic() - started
+        took_s = time.monotonic() - killed[0]
         # the target stays failed: later requests are answered at once, without a result
         answered: list[Any] = []
         target.set_sink(lambda ids, answers: answered.append((list(ids), answers)))
@@ -287,7 +301,7 @@ def test_interrupt_then_a_dead_server_end_the_run_at_once_with_the_reason(tmp_pa
         time.sleep(0.2)
         target.close()
     assert answered == [([7, 8], None)]
-    assert took_s < 30.0
+    assert took_s < ABORT_LIMIT_S
     assert step["error"] and step["error"].startswith(f"{Reason.SERVER_ERROR}: ")
     assert "\n" not in step["error"] and not records.is_valid(step)
     assert records.reason(step) == step["error"]
