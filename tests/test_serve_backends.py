@@ -117,3 +117,24 @@ def test_serve_takes_backend_options_and_labels_torchscript_legacy(tmp_path: Pat
     parity = progress_line({"kind": "parity", "mode": "fp32 @export", "bucket": 8,
                             "parity": {"passed": True, "max_abs_err_rel": 7.7e-7, "tolerance": 1e-4}})
     assert parity == "fp32 @export: bucket 8 parity ok: max error 7.7e-07 (tolerance 1e-04)"
+
+
+@pytest.mark.gpu
+def test_gpu_export_frozen_served_with_graphs_per_bucket_and_instance(tmp_path: Path) -> None:
+    """The AOTInductor runner captured per bucket in each of two instances (relaxed capture), parity first."""
+    pytest.importorskip("mlperf_loadgen")
+    from clsbench.procedures.serve import serve
+
+    settings = _settings(tmp_path / "cache", device="cuda", modes=("bf16+cl+cudagraph",), backends=("export-frozen",),
+                         scenarios=("offline", "server"), max_batches=(8,), buckets=(4,), latency_bound_ms=50.0,
+                         min_queries=600, start_qps=2000.0, max_search_steps=1)
+    outcome = serve(settings, tmp_path / "serve.json", execution=NO_ENV)
+    (m_offline, m_server) = outcome.result.measurements
+    assert (m_offline.status, m_offline.backend) == ("ok", "export-frozen"), m_offline.detail
+    setups = outcome.result.settings["serve"]["setups"]
+    assert setups[0]["error"] is None and all(f["cuda_graphs"] for f in setups[0]["instances_facts"])
+    artifacts = outcome.result.settings["serve"]["modes"]["bf16+cl+cudagraph @export-frozen"]["artifacts"]
+    assert [b["bucket"] for b in artifacts["buckets"]] == [4, 8]
+    assert all(b["parity"]["passed"] for b in artifacts["buckets"])
+    steps = [s for m in outcome.result.measurements for s in m.repeats]
+    assert steps and all(s["error"] is None and s["server"]["stage_ns"]["compute"] > 0 for s in steps)
