@@ -99,6 +99,10 @@ TUNE_PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16")
 #: Weight-cast precisions, explored for inference only (casting the weights is not a way to train). They avoid
 #: autocast's per-forward weight casts, which dominate batch-1 latency on fast GPUs (docs/methodology/modes.md).
 INFERENCE_CAST_PRECISIONS = ("fp16", "bf16")
+#: Precisions explored only on a device that can run them, for every workload and without ``+cl`` (channels_last
+#: changes only convolutions; these precisions change the Linear layers): ``fp8`` (torchao, NVIDIA GPUs of compute
+#: capability 8.9+; docs/fp8.md). A CPU, or a GPU without them, explores exactly what it explored before.
+DEVICE_PRECISIONS = ("fp8",)
 
 #: A mode whose eager result lost by more than this fraction to the best result so far is not compiled: on
 #: ResNet-50 class networks torch.compile gains well under 1 / (1 - 0.25) = 1.33x over eager of the same
@@ -197,10 +201,21 @@ def validate_limit(name: str, value: float | None) -> float | None:
     return float(value)
 
 
-def default_modes(workload: str) -> list[str]:
-    """The eager modes the first phase explores for ``workload``."""
+def default_modes(workload: str, device: str | None = None) -> list[str]:
+    """The eager modes the first phase explores for ``workload``; on ``device``, the :data:`DEVICE_PRECISIONS` it
+    can run too (judged as the runner judges a mode without a worker: no CUDA context is created)."""
     precisions = TUNE_PRECISIONS + (INFERENCE_CAST_PRECISIONS if workload != "train" else ())
-    return [p + suffix for p in precisions for suffix in ("", "+cl")]
+    modes = [p + suffix for p in precisions for suffix in ("", "+cl")]
+    if device is None:
+        return modes
+    import torch
+
+    from clsbench.modes import ModeContext, parse_mode
+    from clsbench.workloads import get_workload
+
+    ctx = ModeContext(device=torch.device(device), workload_kind=get_workload(workload).kind, bf16_supported=True,
+                      tf32_supported=True)
+    return modes + [p for p in DEVICE_PRECISIONS if parse_mode(p).unsupported_reason(ctx) is None]
 
 
 def variant_of(base: str, suffix: str) -> str | None:
@@ -641,9 +656,9 @@ def tune(
               "max_memory_gb": validate_limit("max_memory_gb", max_memory_gb)}
     WORKLOADS.get(workload)
     _validate_tolerances(tolerances)
-    base_modes = _base_modes(workload, modes)
-    suffixes = parse_variants(workload, variants)
     resolved = resolve_device(device)
+    base_modes = _base_modes(workload, modes, resolved)
+    suffixes = parse_variants(workload, variants)
     total = parse_budget(budget) or (math.inf if exhaustive else default_budget(resolved))
     sizes, explicit = _batch_sizes(workload, resolved, batch_sizes)
     backend_names = _backend_names(workload, backends) if compile_variants else ()
@@ -813,11 +828,12 @@ def _validate_tolerances(tolerances: Mapping[str, float] | None) -> None:
             raise InvalidInputError(f"tolerance for {key!r} must be a number >= 0, got {value!r}")
 
 
-def _base_modes(workload: str, modes: Sequence[str] | None) -> list[str]:
+def _base_modes(workload: str, modes: Sequence[str] | None, device: str) -> list[str]:
     """The eager modes of phase 1, canonically spelt, without repeats."""
     from clsbench.modes import parse_mode
 
-    chosen = list(dict.fromkeys(parse_mode(m).name for m in (modes if modes is not None else default_modes(workload))))
+    named = modes if modes is not None else default_modes(workload, device)
+    chosen = list(dict.fromkeys(parse_mode(m).name for m in named))
     if not chosen:
         raise InvalidInputError("no modes to explore", "leave out --mode, or name some, e.g. --mode fp32,amp-bf16")
     return chosen
@@ -879,7 +895,9 @@ def _facts(model: str, workload: str, device: str, input_size: int | None, limit
                   "max_compile_families": MAX_COMPILE_FAMILIES, "max_autotune_families": MAX_AUTOTUNE_FAMILIES,
                   "compile_variants": compile_variants, "variants": [v.lstrip("+") for v in suffixes],
                   "max_autotune": max_autotune,
-                  "output_rtol": {p: tolerance_for(p, tolerances) for p in OUTPUT_RTOL},
+                  "output_rtol": {p: tolerance_for(p, tolerances) for p in OUTPUT_RTOL
+                                  # a device precision only where the search tries it: other files read as before
+                                  if p not in DEVICE_PRECISIONS or any(m.split("+")[0] == p for m in base_modes)},
                   "train_loss_rtol": TRAIN_LOSS_RTOL, "train_check_steps": TRAIN_CHECK_STEPS,
                   "halving_eta": HALVING_ETA, "confirm_top": CONFIRM_TOP, "screen_fraction": SCREEN_FRACTION,
                   "dominance_margin": DOMINANCE_MARGIN},
