@@ -89,7 +89,9 @@ def _ints(values: list[str], option: str) -> list[int]:
                              "`clsbench suites` lists them and shows how to write one.")
 @list_option("--model", "models", help="Model name(s); repeat or comma-separate. See `models`.")
 @list_option("--workload", "workloads", help="infer-latency, infer-throughput, train.")
-@list_option("--mode", "modes", help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile.")
+@list_option("--mode", "modes",
+             help="e.g. fp32, tf32, amp-bf16, amp-fp16+cl, bf16+cl+compile, fp8+compile (fp8: torchao float8 Linear "
+                  "layers, GPUs of compute capability 8.9+; fast only with +compile).")
 @list_option("--batch-size", "batch_sizes", help="Batch size(s); default per workload.")
 @list_option("--backend", "backends",
              help="Inference backend(s); repeat or comma-separate: eager (default), torchscript (legacy: "

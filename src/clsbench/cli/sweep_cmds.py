@@ -27,7 +27,9 @@ from clsbench.procedures.tune import TUNE_OPTIONS
 @click.option("--model", required=True, help="Model name (see `clsbench models`).")
 @click.option("--workload", default="infer-throughput", show_default=True,
               help="infer-throughput, train or infer-latency.")
-@click.option("--mode", default="fp32", show_default=True, help="Execution mode, e.g. amp-bf16+cl.")
+@click.option("--mode", default="fp32", show_default=True,
+              help="Execution mode, e.g. amp-bf16+cl, fp8+compile (fp8: torchao, compute capability 8.9+; fast "
+                   "only with +compile).")
 @list_option("--batch-size", "batch_sizes", default=("auto",),
              help="Batch sizes (repeat or comma-separate: 1,2,4,8), or auto: double from 1 until out of memory or "
                   "throughput stops rising.")
@@ -85,7 +87,8 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
 @click.option("--max-memory-gb", type=float,
               help="Limit: peak reserved GPU memory (worker peak RSS on a CPU), in GB (10^9 bytes).")
 @list_option("--mode", "modes",
-             help="Eager modes to explore first (repeat or comma-separate); default: every precision +/- cl.")
+             help="Eager modes to explore first (repeat or comma-separate); default: every precision +/- cl, and fp8 "
+                  "where the GPU (compute capability 8.9+) and torchao can run it.")
 @list_option("--batch-size", "batch_sizes",
              help="Batch sizes to try (repeat or comma-separate); default: 1 for infer-latency, a short doubling "
                   "otherwise.")
