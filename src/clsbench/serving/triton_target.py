@@ -836,19 +836,20 @@ class TritonTarget:
         """Queue requests (LoadGen's issue callback: it never raises and never waits for the network)."""
         try:
             now = self.clock.now_ns()
-            with self._lock:
-                late = self._aborted
-                if not late:
-                    self._queue.extend(zip(ids, indices, [now] * len(ids), strict=True))
-                    self._issued += len(ids)
-                    self._lock.notify_all()
-            if late:
-                with self._stats_lock:
-                    self._issued += len(ids)
-                    self._dropped += len(ids)
-                self._answer_now(list(ids))
-        except BaseException as exc:  # noqa: BLE001 - recorded as the run's failure, and the requests answered
+            items = list(zip(ids, indices, [now] * len(ids), strict=True))
+        except BaseException as exc:  # noqa: BLE001 - nothing was queued: fail the run, answer the requests
             self.abort(f"{Reason.SERVER_ERROR}: {short_reason(exc)}")
+            items = []
+        with self._lock:
+            late = self._aborted
+            if not late:
+                self._queue.extend(items)  # nothing below can raise: each request is answered exactly once
+                self._issued += len(items)
+                self._lock.notify_all()
+        if late:
+            with self._stats_lock:
+                self._issued += len(ids)
+                self._dropped += len(ids)
             self._answer_now(list(ids))
 
     def flush(self) -> None:
