@@ -58,11 +58,11 @@ DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 TARGET_EXAMPLE = "triton://localhost:8001/resnet50 (gRPC), triton+http://localhost:8000/resnet50/1 (HTTP, version 1)"
 #: How long one request (and each metadata call) may take before the target gives up on it (seconds).
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
-#: Requests outstanding at once; the rest wait in the client queue. Twice a max batch of 32 and the default of
-#: LoadGen-facing clients in MLPerf's Triton harnesses is of this order; ``serve`` may size it from the model config.
+#: Requests outstanding at once; the rest wait in the client queue. 64 keeps two full batches of 32 waiting in
+#: Triton's queue while one computes; ``serve`` may size it from the model config (2 x max_batch_size x instances).
 DEFAULT_MAX_IN_FLIGHT = 64
-#: Untimed single requests in :meth:`TritonTarget.connect`: the first pays the model's lazy start (170 ms on the
-#: PyTriton test server against 10 ms warm); the median of the rest is the batch-1 latency estimate.
+#: Untimed single requests in :meth:`TritonTarget.connect`: the first pays the model's lazy start (120-170 ms on the
+#: PyTriton test server against 20-30 ms warm); the median of the rest is the batch-1 latency estimate.
 WARMUP_REQUESTS = 4
 #: The most answers the responder hands LoadGen in one call (it takes what is waiting, up to this).
 MAX_ANSWERS_PER_CALL = 256
@@ -325,11 +325,6 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def _one_line(exc: BaseException) -> str:
-    """An exception in one line; Triton's client errors say their status first (``[StatusCode.UNAVAILABLE] ...``)."""
-    return short_reason(exc)
-
-
 def _model_config_facts(config: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a model config that decide batching and placement, with integers (JSON-able)."""
     batching = config.get("dynamic_batching")
@@ -532,7 +527,7 @@ class TritonTarget:
             metadata = client.model_metadata()
             config = _model_config_facts(client.model_config())
         except Exception as exc:  # noqa: BLE001 - named in one line
-            raise TargetError(f"{self.endpoint}: cannot read the model's metadata or config: {_one_line(exc)}",
+            raise TargetError(f"{self.endpoint}: cannot read the model's metadata or config: {short_reason(exc)}",
                               "pass the access header if the server restricts its metadata") from None
         model = {"name": metadata.get("name"), "versions": [str(v) for v in metadata.get("versions") or []],
                  "platform": metadata.get("platform") or None, "inputs": _tensors(metadata.get("inputs") or []),
@@ -574,7 +569,7 @@ class TritonTarget:
             metadata = client.server_metadata()
         except Exception as exc:  # noqa: BLE001 - connection refused, timeout, a non-Triton peer: one line
             raise TargetError(f"nothing answers as Triton ({self.endpoint.protocol}) at {self.endpoint.address}: "
-                              f"{_one_line(exc)}",
+                              f"{short_reason(exc)}",
                               f"is the server running there? check host, port and protocol (triton+{other}:// for "
                               f"{other.upper()}; Triton's defaults are gRPC 8001, HTTP 8000)") from None
         if not live:
@@ -590,20 +585,20 @@ class TritonTarget:
             if index:
                 return sorted(states), states, ""
         except Exception as exc:  # noqa: BLE001 - restricted or unsupported: try the statistics
-            why = _one_line(exc)
+            why = short_reason(exc)
         else:
             why = "its repository index is empty"
         try:
             names = sorted({str(m.get("name")) for m in client.statistics("").get("model_stats") or []})
             return names, {}, ""
         except Exception as exc:  # noqa: BLE001 - the model list cannot be read: say so
-            return None, {}, f"{why}; statistics: {_one_line(exc)}"
+            return None, {}, f"{why}; statistics: {short_reason(exc)}"
 
     def _check_model(self, client: Any) -> None:
         try:
             ready = client.model_ready()
         except Exception as exc:  # noqa: BLE001 - named in one line
-            raise TargetError(f"{self.endpoint}: cannot ask whether the model is ready: {_one_line(exc)}") from None
+            raise TargetError(f"{self.endpoint}: cannot ask whether the model is ready: {short_reason(exc)}") from None
         if ready:
             return
         names, states, why = self._model_names(client)
@@ -667,7 +662,7 @@ class TritonTarget:
             try:
                 self._client.infer([self._make_input(probe)], self._output)
             except Exception as exc:  # noqa: BLE001 - named in one line
-                raise TargetError(f"{self.endpoint}: a warm-up request failed: {_one_line(exc)}") from None
+                raise TargetError(f"{self.endpoint}: a warm-up request failed: {short_reason(exc)}") from None
             latencies.append(self.clock.now_ns() - started)
         return latencies
 
@@ -711,7 +706,7 @@ class TritonTarget:
         try:
             return model_statistics(self._client.statistics(self.endpoint.model), self.endpoint.model)
         except Exception as exc:  # noqa: BLE001 - restricted (access header), unsupported: the run goes on
-            text = _one_line(exc)
+            text = short_reason(exc)
             if "access-token" in text or "access token" in text:
                 text += " (the server restricts its statistics: pass its access header)"
             return text
@@ -915,7 +910,7 @@ class TritonTarget:
             item = self._make_input(self._pool[index])
             self._client.send([item], self._output, lambda answer, error: self._on_response(request, answer, error))
         except BaseException as exc:  # noqa: BLE001 - the client refused to send: fail the run with why
-            self._fail(request, f"{Reason.SERVER_ERROR}: cannot send a request: {_one_line(exc)}")
+            self._fail(request, f"{Reason.SERVER_ERROR}: cannot send a request: {short_reason(exc)}")
             return
         request.sent = self.clock.now_ns()
 
@@ -932,7 +927,7 @@ class TritonTarget:
         """A response (or its failure) arrived, in the client library's thread: read the class, hand it over."""
         called = self.clock.now_ns()
         if error is not None:
-            text = _one_line(error)
+            text = short_reason(error)
             kind = Reason.TIMEOUT if "DEADLINE_EXCEEDED" in text or "timed out" in text.lower() else \
                 Reason.SERVER_ERROR
             self._fail(request, f"{kind}: {text}")
@@ -940,7 +935,7 @@ class TritonTarget:
         try:
             label = top1(answer)
         except BaseException as exc:  # noqa: BLE001 - a response the client cannot read fails the run
-            self._fail(request, f"{Reason.SERVER_ERROR}: unreadable response: {_one_line(exc)}")
+            self._fail(request, f"{Reason.SERVER_ERROR}: unreadable response: {short_reason(exc)}")
             return
         with self._lock:
             mine = self._pending.pop(request.rid, None) is not None
@@ -975,7 +970,7 @@ class TritonTarget:
         try:
             self._sink([request.rid for request, _, _ in results], answers)
         except BaseException as exc:  # noqa: BLE001 - LoadGen refused the answers: the run fails with why
-            self.abort(f"{Reason.SERVER_ERROR}: answering LoadGen failed: {_one_line(exc)}")
+            self.abort(f"{Reason.SERVER_ERROR}: answering LoadGen failed: {short_reason(exc)}")
         done = self.clock.now_ns()
         with self._stats_lock:
             for request, _, called in results:
