@@ -13,13 +13,19 @@ import sys
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from clsbench.cli.common import saved, start
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
-from clsbench.serving.config import MLPERF_MIN_DURATION_S, QUICK_MIN_DURATION_S, SHARED_OPTIONS
+from clsbench.serving.config import (
+    MLPERF_MIN_DURATION_S,
+    QUICK_MIN_DURATION_S,
+    SHARED_OPTIONS,
+    TARGET_MAX_IN_FLIGHT,
+)
 
 #: Help texts of the shared options that say more for ``serve``.
 SERVE_HELPS = {
@@ -85,6 +91,45 @@ def progress_line(event: dict[str, Any]) -> str:
     return f"{head}: {verdict}; " + ", ".join(parts)
 
 
+#: Options whose values a --target server decides (its model config): given with --target, they are an error.
+SERVER_DECIDED = ("modes", "backends", "max_batches", "max_delays", "instances", "buckets", "cuda_graphs", "threads",
+                  "no_cache", "backend_cache")
+
+
+def check_target_options(target: str | None, model: str | None) -> None:
+    """``--model`` is needed without ``--target``; with it, the options its server decides must not be given."""
+    ctx = click.get_current_context()
+    if target is None:
+        if model is None:
+            raise click.UsageError("--model is required (or --target to drive a running Triton server)")
+        return
+    given = [p for p in ctx.command.params if p.name in SERVER_DECIDED
+             and ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        flags = ", ".join(p.opts[0] for p in given)
+        raise click.UsageError(f"{flags}: with --target the server's model config decides this; drop it (or drop "
+                               "--target to serve with clsbench's own server)")
+
+
+def target_model(target: str | None) -> str:
+    """The model name a ``--target`` URL names (the result's model when ``--model`` is not given)."""
+    from clsbench.serving.triton_target import parse_target
+
+    return parse_target(str(target)).model
+
+
+def parse_headers(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``'NAME: VALUE'`` strings as pairs (``NAME=VALUE`` also accepted); one usage error for anything else."""
+    pairs = []
+    for value in values:
+        sep = ":" if ":" in value else "="
+        name, found, text = value.partition(sep)
+        if not found or not name.strip():
+            raise click.UsageError(f"--target-header {value!r}: expected 'NAME: VALUE'")
+        pairs.append((name.strip(), text.strip()))
+    return tuple(pairs)
+
+
 def min_duration(given: float | None, mlperf: bool) -> float:
     """The minimum duration of every LoadGen run: ``--min-duration-s``, else MLPerf's with ``--mlperf``, else the
     quick look."""
@@ -96,7 +141,16 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 
 
 @click.command("serve")
-@click.option("--model", required=True, help="Model name (see `clsbench models`).")
+@click.option("--model", help="Model name (see `clsbench models`); with --target, the name results carry (default: "
+                               "the target's model).")
+@click.option("--target", metavar="URL",
+              help="Drive a running Triton Inference Server instead of clsbench's own: triton://HOST:PORT/MODEL[/VER] "
+                   "(gRPC) or triton+http://... Its model config decides precision, backend and batching.")
+@click.option("--target-header", "target_headers", multiple=True, metavar="'NAME: VALUE'",
+              help="A header sent with every call to --target (repeatable), e.g. Triton's access token for its "
+                   "restricted statistics; only the name is stored.")
+@click.option("--max-in-flight", type=int, default=TARGET_MAX_IN_FLIGHT, show_default=True,
+              help="--target: batch-1 requests outstanding at once (the rest wait in the client's queue).")
 @list_option("--mode", "modes", default=("fp32",),
              help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
 @list_option("--backend", "backends", default=("eager",),
@@ -142,7 +196,8 @@ def min_duration(given: float | None, mlperf: bool) -> float:
               help="A batch running longer ends the LoadGen run as INVALID (timeout).")
 @click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
 @measure_options(fields=SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
-def serve_command(model: str, modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
+def serve_command(model: str | None, target: str | None, target_headers: tuple[str, ...], max_in_flight: int,
+                  modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
                   backend_cache: str | None, scenarios: tuple[str, ...], latency_bound_ms: float,
                   latency_percentile: float, max_batches: tuple[str, ...], max_delays: tuple[str, ...],
                   instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool, min_duration_s: float | None,
@@ -162,8 +217,9 @@ def serve_command(model: str, modes: tuple[str, ...], backends: tuple[str, ...],
     from clsbench.serving.loadgen import import_loadgen
     from clsbench.version import __version__
 
+    check_target_options(target, model)
     settings = ServeSettings.with_options(
-        measure, model=model, modes=parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),
+        measure, model=model or target_model(target), modes=parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),
         device=api.resolve_device(device),
         scenarios=parse_list(scenarios, str, "--scenario", "e.g. --scenario offline,server"),
         max_batches=parse_list(max_batches, int, "--max-batch", "e.g. --max-batch 32,64"),
@@ -174,13 +230,15 @@ def serve_command(model: str, modes: tuple[str, ...], backends: tuple[str, ...],
         min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
         start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
         max_search_steps=max_search_steps, threads=threads,
-        backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache, cache_dir=backend_cache)
+        backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
+        target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
     settings.validate()  # bad input fails here, before the environment is read or anything is started
     import_loadgen()
     resolved, env, path = start(settings.device, output)
     if not quiet:
         on = "" if settings.backends == ("eager",) else f" @{','.join(settings.backends)}"
-        click.echo(f"clsbench {__version__}: serve {model} {','.join(settings.modes)}{on} on {resolved}, scenarios "
+        what = f"{settings.target} from {resolved}" if target else f"{','.join(settings.modes)}{on} on {resolved}"
+        click.echo(f"clsbench {__version__}: serve {settings.model} {what}, scenarios "
                    f"{','.join(settings.scenarios)}, {len(settings.configs())} batching setting(s), LoadGen runs of "
                    f">= {settings.min_duration_s:g} s; results -> {path}", err=True)
         if settings.mlperf_duration:

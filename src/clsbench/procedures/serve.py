@@ -117,20 +117,33 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
     from clsbench.system.machine import environment as machine_environment
 
     settings.validate()
-    get_model_spec(settings.model)  # an unknown model fails here, with suggestions, before any file
-    modes = tuple(dict.fromkeys(parse_mode(m).name for m in settings.modes))
-    settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)))
-    _check_device(settings.device)
-    lg = loadgen or import_loadgen()
+    target = None
+    if settings.target is not None:
+        lg = loadgen or import_loadgen()
+        target = connect_target(settings)  # nothing listening, an unknown model, a bad input: one line, no file
+        modes: tuple[str, ...] = (TARGET_MODE,)
+        settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)),
+                                       input_size=target.facts["input"]["input_size"])
+    else:
+        get_model_spec(settings.model)  # an unknown model fails here, with suggestions, before any file
+        modes = tuple(dict.fromkeys(parse_mode(m).name for m in settings.modes))
+        settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)))
+        _check_device(settings.device)
+        lg = loadgen or import_loadgen()
     environment = execution.env if execution.env is not None else machine_environment(settings.device)
 
     path = Path(output) if output is not None else None
     if path is not None:
-        result_io.check_writable(path, exists_hint="choose another --output")
-        log_root = loadgen_dir(path)
-        if log_root.exists():
-            raise ResultFileError(f"{log_root} already exists; clsbench never overwrites LoadGen's logs",
-                                  "choose another --output, or move the folder away")
+        try:
+            result_io.check_writable(path, exists_hint="choose another --output")
+            log_root = loadgen_dir(path)
+            if log_root.exists():
+                raise ResultFileError(f"{log_root} already exists; clsbench never overwrites LoadGen's logs",
+                                      "choose another --output, or move the folder away")
+        except ResultFileError:
+            if target is not None:
+                target.close()
+            raise
     else:
         log_root = Path(tempfile.mkdtemp(prefix="clsbench-serve-")) / "serve.loadgen"
     facts: dict[str, Any] = {"format": SERVE_FORMAT, "settings": settings.to_dict(), "log_dir": log_root.name,
@@ -146,7 +159,9 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
     log_root.mkdir(parents=True, exist_ok=False)
     torch.set_num_threads(threads)
     try:
-        for mode in modes:
+        if target is not None:
+            run.serve_target(target, [SCENARIOS.get(name) for name in settings.scenarios])
+        for mode in modes if target is None else ():
             for backend in settings.backends:
                 run.serve_mode(mode, [SCENARIOS.get(name) for name in settings.scenarios], backend)
     except KeyboardInterrupt as exc:
@@ -157,6 +172,44 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
     finally:
         torch.set_num_threads(previous_threads)
     return run.outcome()
+
+
+#: The mode (and line) of a ``--target`` server's measurements: the server runs its model as deployed, in whatever
+#: precision and backend its repository says (recorded under ``settings["serve"]["target"]``).
+TARGET_MODE = "triton"
+#: The device of a ``--target`` server's measurements: not this machine's.
+TARGET_DEVICE = "remote"
+
+
+def connect_target(settings: ServeSettings) -> Any:
+    """Reach ``settings.target`` and warm its model up (:class:`clsbench.serving.triton_target.TritonTarget`).
+
+    Raises:
+        InvalidInputError: a bad target text, nothing listening, an unknown or unready model, an input that is not
+            one image tensor, or one of another size than ``--input-size`` (one line each).
+    """
+    from clsbench.serving.triton_target import TritonTarget, parse_target
+
+    target = TritonTarget(parse_target(str(settings.target)), headers=dict(settings.target_headers) or None,
+                          max_in_flight=settings.target_max_in_flight)
+    try:
+        target.connect(settings.input_size)
+    except BaseException:
+        target.close()
+        raise
+    return target
+
+
+def target_config(config: dict[str, Any]) -> ServerConfig:
+    """The batching setting a Triton model config declares, in clsbench's terms: max batch (``max_batch_size``; 1
+    for a model that does not batch), max delay (``max_queue_delay_microseconds``), instances (the instance groups'
+    counts) and the preferred batch sizes as buckets."""
+    max_batch = max(1, int(config.get("max_batch_size") or 0))
+    dynamic = config.get("dynamic_batching") or {}
+    delay_ms = float(dynamic.get("max_queue_delay_microseconds") or 0) / 1000.0
+    instances = sum(int(g.get("count") or 1) for g in config.get("instance_group") or []) or 1
+    preferred = [int(b) for b in dynamic.get("preferred_batch_size") or [] if 1 <= int(b) <= max_batch]
+    return ServerConfig(max_batch, delay_ms, instances, tuple(sorted({*preferred, max_batch})))
 
 
 def failure_of(text: str) -> tuple[Reason, str]:
@@ -198,6 +251,7 @@ class _Run:
         self.offline_qps: dict[tuple[str, int, int], float] = {}
         self.index = 0
         self.lines: dict[str, tuple[str, str]] = {}  # line label -> (mode, backend)
+        self.max_batch: dict[str, int] = {}  # line label -> its max batch, where not the settings' (a target's)
         self._pools: dict[int, Any] = {}
 
     # ----------------------------------------------------------------------------------------- the file
@@ -214,10 +268,11 @@ class _Run:
                 status = Status.FAILED
                 reason, detail = failure_of(str(steps[0]["error"]).removeprefix("not run: "))
             summary = scenario_summary(scenario, steps, self.facts["settings"]) if status == Status.OK else {}
-            batch = FIXED_BATCH.get(scenario, max(self.settings.max_batches))
+            batch = FIXED_BATCH.get(scenario, self.max_batch.get(line, max(self.settings.max_batches)))
             measurements.append(Measurement(
                 model=self.settings.model, workload=WORKLOAD_PREFIX + scenario, mode=mode, batch_size=batch,
-                device=self.settings.device, status=status, input_size=self.settings.input_size, reason=reason,
+                device=TARGET_DEVICE if mode == TARGET_MODE and self.settings.target else self.settings.device,
+                status=status, input_size=self.settings.input_size, reason=reason,
                 detail=detail, repeats=tuple(steps), summary=summary, backend=backend))
         self.result = dataclasses.replace(self.result, settings={"serve": self.facts},
                                           measurements=tuple(measurements))
@@ -270,6 +325,31 @@ class _Run:
             if engine.runners is not None:  # the per-instance load times are known once the servers set up
                 self.facts["modes"][line]["artifacts"] = engine.runners.facts()
                 self.save()
+
+    def serve_target(self, target: Any, scenarios: list[Any]) -> None:
+        """Drive a running server (``--target``) through every scenario: its model config is the one batching
+        setting, its warm-up the latency estimate; the scenarios' own searches run as against clsbench's server."""
+        line = TARGET_MODE
+        self.lines[line] = (line, EAGER)
+        config = target_config(target.facts.get("config") or {})
+        self.max_batch[line] = config.max_batch
+        for scenario in scenarios:
+            self._ensure(line, scenario.name)
+        try:
+            pool = target.load_pool(self.settings.sample_count, self.settings.seed)
+            self.facts["target"] = {**target.facts, "pool": pool, "setting": config.to_dict()}
+            error = target.start()
+            estimates = _estimates(target.setup_facts)
+            setup = {"mode": line, "max_batch": config.max_batch, "instances": config.instances,
+                     "buckets": list(config.buckets), "cuda_graphs": False, "error": error,
+                     "instances_facts": target.setup_facts, "estimates": estimates, "target": target.facts["url"]}
+            self.facts["setups"].append(setup)
+            self.save()
+            self.progress({"kind": "setup", **setup})
+            for scenario in scenarios:  # the server's own delay rule holds for every scenario: nothing is forced
+                self._serve_scenario(line, scenario, config, target, estimates)
+        finally:
+            target.close()
 
     def _serve_engine(self, mode: str, engine: Any, scenarios: list[Any]) -> None:
         s = self.settings

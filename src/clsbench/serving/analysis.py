@@ -263,11 +263,47 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
         "bound_ms": settings.get("latency_bound_ms"), "percentile": settings.get("latency_percentile"),
         "min_duration_s": settings.get("min_duration_s"), "min_queries": settings.get("min_queries"),
         "loadgen_version": facts.get("loadgen_version"), "log_dir": facts.get("log_dir"),
+        "target": target_summary(facts.get("target")),
         "modes": list(modes.values()), "steps": all_rows,
     }
 
 
 # ------------------------------------------------------------------------------------------------ text
+
+
+#: The time split's columns when a ``--target`` server was driven: the server's stages come from its statistics,
+#: the client's from its own clock (:meth:`clsbench.serving.triton_target.TritonTarget.end_run` maps them so).
+TARGET_SPLIT_HEADER = ("queue", "client send", "compute input", "compute infer", "compute output",
+                       "client callback")
+LOCAL_SPLIT_HEADER = ("queue", "gather", "copy in", "compute", "copy out", "hand-back")
+
+
+def target_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What ``show`` says of a ``--target`` server: where, which server, its model config's batching, and whether
+    its statistics (the server-side time split) were readable; None for clsbench's own server."""
+    if not isinstance(facts, dict):
+        return None
+    server = facts.get("server") or {}
+    config = facts.get("config") or {}
+    dynamic = config.get("dynamic_batching") or {}
+    groups = config.get("instance_group") or []
+    statistics = facts.get("statistics")
+    name = " ".join(str(x) for x in (server.get("name"), server.get("version")) if x)
+    readable = "readable" if statistics == "readable" else \
+        f"unavailable ({(statistics or {}).get('unavailable')}): no server-side time split"
+    return {"url": facts.get("url"), "server": name, "platform": config.get("platform") or config.get("backend"),
+            "max_batch_size": config.get("max_batch_size"), "preferred": dynamic.get("preferred_batch_size") or [],
+            "delay_us": dynamic.get("max_queue_delay_microseconds"), "dynamic_batching": bool(dynamic),
+            "instances": ", ".join(f"{g.get('count')} x {g.get('kind')}" for g in groups) or "default",
+            "statistics": readable}
+
+
+def _target_text(t: dict[str, Any]) -> list[str]:
+    batching = (f"dynamic batching, preferred {t['preferred'] or '-'}, max queue delay {t['delay_us']} us"
+                if t["dynamic_batching"] else "no dynamic batching")
+    return [f"target: {t['url']} ({t['server'] or 'server'}; {t['platform'] or 'platform not reported'}); "
+            f"max_batch_size {t['max_batch_size']}, {batching}, instances {t['instances']}; "
+            f"Triton statistics {t['statistics']}"]
 
 
 def artifacts_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -358,6 +394,8 @@ def render_serve(analysis: dict[str, Any]) -> str:
            + (f"; server bound: p{pct * 100:g} <= {bound:g} ms" if bound else "")
            + (_duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
            + (f" (LoadGen {analysis['loadgen_version']})" if analysis.get("loadgen_version") else "")]
+    out += _target_text(analysis["target"]) if analysis.get("target") else []
+    split_header = TARGET_SPLIT_HEADER if analysis.get("target") else LOCAL_SPLIT_HEADER
     out += _side_by_side_text(analysis)
     for mode in analysis.get("modes") or []:
         out += ["", f"{mode['mode']}"]
@@ -392,8 +430,7 @@ def render_serve(analysis: dict[str, Any]) -> str:
                                  "-" if b.get("mean_batch") is None else f"{b['mean_batch']:.1f}",
                                  *(fmt_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
                                  f"{s['valid_runs']}/{s['runs']}"))
-                header = ("setting", "answer", "p99 ms", "batch", "queue", "gather", "copy in", "compute",
-                          "copy out", "hand-back", "valid")
+                header = ("setting", "answer", "p99 ms", "batch", *split_header, "valid")
                 out += ["    " + line for line in text_table(header, rows, right=set(range(1, len(header))))]
             if e["why"]:
                 out += ["", f"  {e['scenario']}: which setting, and why:"] + ["    " + line

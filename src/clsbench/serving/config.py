@@ -58,6 +58,10 @@ DEFAULT_START_QPS = 100.0
 #: beat offline throughput, and half of it is VALID on a healthy server, so the first doubling brackets.
 START_FRACTION_OF_OFFLINE = 0.5
 
+#: Requests outstanding at a ``--target`` server at once (each a batch-1 request; Triton's dynamic batcher needs
+#: several queued to form batches, and perf_analyzer's users run concurrency in the tens for the same reason).
+TARGET_MAX_IN_FLIGHT = 64
+
 #: A batch running longer than this is a hung model: the LoadGen run ends INVALID (``timeout``) instead of waiting.
 DEFAULT_BATCH_TIMEOUT_S = 120.0
 
@@ -150,6 +154,12 @@ class ServeSettings:
             (:mod:`clsbench.serving.artifacts`).
         cache_dir: the artifact cache (None: its default location, as for ``run``).
         no_cache: build every artifact anew (the new build replaces the cache entry).
+        target: a running inference server LoadGen drives instead of clsbench's own
+            (``triton://HOST:PORT/MODEL``, :mod:`clsbench.serving.triton_target`); its model config decides the
+            batching, so modes, backends and batching settings do not apply.
+        target_headers: ``(name, value)`` pairs sent with every call to the target (an access token); only the
+            names are stored.
+        target_max_in_flight: requests outstanding at the target at once (the rest wait in the client queue).
     """
 
     model: str
@@ -178,6 +188,9 @@ class ServeSettings:
     backends: tuple[str, ...] = ("eager",)
     cache_dir: str | None = None
     no_cache: bool = False
+    target: str | None = None
+    target_headers: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
+    target_max_in_flight: int = TARGET_MAX_IN_FLIGHT
 
     @classmethod
     def with_options(cls, options: MeasureOptions, **fields: Any) -> ServeSettings:
@@ -206,6 +219,7 @@ class ServeSettings:
         if not self.scenarios:
             raise InvalidInputError("no scenario given", SCENARIO_ORDER_HINT)
         self._check_backends()
+        self._check_target()
         self._check_batching()
         self._check_loadgen()
         self._check_execution()
@@ -219,6 +233,21 @@ class ServeSettings:
             raise InvalidInputError("no backend given", "e.g. --backend eager,export")
         for name in self.backends:
             get_backend(name)
+
+    def _check_target(self) -> None:
+        """With a target, what clsbench would otherwise decide is the server's: one line for each clash."""
+        if self.target is None:
+            return
+        if self.backends != ("eager",):
+            raise InvalidInputError("--backend applies to clsbench's own server; with --target the server's model "
+                                    "runs as deployed", "drop --backend, or drop --target")
+        if self.cuda_graphs:
+            raise InvalidInputError("--cuda-graphs applies to clsbench's own server, not to --target",
+                                    "drop --cuda-graphs")
+        if isinstance(self.target_max_in_flight, bool) or not isinstance(self.target_max_in_flight, int) \
+                or self.target_max_in_flight < 1:
+            raise InvalidInputError(f"--max-in-flight must be >= 1, got {self.target_max_in_flight!r}",
+                                    f"e.g. --max-in-flight {TARGET_MAX_IN_FLIGHT}")
 
     def _check_batching(self) -> None:
         """The batching settings tried: max batches, instances, max delays and the bucket sizes."""
@@ -279,6 +308,7 @@ class ServeSettings:
         for key, value in data.items():
             if isinstance(value, tuple):
                 data[key] = list(value)
+        data["target_headers"] = [name for name, _ in self.target_headers]  # a header's value may be a secret
         return data
 
 
