@@ -230,7 +230,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
         min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
         start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
         max_search_steps=max_search_steps, threads=threads,
-        backends=api.split_list(backends, "--backend") or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
+        backends=tuple(api.split_list(backends, "--backend")) or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
         target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
     settings.validate()  # bad input fails here, before the environment is read or anything is started
     import_loadgen()

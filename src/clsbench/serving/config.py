@@ -238,7 +238,7 @@ class ServeSettings:
         """With a target, what clsbench would otherwise decide is the server's: one line for each clash."""
         if self.target is None:
             return
-        if self.backends != ("eager",):
+        if tuple(self.backends) != ("eager",):
             raise InvalidInputError("--backend applies to clsbench's own server; with --target the server's model "
                                     "runs as deployed", "drop --backend, or drop --target")
         if self.cuda_graphs:
