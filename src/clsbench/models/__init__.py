@@ -5,13 +5,7 @@ name registered with :func:`register_model` (custom). See :mod:`clsbench.models.
 Importing this package imports neither torch, torchvision nor timm.
 """
 
-from clsbench.models.registry import (
-    ModelSource,
-    ModelSpec,
-    create_model,
-    get_model_spec,
-    list_models,
-    register_model,
-)
+from clsbench.models.registry import create_model, get_model_spec, list_models, register_model
+from clsbench.models.spec import ModelSource, ModelSpec
 
 __all__ = ["ModelSource", "ModelSpec", "create_model", "get_model_spec", "list_models", "register_model"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
+from clsbench.models.spec import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -56,7 +56,7 @@ def is_registered_as(name: str, builder: Callable[..., Any]) -> bool:
 
 
 class CustomSource:
-    """The :class:`~clsbench.models.registry.ModelSource` of registered and ``module:function`` names."""
+    """The :class:`~clsbench.models.spec.ModelSource` of registered and ``module:function`` names."""
 
     name = SOURCE
     priority = 30

@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, TIMM_PREFIX, ModelSpec
+from clsbench.models.spec import DEFAULT_INPUT_SIZE, SOURCES, TIMM_PREFIX, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ def _import_timm() -> ModuleType:
 
 
 class TimmSource:
-    """The :class:`~clsbench.models.registry.ModelSource` of timm's networks, under the ``timm/`` prefix."""
+    """The :class:`~clsbench.models.spec.ModelSource` of timm's networks, under the ``timm/`` prefix."""
 
     name = SOURCE
     priority = 20

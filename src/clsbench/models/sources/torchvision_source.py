@@ -23,7 +23,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from clsbench.errors import InvalidInputError
-from clsbench.models.registry import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
+from clsbench.models.spec import DEFAULT_INPUT_SIZE, SOURCES, ModelSpec
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +68,7 @@ def _default_input_size(name: str) -> int:
 
 
 class TorchvisionSource:
-    """The :class:`~clsbench.models.registry.ModelSource` of torchvision's classification networks."""
+    """The :class:`~clsbench.models.spec.ModelSource` of torchvision's classification networks."""
 
     name = SOURCE
     priority = 10
