@@ -34,9 +34,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import clsbench.deploy.triton_repo as triton_repo
 from clsbench.backends.base import BackendRequest, artifact_mode
 from clsbench.backends.isolate import DEFAULT_BUILD_TIMEOUT_S, WEIGHTS_FILE, BuildJob, build_isolated, save_weights
-from clsbench.deploy import triton_repo
 from clsbench.deploy.base import TRITON_TYPES, DeployFormat, ExportFailedError, TensorSpec, get_format
 from clsbench.deploy.serve_winner import ServeWinner, server_winner
 from clsbench.errors import InvalidInputError
