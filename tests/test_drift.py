@@ -133,3 +133,15 @@ def test_table_prints_the_specific_advice():
                          "3 repeats; up to 100.0% within a repeat (time-varying cause)")
     # LATENCY is a CPU cell: the advice names the machine, not a GPU.
     assert lines[at + 1].strip() == "what to do: " + unstable_advice(100.0, 100.0, "cpu")
+
+
+def test_compile_time_is_the_first_repeats_cold_compile_and_the_warm_ones_apart():
+    """Repeats share the cell's compile cache (issue 35): the summary's compile_s is what a user pays once."""
+    records = train_records([16.0] * 20, [16.0] * 20, [16.0] * 20)
+    for record, seconds in zip(records, (56.7, 3.3, 3.1), strict=True):
+        record.setdefault("timings", {})["compile_s"] = seconds
+    summary, _ = summarize(records, "train")
+    assert summary["compile_s"] == 56.7 and summary["compile_s_warm"] == pytest.approx(3.2)
+    eager = train_records([16.0] * 20, [16.0] * 20)
+    summary, _ = summarize(eager, "train")
+    assert summary["compile_s"] is None and "compile_s_warm" not in summary
