@@ -19,17 +19,11 @@ from typing import Any
 import pytest
 
 from clsbench.errors import InvalidInputError
-from clsbench.system import container
-from clsbench.system.container import (
-    IMAGE_LABELS_FILE,
-    KEY_FIELDS,
-    NO_LIMIT,
-    container_checks,
-    container_facts,
-    container_lines,
-    loader_batch_bytes,
-    shm_bytes_needed,
-)
+from clsbench.system import container, container_limits
+from clsbench.system.container import IMAGE_LABELS_FILE, KEY_FIELDS, container_facts
+from clsbench.system.container_checks import container_checks, loader_batch_bytes, shm_bytes_needed
+from clsbench.system.container_limits import NO_LIMIT
+from clsbench.system.container_text import container_lines
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "data" / "container"
@@ -219,16 +213,16 @@ def test_the_labels_file_is_read_and_bad_ones_are_reasons(tmp_path: Path) -> Non
 
 
 def test_mountinfo_escapes_and_cpu_lists() -> None:
-    mounts = container._parse_mountinfo(
+    mounts = container_limits.parse_mountinfo(
         r"40 30 0:41 / /mnt/with\040space rw - tmpfs tmpfs rw,size=1g" "\n"
         "garbage line\n"
     )
     assert [(m.mount_point, m.super_options) for m in mounts] == [("/mnt/with space", ("rw", "size=1g"))]
-    assert container._parse_size("1g") == GIB
-    assert container._parse_size("65536k") == 64 * MIB
-    assert container._parse_size("50%") is None
-    assert container._count_cpus("0-3,8,10-11") == 7
-    assert container._count_cpus("0-x") is None
+    assert container_limits._parse_size("1g") == GIB
+    assert container_limits._parse_size("65536k") == 64 * MIB
+    assert container_limits._parse_size("50%") is None
+    assert container_limits._count_cpus("0-3,8,10-11") == 7
+    assert container_limits._count_cpus("0-x") is None
 
 
 def test_this_machine_reads_without_error() -> None:

@@ -264,7 +264,7 @@ def env(device: str, as_json: bool) -> None:
     """Show the environment every result records on this machine."""
     from clsbench import api
     from clsbench.results.facts import environment_lines
-    from clsbench.system.container import container_lines
+    from clsbench.system.container_text import container_lines
 
     facts = api.environment(api.resolve_device(device))
     if as_json:

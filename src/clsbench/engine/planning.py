@@ -248,7 +248,7 @@ def check_model(name: str, input_size: int | None = None) -> None:
 def data_preflight(facts: dict[str, Any], cells: Any) -> dict[str, Any]:
     """``facts`` with the container checks redone for what the cells' real data asks of the machine: DataLoader
     workers' shared memory, the CPU quota, a dataset held in memory (the checks of the same name are replaced)."""
-    from clsbench.system.container import container_checks, loader_batch_bytes
+    from clsbench.system.container_checks import container_checks, loader_batch_bytes
 
     data = [(cell, cell.data) for cell in cells if cell.data is not None]
     if not data:

@@ -50,7 +50,7 @@ def bf16_supported(environment: dict[str, Any], device: str) -> bool:
 def environment(device: str = "cpu") -> dict[str, Any]:
     """The environment that would be recorded for a run on ``device``, with the pre-flight checks under
     ``preflight``."""
-    from clsbench.system.container import container_checks
+    from clsbench.system.container_checks import container_checks
     from clsbench.system.environment import collect_environment
     from clsbench.system.preflight import preflight_checks
 
