@@ -18,6 +18,9 @@ Rules the collection follows, because the benchmark runs right after it:
 
 Units live in key names: ``_bytes``, ``_mhz``, ``_w``, ``_c`` (degrees Celsius). NVML reports power in
 milliwatts; it is stored in watts, unrounded.
+
+The GPU section is read in :mod:`clsbench.system.environment_gpu`, the container's in
+:mod:`clsbench.system.container`; each fact goes through :class:`~clsbench.system.fact_collector.FactCollector`.
 """
 
 from __future__ import annotations
@@ -32,16 +35,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from clsbench.errors import REASON_MAX_CHARS, short_reason
-from clsbench.system.nvml import (
-    cuda_index_of,
-    map_cuda_index,
-    nvml_reason,
-    nvml_text,
-    open_nvml,
-    shutdown,
-    visible_nvml_indices,
-)
+from clsbench.errors import short_reason
+from clsbench.system.environment_gpu import collect_gpu
+from clsbench.system.fact_collector import FactCollector, FactUnavailable, import_optional
+from clsbench.system.nvml import cuda_index_of
 
 __all__ = ["collect_environment"]
 
@@ -68,90 +65,6 @@ _GIT_EXECUTABLE = "git"
 _GIT_TIMEOUT_S = 5.0  # a `git status` on a cold, large checkout can take a few seconds; never hang the run
 _GIT_COMMIT_ENV = "CLSBENCH_GIT_COMMIT"
 
-# NVML's compute modes (nvml.h, nvmlComputeMode_t).
-_COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
-_NVML_PSTATE_UNKNOWN = 32  # nvml.h, NVML_PSTATE_UNKNOWN
-
-_GPU_KEYS: tuple[str, ...] = (
-    "source",
-    "count",
-    "visible_count",
-    "index",
-    "nvml_index",
-    "name",
-    "uuid",
-    "pci_bus_id",
-    "memory_total_bytes",
-    "compute_capability",
-    "multiprocessor_count",
-    "driver_version",
-    "cuda_driver_version",
-    "nvml_version",
-    "clock_sm_mhz",
-    "clock_mem_mhz",
-    "clock_sm_max_mhz",
-    "clock_mem_max_mhz",
-    "clock_sm_app_mhz",
-    "clock_mem_app_mhz",
-    "power_limit_enforced_w",
-    "power_limit_default_w",
-    "power_limit_min_w",
-    "power_limit_max_w",
-    "persistence_enabled",
-    "mig_enabled",
-    "ecc_enabled",
-    "temperature_c",
-    "performance_state",
-    "compute_mode",
-)
-
-class _Unavailable(Exception):
-    """Raised inside a fact reader to say the fact is absent, with the reason to record."""
-
-
-class _Collector:
-    """Fills sections fact by fact and keeps the ``unavailable`` map; one failing fact never stops others."""
-
-    def __init__(self) -> None:
-        self.unavailable: dict[str, str] = {}
-
-    def missing(self, section: dict[str, Any], path: str, reason: str) -> None:
-        """Stores ``None`` for ``path`` and records why."""
-        section[path.rsplit(".", 1)[-1]] = None
-        self.unavailable[path] = reason if len(reason) <= REASON_MAX_CHARS else reason[: REASON_MAX_CHARS - 1] + "…"
-
-    def read(
-        self,
-        section: dict[str, Any],
-        path: str,
-        reader: Callable[[], Any],
-        reason_of: Callable[[Exception], str] | None = None,
-    ) -> Any:
-        """Stores ``reader()`` under the last part of ``path``; any exception becomes ``None`` plus a reason.
-
-        Args:
-            section: the dict that receives the value.
-            path: dotted path of the fact, e.g. ``"gpu.clock_sm_mhz"``; the key is its last part.
-            reader: returns the value, or raises ``_Unavailable`` (or anything else) when it cannot.
-            reason_of: turns an exception other than ``_Unavailable`` into a reason; default: its message.
-
-        Returns:
-            The stored value.
-        """
-        try:
-            value = reader()
-        except _Unavailable as exc:
-            self.missing(section, path, str(exc))
-            return None
-        except Exception as exc:  # a fact that cannot be read must not stop the collection
-            self.missing(section, path, reason_of(exc) if reason_of else short_reason(exc))
-            return None
-        if value is None:
-            self.missing(section, path, "not reported")
-            return None
-        section[path.rsplit(".", 1)[-1]] = value
-        return value
-
 
 def collect_environment(device: str = "cpu") -> dict:
     """Collects the facts about this machine and its software that a result file must carry.
@@ -174,7 +87,7 @@ def collect_environment(device: str = "cpu") -> dict:
         InvalidInputError: ``device`` is not one of the forms above (a bad argument, not a missing fact).
     """
     cuda_index = cuda_index_of(device)
-    collector = _Collector()
+    collector = FactCollector()
     env: dict[str, Any] = {"device": device}
     sections: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("clsbench", lambda: _collect_clsbench(collector)),
@@ -185,7 +98,7 @@ def collect_environment(device: str = "cpu") -> dict:
         ("backend_libraries", _collect_backend_libraries),
         ("torch_flags", lambda: _collect_torch_flags(collector)),
         ("env_vars", _collect_env_vars),
-        ("gpu", lambda: _collect_gpu(cuda_index, collector)),
+        ("gpu", lambda: collect_gpu(cuda_index, collector)),
         ("container", lambda: _collect_container(collector)),
     ]
     for name, collect in sections:
@@ -202,7 +115,7 @@ def collect_environment(device: str = "cpu") -> dict:
 # Sections
 
 
-def _collect_clsbench(c: _Collector) -> dict[str, Any]:
+def _collect_clsbench(c: FactCollector) -> dict[str, Any]:
     """Version of clsbench and, when run from a checkout, the commit it was run from."""
     section: dict[str, Any] = {}
     try:
@@ -274,7 +187,7 @@ def _git_state(package_dir: Path) -> tuple[str | None, bool | None, str]:
     return commit, (bool(status.stdout.strip()) if status.returncode == 0 else None), ""
 
 
-def _collect_python(c: _Collector) -> dict[str, Any]:
+def _collect_python(c: FactCollector) -> dict[str, Any]:
     section: dict[str, Any] = {}
     c.read(section, "python.version", platform.python_version)
     c.read(section, "python.implementation", platform.python_implementation)
@@ -282,7 +195,7 @@ def _collect_python(c: _Collector) -> dict[str, Any]:
     return section
 
 
-def _collect_os(c: _Collector) -> dict[str, Any]:
+def _collect_os(c: FactCollector) -> dict[str, Any]:
     section: dict[str, Any] = {}
     c.read(section, "os.platform", platform.platform)
     c.read(section, "os.system", platform.system)
@@ -294,19 +207,19 @@ def _collect_os(c: _Collector) -> dict[str, Any]:
 
 def _os_distribution() -> str:
     if not hasattr(platform, "freedesktop_os_release"):
-        raise _Unavailable("needs Python 3.10+")
+        raise FactUnavailable("needs Python 3.10+")
     try:
         release = platform.freedesktop_os_release()
     except OSError as exc:
-        raise _Unavailable("no os-release file") from exc
+        raise FactUnavailable("no os-release file") from exc
     return release.get("PRETTY_NAME") or release.get("NAME") or ""
 
 
-def _collect_cpu(c: _Collector) -> dict[str, Any]:
+def _collect_cpu(c: FactCollector) -> dict[str, Any]:
     section: dict[str, Any] = {}
     c.read(section, "cpu.model", _cpu_model)
     c.read(section, "cpu.arch", platform.machine)
-    psutil = _import_optional("psutil")
+    psutil = import_optional("psutil")
     if psutil is None:
         for key in ("logical_cores", "physical_cores", "memory_total_bytes"):
             c.missing(section, f"cpu.{key}", "psutil not installed")
@@ -335,7 +248,7 @@ def _cpu_model() -> str:
                     return value.strip()
     except OSError:
         pass
-    cpuinfo = _import_optional("cpuinfo")
+    cpuinfo = import_optional("cpuinfo")
     if cpuinfo is not None:
         try:
             brand = cpuinfo.get_cpu_info().get("brand_raw")
@@ -346,13 +259,13 @@ def _cpu_model() -> str:
     processor = platform.processor()
     if processor:
         return processor
-    raise _Unavailable("no model name in /proc/cpuinfo, py-cpuinfo or platform.processor()")
+    raise FactUnavailable("no model name in /proc/cpuinfo, py-cpuinfo or platform.processor()")
 
 
 def _allowed_cpus() -> list[int]:
     """The CPUs this process may run on (taskset, cgroup cpusets); stored compactly, e.g. ``0-15,32-47``."""
     if not hasattr(os, "sched_getaffinity"):
-        raise _Unavailable("os.sched_getaffinity not available on this OS")
+        raise FactUnavailable("os.sched_getaffinity not available on this OS")
     return sorted(os.sched_getaffinity(0))
 
 
@@ -371,7 +284,7 @@ def _compact_ranges(numbers: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def _collect_software(c: _Collector) -> dict[str, Any]:
+def _collect_software(c: FactCollector) -> dict[str, Any]:
     """Versions of the libraries a number depends on.
 
     torch's version is ``torch.__version__`` (it carries the build tag, e.g. ``+cu130``); the other packages'
@@ -379,7 +292,7 @@ def _collect_software(c: _Collector) -> dict[str, Any]:
     and the value does not depend on whether something else imported them first.
     """
     section: dict[str, Any] = {}
-    torch = _import_optional("torch")
+    torch = import_optional("torch")
     if torch is None:
         for key in ("torch", "torch_cuda_version", "cudnn_version", "torch_built_with_cuda"):
             c.missing(section, f"software.{key}", "torch not installed")
@@ -423,7 +336,7 @@ def _collect_backend_libraries() -> dict[str, str]:
 def _torch_cuda_version(torch: Any) -> str:
     version = torch.version.cuda
     if version is None:
-        raise _Unavailable("torch built without CUDA")
+        raise FactUnavailable("torch built without CUDA")
     return str(version)
 
 
@@ -435,7 +348,7 @@ def _cudnn_version(torch: Any) -> int:
     CUDA in forked subprocess"). The loaded library's own version is the same number.
     """
     if not torch.backends.cudnn.is_available():
-        raise _Unavailable("torch built without cuDNN")
+        raise FactUnavailable("torch built without cuDNN")
     cudnn = getattr(torch._C, "_cudnn", None)
     if cudnn is not None and hasattr(cudnn, "getVersionInt"):
         return int(cudnn.getVersionInt())
@@ -443,24 +356,24 @@ def _cudnn_version(torch: Any) -> int:
         version = torch.backends.cudnn.version()
         if version is not None:
             return int(version)
-    raise _Unavailable("not readable in this torch without initialising CUDA")
+    raise FactUnavailable("not readable in this torch without initialising CUDA")
 
 
 def _distribution_version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError as exc:
-        raise _Unavailable("not installed") from exc
+        raise FactUnavailable("not installed") from exc
 
 
-def _collect_torch_flags(c: _Collector) -> dict[str, Any]:
+def _collect_torch_flags(c: FactCollector) -> dict[str, Any]:
     """The torch switches in force now that change speed or numerics. Read only, never set.
 
     torch >= 2.9 also has the ``fp32_precision`` API; mixing it with ``allow_tf32`` makes torch refuse to read
     the legacy flag, which is recorded as unavailable with torch's message.
     """
     section: dict[str, Any] = {}
-    torch = _import_optional("torch")
+    torch = import_optional("torch")
     names = (
         "matmul_allow_tf32",
         "cudnn_allow_tf32",
@@ -508,7 +421,7 @@ def _collect_torch_flags(c: _Collector) -> dict[str, Any]:
 
 def _attribute(obj: Any, name: str) -> Any:
     if not hasattr(obj, name):
-        raise _Unavailable("not in this torch version")
+        raise FactUnavailable("not in this torch version")
     return getattr(obj, name)
 
 
@@ -520,10 +433,10 @@ def _collect_env_vars() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# GPU
+# The container
 
 
-def _collect_container(c: _Collector) -> dict[str, Any]:
+def _collect_container(c: FactCollector) -> dict[str, Any]:
     """Whether this runs in a container, which runtime and image, its limits, /dev/shm and the GPUs passed in
     (:mod:`clsbench.system.container`); its unread facts join the environment's ``unavailable``."""
     from clsbench.system.container import container_facts
@@ -531,202 +444,3 @@ def _collect_container(c: _Collector) -> dict[str, Any]:
     facts = container_facts()
     c.unavailable.update(facts.get("unavailable") or {})  # copied, not moved: the container's lines read it too
     return facts
-
-
-def _collect_gpu(cuda_index: int | None, c: _Collector) -> dict[str, Any]:
-    """GPU facts from NVML, or from torch when NVML is missing; every key of ``_GPU_KEYS`` is present."""
-    gpu: dict[str, Any] = {}
-    if cuda_index is None:
-        c.missing(gpu, "gpu.index", "device is cpu")
-    else:
-        gpu["index"] = cuda_index
-
-    nvml, nvml_why = open_nvml()
-    if nvml is not None:
-        gpu["source"] = "nvml"
-        try:
-            leftover_reason = _gpu_from_nvml(nvml, cuda_index, gpu, c)
-        except Exception as exc:  # e.g. a GPU that falls off the bus mid-read: keep what was read
-            leftover_reason = f"NVML failed: {short_reason(exc)}"
-        finally:
-            shutdown(nvml)
-    elif cuda_index is None:
-        c.missing(gpu, "gpu.count", nvml_why)
-        leftover_reason = "device is cpu"
-    else:
-        leftover_reason = _gpu_from_torch(cuda_index, gpu, c, nvml_why)
-
-    for key in _GPU_KEYS:
-        if key not in gpu:
-            c.missing(gpu, f"gpu.{key}", leftover_reason)
-    return {key: gpu[key] for key in _GPU_KEYS}
-
-
-def _gpu_from_nvml(nvml: Any, cuda_index: int | None, gpu: dict[str, Any], c: _Collector) -> str:
-    """Fills ``gpu`` from NVML for CUDA device ``cuda_index``; returns the reason for facts left unread."""
-    reason = nvml_reason(nvml)
-    count = c.read(gpu, "gpu.count", lambda: int(nvml.nvmlDeviceGetCount()), reason)
-    if cuda_index is None:
-        return "device is cpu"
-    if count is None:
-        return "NVML could not count the GPUs"
-
-    visible, why = visible_nvml_indices(nvml, count)
-    if visible is None:
-        return why
-    gpu["visible_count"] = len(visible)
-    nvml_index, why = map_cuda_index(nvml, visible, cuda_index)
-    if nvml_index is None:
-        return why
-    gpu["nvml_index"] = nvml_index
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(nvml_index)
-    except Exception as exc:
-        return f"NVML could not open GPU {nvml_index}: {reason(exc)}"
-
-    def mhz(getter: Callable[..., Any], clock_type: str) -> Callable[[], int]:
-        return lambda: int(getter(handle, getattr(nvml, clock_type)))
-
-    def watts(getter: Callable[[], Any]) -> Callable[[], float]:
-        return lambda: int(getter()) / 1000.0  # NVML reports milliwatts
-
-    def enabled(value: Any, on_value: Any) -> bool:
-        return value == on_value
-
-    feature_enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
-    constraints: list[Any] = []
-
-    def power_constraint(position: int) -> float:
-        if not constraints:
-            constraints.extend(nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle))
-        return int(constraints[position]) / 1000.0
-
-    facts: list[tuple[str, Callable[[], Any]]] = [
-        ("name", lambda: nvml_text(nvml.nvmlDeviceGetName(handle))),
-        ("uuid", lambda: nvml_text(nvml.nvmlDeviceGetUUID(handle))),
-        ("pci_bus_id", lambda: nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)),
-        ("memory_total_bytes", lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total)),
-        ("compute_capability", lambda: "{}.{}".format(*nvml.nvmlDeviceGetCudaComputeCapability(handle))),
-        ("multiprocessor_count", lambda: _nvml_multiprocessors(nvml, handle)),
-        ("driver_version", lambda: nvml_text(nvml.nvmlSystemGetDriverVersion())),
-        ("cuda_driver_version", lambda: _format_cuda_version(nvml.nvmlSystemGetCudaDriverVersion())),
-        ("nvml_version", lambda: nvml_text(nvml.nvmlSystemGetNVMLVersion())),
-        ("clock_sm_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_SM")),
-        ("clock_mem_mhz", mhz(nvml.nvmlDeviceGetClockInfo, "NVML_CLOCK_MEM")),
-        ("clock_sm_max_mhz", mhz(nvml.nvmlDeviceGetMaxClockInfo, "NVML_CLOCK_SM")),
-        ("clock_mem_max_mhz", mhz(nvml.nvmlDeviceGetMaxClockInfo, "NVML_CLOCK_MEM")),
-        ("clock_sm_app_mhz", mhz(nvml.nvmlDeviceGetApplicationsClock, "NVML_CLOCK_SM")),
-        ("clock_mem_app_mhz", mhz(nvml.nvmlDeviceGetApplicationsClock, "NVML_CLOCK_MEM")),
-        ("power_limit_enforced_w", watts(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))),
-        ("power_limit_default_w", watts(lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle))),
-        ("power_limit_min_w", lambda: power_constraint(0)),
-        ("power_limit_max_w", lambda: power_constraint(1)),
-        ("persistence_enabled", lambda: enabled(nvml.nvmlDeviceGetPersistenceMode(handle), feature_enabled)),
-        (
-            "mig_enabled",
-            lambda: enabled(nvml.nvmlDeviceGetMigMode(handle)[0], getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)),
-        ),
-        ("ecc_enabled", lambda: enabled(nvml.nvmlDeviceGetEccMode(handle)[0], feature_enabled)),
-        ("temperature_c", lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))),
-        ("performance_state", lambda: _performance_state(nvml.nvmlDeviceGetPerformanceState(handle))),
-        ("compute_mode", lambda: _compute_mode(nvml.nvmlDeviceGetComputeMode(handle))),
-    ]
-    for key, reader in facts:
-        c.read(gpu, f"gpu.{key}", reader, reason)
-    return "not read"
-
-
-def _nvml_multiprocessors(nvml: Any, handle: Any) -> int:
-    """SM count; NVML documents ``nvmlDeviceGetAttributes`` for MIG handles only: whole GPUs may say no."""
-    try:
-        count = int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
-    except Exception as exc:
-        if isinstance(exc, AttributeError) or getattr(exc, "value", None) is not None:
-            raise _Unavailable("NVML gives it for MIG instances only; CUDA would need a context") from exc
-        raise
-    if count <= 0:
-        raise _Unavailable("NVML gives it for MIG instances only; CUDA would need a context")
-    return count
-
-
-def _format_cuda_version(version: Any) -> str:
-    """NVML and the CUDA driver API encode CUDA 12.4 as 12040."""
-    number = int(version)
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
-def _performance_state(state: Any) -> str:
-    if int(state) == _NVML_PSTATE_UNKNOWN:
-        raise _Unavailable("reported as unknown")
-    return f"P{int(state)}"
-
-
-def _compute_mode(mode: Any) -> str:
-    return _COMPUTE_MODES.get(int(mode), f"unknown ({int(mode)})")
-
-
-def _gpu_from_torch(cuda_index: int, gpu: dict[str, Any], c: _Collector, nvml_reason: str) -> str:
-    """Fallback without NVML: what ``torch.cuda.get_device_properties`` knows (this initialises CUDA)."""
-    torch = _import_optional("torch")
-    if torch is None:
-        return f"{nvml_reason}; torch not installed"
-    try:
-        if not torch.backends.cuda.is_built():
-            return f"{nvml_reason}; torch built without CUDA"
-        if not torch.cuda.is_available():
-            return "no CUDA device"
-        visible = int(torch.cuda.device_count())
-    except Exception as exc:
-        return f"{nvml_reason}; torch.cuda failed: {short_reason(exc)}"
-    gpu["source"] = "torch"
-    gpu["visible_count"] = visible
-    if "CUDA_VISIBLE_DEVICES" not in os.environ:
-        gpu["count"] = visible
-    if cuda_index >= visible:
-        return f"no CUDA device cuda:{cuda_index} ({visible} visible)"
-    try:
-        props = torch.cuda.get_device_properties(cuda_index)
-    except Exception as exc:
-        return f"{nvml_reason}; torch.cuda.get_device_properties failed: {short_reason(exc)}"
-    c.read(gpu, "gpu.name", lambda: str(props.name))
-    c.read(gpu, "gpu.uuid", lambda: _torch_uuid(props))
-    c.read(gpu, "gpu.pci_bus_id", lambda: _torch_pci_bus_id(props))
-    c.read(gpu, "gpu.memory_total_bytes", lambda: int(props.total_memory))
-    c.read(gpu, "gpu.compute_capability", lambda: f"{props.major}.{props.minor}")
-    c.read(gpu, "gpu.multiprocessor_count", lambda: int(props.multi_processor_count))
-    c.read(gpu, "gpu.cuda_driver_version", lambda: _format_cuda_version(_torch_driver_version(torch)))
-    return nvml_reason
-
-
-def _torch_driver_version(torch: Any) -> int:
-    getter = getattr(torch._C, "_cuda_getDriverVersion", None)
-    if getter is None:
-        raise _Unavailable("not exposed by this torch")
-    return int(getter())
-
-
-def _torch_uuid(props: Any) -> str:
-    uuid = getattr(props, "uuid", None)
-    if uuid is None:
-        raise _Unavailable("not in this torch version")
-    text = str(uuid)
-    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
-
-
-def _torch_pci_bus_id(props: Any) -> str:
-    """In NVML's format, ``00000000:19:00.0``, so that both sources give the same string."""
-    if not hasattr(props, "pci_bus_id"):
-        raise _Unavailable("not in this torch version")
-    return f"{int(props.pci_domain_id):08X}:{int(props.pci_bus_id):02X}:{int(props.pci_device_id):02X}.0"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Formatting and small helpers
-
-
-def _import_optional(name: str) -> Any:
-    """Imports a module, or returns None when it is not installed or fails to import."""
-    try:
-        return __import__(name)
-    except Exception:  # an optional module that fails to import is a missing fact
-        return None
