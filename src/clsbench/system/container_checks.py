@@ -126,7 +126,6 @@ def _entry(check: str, status: str, message: str) -> dict:
     return {"check": check, "status": status, "message": message}
 
 
-
 def _container_check(facts: Mapping[str, Any]) -> tuple[str, str]:
     if not facts.get("in_container"):
         return "ok", "not in a container (no marker found)"
