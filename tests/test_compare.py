@@ -17,7 +17,8 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from clsbench.analysis.compare import (
+from clsbench.analysis.compare import compare, regressions
+from clsbench.analysis.compare_types import (
     VERDICT_FASTER,
     VERDICT_NA,
     VERDICT_NOT_SIGNIFICANT,
@@ -25,8 +26,6 @@ from clsbench.analysis.compare import (
     VERDICT_SLOWER,
     Comparison,
     Row,
-    compare,
-    regressions,
 )
 from clsbench.analysis.significance import (
     TEST_NAME,

@@ -41,275 +41,40 @@ comparison can be redone from files alone on any machine.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from clsbench.analysis import stats
-from clsbench.analysis.significance import DEFAULT_ALPHA, TEST_NAME, TestResult, welch_t_test
+from clsbench.analysis.compare_keys import Key, default_input_sizes, key_text, match_key, miss_summary, near_misses
+from clsbench.analysis.compare_types import (
+    LATENCY_WORKLOADS,
+    RUN_LABELS,
+    VERDICT_FASTER,
+    VERDICT_NA,
+    VERDICT_NOT_SIGNIFICANT,
+    VERDICT_NOT_TESTABLE,
+    VERDICT_SLOWER,
+    CellValue,
+    Comparison,
+    CrossRow,
+    CrossRunFigures,
+    EnvDifference,
+    Ratio,
+    Regression,
+    Row,
+    RunInfo,
+    WorkloadTable,
+)
+from clsbench.analysis.significance import DEFAULT_ALPHA, welch_t_test
 from clsbench.core.plan import PRE_PROTOCOL_EQUIVALENT, PRE_PROTOCOL_LABEL, WORKLOADS, protocol_of
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
 from clsbench.results.facts import KEY_FIELDS, get_field
-from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix, data_label
+from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement
 
-#: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
-LATENCY_WORKLOADS = frozenset({"infer-latency"})
 #: Facts that identify the hardware; the other KEY_FIELDS are software or settings.
 HARDWARE_FIELDS = ("gpu.name", "cpu.model")
-#: Run labels used in table headers; the legend maps each to its file.
-RUN_LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-VERDICT_FASTER = "faster"
-VERDICT_SLOWER = "slower"
-VERDICT_NOT_SIGNIFICANT = "not significant"
-VERDICT_NOT_TESTABLE = "not testable"
-VERDICT_NA = "n/a"
-
-#: The label of synthetic data in tables and exports (a measurement without real-data settings).
-SYNTHETIC = "synthetic"
-#: What a measurement's key lacks that compare matches on too, in the order of :data:`Key`'s last three entries.
-MATCH_FACTS = ("input size", "data pipeline", "world size")
-
-#: model, workload, mode, batch_size, backend, input size (None: the model's default, size unknown), data label
-#: (None: synthetic), world size (None: a scale measurement whose world size cannot be told).
-Key = tuple[str, str, str, int, str, int | None, str | None, int | None]
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One compared run: its name (file or run id), table label, hardware and devices."""
-
-    name: str
-    label: str
-    hardware: str
-    devices: tuple[str, ...]
-    torch: str | None
-    created_utc: str
-    protocol: str | None = None  # the stop rules' protocol; None: a result with no stop rules (serve)
-
-
-@dataclass(frozen=True)
-class CellValue:
-    """One run's figure for one matched row.
-
-    Attributes:
-        status: ``ok``, ``failed``, ``skipped`` or ``missing`` (the run has no such measurement).
-        reason: the failure or skip reason from the result file.
-        value: the figure (median over repeats); None unless ok.
-        values: the per-repeat figures the significance test uses.
-        unstable: the measurement was flagged UNSTABLE (spread over repeats above the limit).
-        device: the device the measurement ran on.
-    """
-
-    status: str
-    reason: str | None = None
-    value: float | None = None
-    values: tuple[float, ...] = ()
-    unstable: bool = False
-    device: str | None = None
-
-    @property
-    def cv_pct(self) -> float | None:
-        """Standard deviation over repeats relative to their mean, in percent (None below two repeats)."""
-        if len(self.values) < 2:
-            return None
-        mean = stats.mean(self.values)
-        return stats.stdev(self.values) / mean * 100.0 if mean else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "value": self.value, "values": list(self.values),
-                "cv_pct": self.cv_pct, "unstable": self.unstable, "device": self.device}
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """A run against the first run for one row.
-
-    Attributes:
-        speedup: > 1 means faster than the first run (latency inverted); None when either figure is missing.
-        verdict: ``faster``, ``slower``, ``not significant``, ``not testable`` or ``n/a``.
-        test: the Welch's t-test behind the verdict (None when there was nothing to test).
-    """
-
-    speedup: float | None
-    verdict: str
-    test: TestResult | None = None
-
-    @property
-    def slowdown_pct(self) -> float | None:
-        """How much more time per image (or per request) than the first run, in percent; > 0 is slower.
-
-        ``(1 / speedup - 1) * 100``: a throughput that falls from 100 to 90 img/s is 11.1% slower, a latency
-        that rises from 10 to 11 ms is 10% slower (pyperf's "1.11x slower").
-        """
-        if not self.speedup:
-            return None
-        return (1.0 / self.speedup - 1.0) * 100.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"speedup": self.speedup, "slowdown_pct": self.slowdown_pct, "verdict": self.verdict,
-                "test": self.test.to_dict() if self.test else None}
-
-
-@dataclass(frozen=True)
-class Row:
-    """One matched cell (:data:`Key`): each run's figure and each later run's ratio.
-
-    Attributes:
-        input_size: the input side in pixels; None: the model's default, whose size no compared file shows.
-        input_size_is_default: ``input_size`` is the model's default as the compared files show it.
-        data: the data pipeline's label; None: synthetic data.
-        world_size: the devices one step ran on (1 but for ``clsbench scale``); None: not known.
-    """
-
-    model: str
-    workload: str
-    mode: str
-    batch_size: int
-    cells: tuple[CellValue, ...]
-    ratios: tuple[Ratio, ...]  # one per run after the first
-    backend: str = DEFAULT_BACKEND
-    input_size: int | None = None
-    input_size_is_default: bool = False
-    data: str | None = None
-    world_size: int | None = 1
-
-    @property
-    def key(self) -> Key:
-        return (self.model, self.workload, self.mode, self.batch_size, self.backend, self.input_size, self.data,
-                self.world_size)
-
-    def label(self) -> str:
-        """E.g. ``resnet50 train fp32 bs32``; a real-data pipeline, an input size other than the model's default, a
-        world size other than 1 and a backend other than eager are added: ``vit train [folder cpu w8] fp32 bs32
-        160px world 2``."""
-        return key_text(self.key, self.input_size_is_default)
-
-    def to_dict(self) -> dict[str, Any]:
-        backend = {} if self.backend == DEFAULT_BACKEND else {"backend": self.backend}
-        return {"model": self.model, "workload": self.workload, "mode": self.mode, **backend,
-                "batch_size": self.batch_size, "input_size": self.input_size, "data": self.data or SYNTHETIC,
-                "world_size": self.world_size, "cells": [c.to_dict() for c in self.cells],
-                "ratios": [r.to_dict() for r in self.ratios]}
-
-
-@dataclass(frozen=True)
-class WorkloadTable:
-    """All rows of one workload and the figure they compare."""
-
-    workload: str
-    metric: str  # "throughput_img_s" or "latency_p50_ms"
-    higher_is_better: bool
-    rows: tuple[Row, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload, "metric": self.metric, "higher_is_better": self.higher_is_better,
-                "rows": [r.to_dict() for r in self.rows]}
-
-
-@dataclass(frozen=True)
-class EnvDifference:
-    """A key environment fact whose value is not the same in every run (one value per run)."""
-
-    field: str
-    values: tuple[Any, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "values": list(self.values)}
-
-
-@dataclass(frozen=True)
-class CrossRunFigures:
-    """One run's figures for one model in the cross-GPU view."""
-
-    train_img_s: float | None = None
-    train_batch_size: int | None = None
-    latency_p50_ms: float | None = None
-    peak_memory_bytes: int | None = None
-    peak_memory_kind: str | None = None  # "allocated" (torch, GPU) or "host_rss" (CPU)
-    power_avg_w: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class CrossRow:
-    """A row of the cross-GPU view: a model in a mode at one input size, its figures per run, the second run against
-    the first.
-
-    The train figure is the training throughput; the latency is the p50 at batch 1; peak memory and average
-    power are those of the training measurement (torch's peak allocation on a GPU, the worker's peak RSS on a CPU).
-    Only synthetic-data measurements on one device (world size 1) on the eager backend are in this view.
-    """
-
-    model: str
-    mode: str
-    runs: tuple[CrossRunFigures, ...]
-    train_ratio: Ratio | None = None
-    latency_ratio: Ratio | None = None
-    input_size: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "mode": self.mode, "input_size": self.input_size,
-                "runs": [r.to_dict() for r in self.runs],
-                "train_ratio": self.train_ratio.to_dict() if self.train_ratio else None,
-                "latency_ratio": self.latency_ratio.to_dict() if self.latency_ratio else None}
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Everything ``clsbench compare`` shows, as data: render it with :mod:`clsbench.report.export`."""
-
-    runs: tuple[RunInfo, ...]
-    alpha: float
-    env_differences: tuple[EnvDifference, ...]
-    warnings: tuple[str, ...]
-    tables: tuple[WorkloadTable, ...]
-    cross: tuple[CrossRow, ...]
-    test: str = TEST_NAME
-
-    def rows(self) -> list[Row]:
-        return [row for table in self.tables for row in table.rows]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            "alpha": self.alpha,
-            "ratio": "speed-up against the first run: > 1 is faster (latency inverted: first / other)",
-            "runs": [dataclasses.asdict(r) for r in self.runs],
-            "env_differences": [d.to_dict() for d in self.env_differences],
-            "warnings": list(self.warnings),
-            "tables": [t.to_dict() for t in self.tables],
-            "cross_gpu": [c.to_dict() for c in self.cross],
-        }
-
-
-@dataclass(frozen=True)
-class Regression:
-    """A significant slowdown beyond the gate's threshold."""
-
-    row: Row
-    run: RunInfo
-    ratio: Ratio
-    baseline: str = "the baseline"
-
-    def describe(self) -> str:
-        """E.g. ``resnet50 train fp32 bs32: B (new.json) is 25.0% slower than A (1.25x the time per image;
-        significant at alpha=0.05 (Welch's t-test (two-sided), p=0.0012))``."""
-        test = self.ratio.test
-        unit = "latency" if self.row.workload in LATENCY_WORKLOADS else "time per image"
-        significance = f"; {test.describe()}" if test else ""
-        return (f"{self.row.label()}: {self.run.label} ({self.run.name}) is {self.ratio.slowdown_pct:.1f}% slower "
-                f"than {self.baseline} ({format_ratio(1 / self.ratio.speedup)} the {unit}{significance})")
-
-
-def format_ratio(value: float) -> str:
-    """A ratio as people read it: three significant digits, trailing zeros kept (1.10x, 0.0183x), whole from 100."""
-    return f"{value:.0f}x" if value >= 100 else f"{value:#.3g}x"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -491,117 +256,6 @@ def same_hardware_warnings(results: Sequence[BenchmarkResult], labels: Sequence[
 
 
 # ----------------------------------------------------------------------------------------------------------
-# What a measurement is matched by
-
-
-def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def recorded_input_size(m: Measurement) -> int | None:
-    """The input side ``m`` stores, else the one its repeats recorded; None: neither (the model's default)."""
-    if _is_size(m.input_size):
-        return m.input_size
-    return next((r["input_size"] for r in m.repeats if _is_size(r.get("input_size"))), None)
-
-
-def _requested_input_sizes(settings: dict[str, Any]) -> dict[str, set[Any]]:
-    """Per model, the input sizes a run's settings asked for (None: the model's default): its cells and any
-    procedure block naming a model (diagnose, sweep, tune, scale)."""
-    out: dict[str, set[Any]] = {}
-    blocks = [*(settings.get("cells") or ()), *settings.values()]
-    for block in blocks:
-        if isinstance(block, dict) and isinstance(block.get("model"), str) and "input_size" in block:
-            out.setdefault(block["model"], set()).add(block["input_size"])
-    return out
-
-
-def default_input_sizes(results: Sequence[BenchmarkResult]) -> dict[str, int]:
-    """Per model, its default input size as ``results`` show it: the size recorded by its measurements in runs whose
-    settings asked for no size for it. A model is left out when no file shows its default, or when the files
-    disagree (one model name, two defaults: e.g. another timm version)."""
-    seen: dict[str, set[int]] = {}
-    for result in results:
-        requested = _requested_input_sizes(result.settings)
-        for m in result.measurements:
-            size = recorded_input_size(m)
-            if size is not None and requested.get(m.model) == {None}:
-                seen.setdefault(m.model, set()).add(size)
-    return {model: next(iter(sizes)) for model, sizes in seen.items() if len(sizes) == 1}
-
-
-def input_size_of(m: Measurement, defaults: dict[str, int]) -> int | None:
-    """The input side ``m`` ran at (:func:`recorded_input_size`, else the model's default from ``defaults``);
-    None: the model's default, whose size is not known."""
-    size = recorded_input_size(m)
-    return size if size is not None else defaults.get(m.model)
-
-
-def world_size_of(m: Measurement, settings: dict[str, Any]) -> int | None:
-    """The devices one step of ``m`` ran on: a ``clsbench scale`` measurement's GPUs in total (its summary's
-    ``gpus``, or, when it failed before it had figures, its global batch / the plan's per-GPU batch), 1 for any
-    other measurement (one process on one device); None for a scale measurement that says neither."""
-    gpus = (m.summary or {}).get("gpus")
-    if _is_size(gpus):
-        return gpus
-    scale = settings.get("scale")
-    if not isinstance(scale, dict):
-        return 1
-    per_gpu = scale.get("batch_size_per_gpu")
-    if _is_size(per_gpu) and m.batch_size % per_gpu == 0:
-        return m.batch_size // per_gpu
-    return None
-
-
-def match_key(m: Measurement, settings: dict[str, Any], defaults: dict[str, int]) -> Key:
-    """What compare matches ``m`` by (:data:`Key`; see the module docstring). ``settings``: its run's settings;
-    ``defaults``: :func:`default_input_sizes` of the compared runs."""
-    return (m.model, m.workload, m.mode, m.batch_size, m.backend, input_size_of(m, defaults), data_label(m.data),
-            world_size_of(m, settings))
-
-
-def fact_text(index: int, value: Any) -> str:
-    """One of :data:`MATCH_FACTS` (by position) as tables print it: ``160``, ``default``, ``synthetic``, ``?``."""
-    if MATCH_FACTS[index] == "input size":
-        return "default" if value is None else str(value)
-    if MATCH_FACTS[index] == "data pipeline":
-        return value or SYNTHETIC
-    return "?" if value is None else str(value)
-
-
-def key_text(key: Key, size_is_default: bool = False) -> str:
-    """A matched cell in words (:meth:`Row.label`); the input size is left out when it is the model's default."""
-    model, workload, mode, batch, backend, size, data, world = key
-    text = f"{model} {workload}" + (f" [{data}]" if data else "") + f" {mode} bs{batch}"
-    if size is not None and not size_is_default:
-        text += f" {size}px"
-    if world != 1:
-        text += f" world {fact_text(2, world)}"
-    return text + backend_suffix(backend)
-
-
-def _differences(a: Key, b: Key) -> list[str]:
-    """The match facts that differ between two keys of the same cell, e.g. ``input size 64 vs 160``."""
-    return [f"{name} {fact_text(i, a[5 + i])} vs {fact_text(i, b[5 + i])}" for i, name in enumerate(MATCH_FACTS)
-            if a[5 + i] != b[5 + i]]
-
-
-def near_misses(base: dict[Key, Measurement], other: dict[Key, Measurement]) -> list[tuple[Key, Key]]:
-    """Pairs (base key, other key) of one cell (model, workload, mode, batch size, backend) that did not pair up
-    because an input size, data pipeline or world size differs; keys that matched elsewhere are not counted."""
-    unmatched: dict[tuple[Any, ...], list[Key]] = {}
-    for key in base:
-        if key not in other:
-            unmatched.setdefault(key[:5], []).append(key)
-    return [(a, key) for key in other if key not in base for a in unmatched.get(key[:5], [])]
-
-
-def _miss_summary(misses: Sequence[tuple[Key, Key]]) -> str:
-    """The distinct differences of ``misses`` in words: ``input size 64 vs 160; data pipeline synthetic vs ...``."""
-    return "; ".join(dict.fromkeys(d for a, b in misses for d in _differences(a, b)))
-
-
-# ----------------------------------------------------------------------------------------------------------
 # The comparison
 
 
@@ -640,7 +294,7 @@ def _check_common(indexes: Sequence[dict[Key, Measurement]], names: Sequence[str
     for i in range(1, len(indexes)):
         misses = near_misses(indexes[0], indexes[i])
         if not set(indexes[i]) & set(indexes[0]):
-            why = (f"; the same cells differ in {_miss_summary(misses)} ({names[0]} vs {names[i]})" if misses else "")
+            why = (f"; the same cells differ in {miss_summary(misses)} ({names[0]} vs {names[i]})" if misses else "")
             raise InvalidInputError(
                 f"{names[i]} and {names[0]} have no measurement in common (matched by {MATCHED_BY}){why}: "
                 f"{names[0]} has {_describe_keys(list(indexes[0]), defaults)}; {names[i]} has "
@@ -653,7 +307,7 @@ def _check_common(indexes: Sequence[dict[Key, Measurement]], names: Sequence[str
             by_cell: dict[tuple[Any, ...], list[tuple[Key, Key]]] = {}
             for a, b in misses:
                 by_cell.setdefault(a[:5], []).append((a, b))
-            shown = [f"{key_text((*cell, None, None, 1))} ({_miss_summary(pairs)})" for cell, pairs in by_cell.items()]
+            shown = [f"{key_text((*cell, None, None, 1))} ({miss_summary(pairs)})" for cell, pairs in by_cell.items()]
             more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
             warnings.append(f"{labels[i]} measured {len(shown)} cell(s) of {labels[0]} with another input size, data "
                             f"pipeline or world size ({labels[0]} vs {labels[i]}): {', '.join(shown[:3])}{more}; not "

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clsbench.analysis.compare import (
-    SYNTHETIC,
+from clsbench.analysis.compare_keys import SYNTHETIC, default_input_sizes, fact_text, input_size_of, world_size_of
+from clsbench.analysis.compare_types import (
     VERDICT_FASTER,
     VERDICT_NA,
     VERDICT_NOT_TESTABLE,
@@ -32,11 +32,7 @@ from clsbench.analysis.compare import (
     Ratio,
     Row,
     RunInfo,
-    default_input_sizes,
-    fact_text,
     format_ratio,
-    input_size_of,
-    world_size_of,
 )
 from clsbench.analysis.significance import format_p
 from clsbench.core.text_table import text_table
