@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# Issue 16 on the H200 in one device call: what AOTInductor's loader needs there (benchmarks/aoti_probe.py), then
-# the backend matrix through `clsbench run --backend` itself, in cell order, under a guard, resumable across calls.
+# Issue 16 on the H200 in one device call: the backend matrix through `clsbench run --backend` itself, in cell order,
+# under a guard, resumable across calls.
 #
-#   CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/backends_h200.sh            # PROBE=1: the probe first
-#   RESUME=benchmarks/results/h200/backends-<time>/backends.json PROBE=0 OUT=$OUT bash benchmarks/backends_h200.sh
+#   CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/backends_h200.sh
+#   RESUME=benchmarks/results/h200/backends-<time>/backends.json OUT=$OUT bash benchmarks/backends_h200.sh
 #
-# PROBE=1 runs the loader probe first (about 4-5 minutes: builds of a tiny network side by side, each
-# package loaded in a fresh process, cuda-gdb's stack of a crash); its chosen fix, when the default build does not
-# load, is passed to the export backend through CLSBENCH_AOTI_CONFIGS (recorded in every export cell's versions and
-# build facts). The matrix: MODELS (resnet50,mobilenet_v3_large) x infer-throughput (batch 256) and infer-latency
-# (batch 1) x MODES (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,export-frozen,onnxruntime,tensorrt), 3 repeats,
-# cell order
-# (a cell's repeats share one build, and an interrupted call loses at most one cell's repeats), the artifact cache in
-# the ignored folder .cache/ (kept on a warm machine between calls). SIGINT at GUARD_S saves what finished.
+# The matrix: MODELS (resnet50,mobilenet_v3_large) x infer-throughput (batch 256) and infer-latency (batch 1) x MODES
+# (bf16+cl,fp32) x BACKENDS (eager,torchscript,export,export-frozen,onnxruntime,tensorrt), 3 repeats, cell order (a
+# cell's repeats share one build, and an interrupted call loses at most one cell's repeats), the artifact cache in the
+# ignored folder .cache/ (kept on a warm machine between calls). SIGINT at GUARD_S saves what finished.
 # Files go to a new folder benchmarks/results/h200/backends-<UTC time>/ (or the RESUME file's folder, or DIR), as one
 # tarball in $OUT. WORKLOADS overrides the workloads. GRAPHS=1 adds a second file, latency-graphs.json: batch 1 in
 # bf16+cl+cudagraph over GRAPH_BACKENDS (eager,torchscript,export,export-frozen; an artifact is the bf16+cl one,
@@ -22,9 +18,12 @@
 #
 #   GRAPHS=1 CLSBENCH_GIT_COMMIT=<commit> OUT=$OUT bash benchmarks/backends_h200.sh        # call 1
 #   DIR=benchmarks/results/h200/backends-<time> GRAPHS=1 CLSBENCH_GIT_COMMIT=<commit> OUT=$OUT bash benchmarks/backends_h200.sh
+#
+# The PROBE=1 stage of 2026-12-03 (benchmarks/aoti_probe.py: why AOTInductor's packages crashed at load on the H200
+# image) is gone with that script, last at commit 5f458f4: the question is settled and the export backend chooses its
+# compiler itself (docs/investigations.md, "AOTInductor packages killed the process that loaded them").
 source "$(dirname "$0")/lib.sh"
 GUARD_S=${GUARD_S:-570}
-PROBE=${PROBE:-0}
 DEVICE=${DEVICE:-cuda}
 if [ -n "${DIR:-}" ]; then
   [ -d "$DIR" ] || { echo "error: DIR=$DIR is not a folder here (extract the last call's tarball into the tree first)" >&2; exit 3; }
@@ -41,31 +40,9 @@ export CLSBENCH_CACHE=${CLSBENCH_CACHE:-$PWD/.cache/artifacts} CLSBENCH_DB=${CLS
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv 2>&1 || echo "no nvidia-smi"
   $PY -c 'import torch, platform; print("torch", torch.__version__, "cuda", torch.version.cuda, "python",
 platform.python_version())'; } >> "$DEST/environment.txt" 2>&1
-if [ "$PROBE" = 1 ]; then
-  timeout -s KILL "${PROBE_S:-360}" $PY benchmarks/aoti_probe.py --out "$DEST/aoti-probe" --device "$DEVICE" --gdb \
-    --parallel "${PARALLEL:-5}" ${PROBE_ARGS:-} > "$DEST/aoti-probe.out" 2>&1
-  echo "probe rc=$? at $(( $(date +%s) - T0 )) s"
-  tail -n 25 "$DEST/aoti-probe/aoti_probe.txt" 2>/dev/null
-  rm -rf "$DEST/aoti-probe/packages"  # the tiny packages: rebuilt in seconds, not worth carrying back
-  CHOSEN=$($PY benchmarks/aoti_probe.py --choose "$DEST/aoti-probe/aoti_probe.jsonl" --device "$DEVICE")
-  echo "chosen: $CHOSEN" | tee "$DEST/aoti-choice.txt"
-fi
 BACKENDS=${BACKENDS:-eager,torchscript,export,export-frozen,onnxruntime,tensorrt}
-if [ "$PROBE" = 1 ]; then
-  case "$CHOSEN" in
-    null) BACKENDS=$(echo ",$BACKENDS," | sed -e 's/,export-frozen,/,/g' -e 's/,export,/,/g' -e 's/^,//' -e 's/,$//')
-          # no build loads here: the matrix without export (either build)
-          echo "no AOTInductor configuration loads here: export left out" | tee -a "$DEST/aoti-choice.txt" ;;
-    *'"variant": "default"'*) ;;
-    *) eval "$($PY -c 'import json, shlex, sys
-c = json.loads(sys.argv[1])
-for k, v in c.get("env", {}).items():
-    print(f"export {k}={shlex.quote(v)}")
-if c.get("configs"):
-    print("export CLSBENCH_AOTI_CONFIGS=" + shlex.quote(json.dumps(c["configs"])))' "$CHOSEN")" ;;
-  esac
-fi
-echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} CXX=${CXX:-} backends=$BACKENDS" | tee -a "$DEST/aoti-choice.txt"
+# The export backend chooses the compiler by its C++ library; CXX and CLSBENCH_AOTI_CONFIGS, when set, are recorded.
+echo "CLSBENCH_AOTI_CONFIGS=${CLSBENCH_AOTI_CONFIGS:-} CXX=${CXX:-} backends=$BACKENDS" | tee -a "$DEST/environment.txt"
 # One stage per result file in DEST, each started, resumed or passed over by what its file says, so the same command
 # continues in the next call (DIR=<folder>): the matrix, then (GRAPHS=1) the batch-1 cells captured as CUDA graphs.
 state_of() {  # FILE: new, pending, done or unreadable

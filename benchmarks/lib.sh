@@ -1,6 +1,6 @@
-# Sourced by the device scripts (pipeline_h200.sh, pipeline_levers.sh, tune_h200.sh): strict mode, the repository
-# root as the working directory, the source tree on PYTHONPATH, a new result folder that is never overwritten, and
-# the time left of the script's guard (GUARD_S).
+# Sourced by the device scripts (backends_h200.sh, pipeline_h200.sh, pipeline_levers.sh, tune_h200.sh): strict mode,
+# the repository root as the working directory, the source tree on PYTHONPATH, a new result folder that is never
+# overwritten, and the time left of the script's guard (GUARD_S).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
