@@ -29,11 +29,9 @@ from clsbench.scenarios import SCENARIOS, ordered
 from clsbench.serving import records
 from clsbench.serving.analysis import (
     analyze_serve,
-    batch_histogram_svg,
     compare_serve,
     csv_rows,
     is_serve_result,
-    latency_chart_svg,
     render_serve,
     render_serve_compare,
     render_serve_html,
@@ -45,6 +43,7 @@ from clsbench.serving.counters import Counters, merge
 from clsbench.serving.logs import parse_detail, parse_logs, parse_summary
 from clsbench.serving.scenario import LoadGenParams, ScenarioContext
 from clsbench.serving.search import search_max_qps
+from clsbench.serving.serve_charts import batch_histogram_svg, latency_chart_svg
 from clsbench.serving.server import Server
 
 MS = 1_000_000

@@ -3,13 +3,13 @@
 - :func:`is_serve_result`: whether a result file is a ``clsbench serve`` result.
 - :func:`scenario_summary`: a (mode, scenario) measurement's summary (its answer, as the generic table reads it).
 - :func:`analyze_serve`: everything ``show`` prints, as a dict: per mode and scenario the answer, per batching
-  setting the best run and its time split, the winning setting and why, every LoadGen run.
-- :func:`render_serve`: that analysis as text.
+  setting the best run and its time split, the winning setting and why, every LoadGen run (the rows of
+  :mod:`clsbench.serving.serve_rows`).
+- :func:`render_serve`: that analysis as text (its phrases in :mod:`clsbench.serving.serve_text`).
 - :func:`compare_serve` / :func:`render_serve_compare`: two serve results side by side, with Welch's t-test where
   both have repeated runs at their answer (``--confirm``).
-- :func:`latency_chart_svg`, :func:`batch_histogram_svg`: the report's two charts, as self-contained SVG, per mode
-  with captions from :func:`serve_figures`; :func:`render_serve_html`: both with the text table, as one HTML
-  fragment.
+- :func:`serve_figures`: the report's two charts (:mod:`clsbench.serving.serve_charts`), as self-contained SVG, per
+  mode with their captions; :func:`render_serve_html`: both with the text table, as one HTML fragment.
 - :func:`csv_rows`: every LoadGen run as a flat row (``show --format csv``).
 """
 
@@ -22,8 +22,18 @@ from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
 from clsbench.core.vocab import Status
 from clsbench.results.schema import BenchmarkResult, Measurement, backend_suffix
 from clsbench.serving import records
-from clsbench.serving.config import MLPERF_MIN_DURATION_S
 from clsbench.serving.counters import STAGES
+from clsbench.serving.serve_charts import batch_histogram_svg, latency_chart_svg
+from clsbench.serving.serve_rows import per_setting, scenario_headline, step_row
+from clsbench.serving.serve_text import (
+    LOCAL_SPLIT_HEADER,
+    TARGET_SPLIT_HEADER,
+    artifacts_text,
+    duration_text,
+    figure_text,
+    target_text,
+    winner_and_why,
+)
 
 #: Workload name of a serve measurement: ``serve-offline``, ``serve-server``, ...
 WORKLOAD_PREFIX = "serve-"
@@ -31,11 +41,6 @@ WORKLOAD_PREFIX = "serve-"
 QPS_WORKLOADS = frozenset({WORKLOAD_PREFIX + "server"})
 #: The issue's goal for the Server scenario: its QPS at least this fraction of offline samples/s, same mode.
 SERVER_GOAL_FRACTION = 0.9
-#: A setting's time-split component is named as why it lost when it exceeds the winner's by at least this (ms).
-WHY_MIN_DIFFERENCE_MS = 0.05
-
-_SPLIT_NAMES = {"queue": "queue wait", "gather": "gather", "copy_in": "copy in", "compute": "compute",
-                "copy_out": "copy out", "complete": "hand-back"}
 
 
 def is_serve_result(result: BenchmarkResult) -> bool:
@@ -56,24 +61,13 @@ def line_of(m: Measurement) -> str:
     return m.mode + backend_suffix(m.backend)
 
 
-def _headline(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any] | None:
-    from clsbench.errors import InvalidInputError
-    from clsbench.scenarios import SCENARIOS
-
-    try:
-        plugin = SCENARIOS.get(scenario)
-    except InvalidInputError:
-        return None  # a scenario this clsbench does not know: its runs are still listed
-    return plugin.headline(steps, settings)
-
-
 def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     """A serve measurement's summary, in the keys the generic table and the history index read.
 
     ``throughput_img_s`` is the scenario's rate answer (offline samples/s, server QPS), ``latency_ms`` the LoadGen
     latencies of the run the answer comes from, ``serve`` the answer itself (figure, unit, label, note, setting).
     """
-    head = _headline(scenario, steps, settings)
+    head = scenario_headline(scenario, steps, settings)
     if head is None:
         return {}
     step = head.get("step")
@@ -95,135 +89,6 @@ def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[
 # ------------------------------------------------------------------------------------------------ analysis
 
 
-def step_row(step: dict[str, Any]) -> dict[str, Any]:
-    """One LoadGen run as a flat row (the steps table, the report's chart, CSV)."""
-    stats = records.batch_stats(step) or {}
-    return {
-        "index": step.get("index"), "mode": f"{step.get('mode')}{backend_suffix(step.get('backend'))}",
-        "scenario": step.get("scenario"),
-        "role": step.get("role"), "setting": records.setting_label(step.get("setting") or {}),
-        "target_qps": records.target_qps(step),
-        "scheduled_qps": records.loadgen_figure(step, "scheduled_qps"),
-        "completed_qps": records.loadgen_figure(step, "completed_qps"),
-        "samples_per_second": records.loadgen_figure(step, "samples_per_second"),
-        "p50_ms": records.latency_ms(step, "p50"), "p90_ms": records.latency_ms(step, "p90"),
-        "p99_ms": records.latency_ms(step, "p99"), "p99.9_ms": records.latency_ms(step, "p99.9"),
-        "valid": records.is_valid(step), "reason": records.reason(step),
-        "mean_batch": stats.get("mean_batch"), "padding_pct": stats.get("padding_pct"),
-        "histogram": stats.get("histogram") or {}, "split_ms": records.time_split_ms(step),
-        "per_batch_ms": stats.get("per_batch_ms"), "busy_pct": stats.get("busy_pct") or [],
-        "log_dir": step.get("log_dir"), "wall_s": step.get("wall_s"),
-    }
-
-
-def _per_setting(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each batching setting's answer, best run and time split, in the order the settings were served."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for step in steps:
-        groups.setdefault(records.setting_key(step.get("setting") or {}), []).append(step)
-    out = []
-    for group in groups.values():
-        head = _headline(scenario, group, settings) or {}
-        best = head.get("step")
-        out.append({"setting": records.setting_label(group[0].get("setting") or {}),
-                    "max_batch": (group[0].get("setting") or {}).get("max_batch"),
-                    "figure": head.get("figure"), "unit": head.get("unit"), "note": head.get("note") or "",
-                    "runs": len(group), "valid_runs": sum(1 for s in group if records.is_valid(s)),
-                    "best": step_row(best) if best else None, "limit": _limit(group, best)})
-    return out
-
-
-def _limit(steps: list[dict[str, Any]], best: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The run that shows what stopped a setting: the lowest-target INVALID Server run above its answer."""
-    floor = records.target_qps(best) if best else 0.0
-    above = [s for s in steps if not records.is_valid(s) and not s.get("error") and records.target_qps(s)
-             and records.target_qps(s) > (floor or 0.0) and records.time_split_ms(s) is not None]
-    if not above:
-        return None
-    return step_row(min(above, key=lambda s: records.target_qps(s) or 0.0))
-
-
-#: Instances busier than this (share of the run's wall time) at a failing load ran out of throughput.
-SATURATED_BUSY_PCT = 90.0
-
-
-def _limit_text(row: dict[str, Any]) -> str:
-    """What the failing run above a setting's answer shows: out of throughput, or out of latency budget."""
-    limit = row.get("limit")
-    if not limit:
-        return ""
-    busy = limit.get("busy_pct") or []
-    mean_busy = sum(busy) / len(busy) if busy else None
-    split = limit.get("split_ms") or {}
-    per_batch = (limit.get("per_batch_ms") or {}).get("compute")
-    batch = f"batches of {limit['mean_batch']:.1f}/{row.get('max_batch')}" if limit.get("mean_batch") else ""
-    head = f"at {limit['target_qps']:,.0f} qps p99 was {fmt_ms(limit.get('p99_ms'))} ms"
-    if mean_busy is not None and mean_busy >= SATURATED_BUSY_PCT:
-        return (f"{head} with its instances {mean_busy:.0f}% busy ({batch}, {fmt_ms(per_batch)} ms compute each): "
-                "out of throughput")
-    return (f"{head} with its instances only {mean_busy or 0:.0f}% busy (queue {split.get('queue', 0.0):.2f} ms, "
-            f"compute {split.get('compute', 0.0):.2f} ms per request, {batch}): out of latency budget, not throughput")
-
-
-def _why(scenario: str, rows: list[dict[str, Any]], higher_is_better: bool,
-         answer_setting: str | None = None) -> tuple[str | None, str]:
-    """The winning setting and why, from the time split of each setting's best run. Settings with the same figure
-    are ranked with the scenario's answer first (``answer_setting``: the setting of the run its headline picked), so
-    the winner named here is the setting the answer's row shows."""
-    ranked = [r for r in rows if r["figure"] is not None]
-    if not ranked:
-        return None, ""
-    ranked.sort(key=lambda r: (r["figure"] if higher_is_better else -r["figure"], r["setting"] == answer_setting),
-                reverse=True)
-    win = ranked[0]
-    if scenario == "offline":  # everything is queued at once: only the batches' own cost tells settings apart
-        return win["setting"], "\n".join(_offline_line(r, r is win) for r in [win] + [r for r in rows if r is not win])
-    split = (win["best"] or {}).get("split_ms") or {}
-    unit = win["unit"] or ""
-    lines = [f"{win['setting']} wins with {_figure(win['figure'], unit)}"
-             + (f"; per request at that run: {_split_text(split)}" if split else "")
-             + (f", mean batch {win['best']['mean_batch']:.1f}" if (win["best"] or {}).get("mean_batch") else "")
-             + (f"; {_limit_text(win)}" if win.get("limit") else "")]
-    for other in rows:
-        if other is win:
-            continue
-        other_split = (other["best"] or {}).get("split_ms") or {}
-        if other["figure"] is None:
-            lines.append(f"{other['setting']}: {other['note'] or 'no VALID run'}")
-            continue
-        text = f"{other['setting']}: {_figure(other['figure'], unit)}"
-        if split and other_split:
-            component = max(other_split, key=lambda c: other_split[c] - split.get(c, 0.0))
-            gap = other_split[component] - split.get(component, 0.0)
-            if gap >= WHY_MIN_DIFFERENCE_MS:
-                text += (f"; its requests spent {other_split[component]:.2f} ms in {_SPLIT_NAMES[component]} "
-                         f"against {split.get(component, 0.0):.2f} ms")
-                if component == "queue":
-                    text += " (waiting for a batch to fill, or for a free instance)"
-                elif component == "compute":
-                    text += f" (mean batch {other['best'].get('mean_batch') or 0:.1f}: larger batches take longer)"
-        if other.get("limit"):
-            text += f"; {_limit_text(other)}"
-        lines.append(text)
-    return win["setting"], "\n".join(lines)
-
-
-def _offline_line(row: dict[str, Any], winner: bool) -> str:
-    best = row.get("best") or {}
-    if row["figure"] is None:
-        return f"{row['setting']}: {row['note'] or 'no VALID run'}"
-    per_batch = (best.get("per_batch_ms") or {}).get("compute")
-    mean_batch = best.get("mean_batch")
-    busy = best.get("busy_pct") or []
-    text = f"{row['setting']}{' wins with' if winner else ':'} {_figure(row['figure'], row['unit'] or '')}"
-    if per_batch is not None and mean_batch:
-        text += (f"; {per_batch:.3f} ms compute per batch of {mean_batch:.1f} ({per_batch / mean_batch * 1000:.1f} us "
-                 "per sample)")
-    if busy:
-        text += f", instances {sum(busy) / len(busy):.0f}% busy"
-    return text
-
-
 def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
     """Everything ``show`` prints for a serve result (see the module docstring). Pure; reads only the file."""
     facts = result.settings.get("serve") or {}
@@ -233,12 +98,12 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
     for m in serve_measurements(result):
         scenario = scenario_of(m)
         steps = [dict(r) for r in m.repeats]
-        rows = _per_setting(scenario, steps, settings) if m.status == Status.OK else []
-        head = (_headline(scenario, steps, settings) or {}) if m.status == Status.OK else {}
+        rows = per_setting(scenario, steps, settings) if m.status == Status.OK else []
+        head = (scenario_headline(scenario, steps, settings) or {}) if m.status == Status.OK else {}
         best = head.get("step")
         higher = scenario in ("offline", "server")
         answer_setting = records.setting_label(best.get("setting") or {}) if best else None
-        winner, why = _why(scenario, rows, higher, answer_setting) if higher else (
+        winner, why = winner_and_why(scenario, rows, higher, answer_setting) if higher else (
             (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
         entry = {"scenario": scenario, "status": m.status, "reason": m.detail or m.reason, "reason_code": m.reason,
                  "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
@@ -268,16 +133,6 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------------------ text
-
-
-#: The time split's columns when a ``--target`` server was driven: the server's stages come from its statistics,
-#: the client's from its own clock (:meth:`clsbench.serving.triton_target.TritonTarget.end_run` maps them so).
-TARGET_SPLIT_HEADER = ("queue", "client send", "compute input", "compute infer", "compute output",
-                       "client callback")
-LOCAL_SPLIT_HEADER = ("queue", "gather", "copy in", "compute", "copy out", "hand-back")
-
-
 def target_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
     """What ``show`` says of a ``--target`` server: where, which server, its model config's batching, and whether
     its statistics (the server-side time split) were readable; None for clsbench's own server."""
@@ -296,14 +151,6 @@ def target_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
             "delay_us": dynamic.get("max_queue_delay_microseconds"), "dynamic_batching": bool(dynamic),
             "instances": ", ".join(f"{g.get('count')} x {g.get('kind')}" for g in groups) or "default",
             "statistics": readable}
-
-
-def _target_text(t: dict[str, Any]) -> list[str]:
-    batching = (f"dynamic batching, preferred {t['preferred'] or '-'}, max queue delay {t['delay_us']} us"
-                if t["dynamic_batching"] else "no dynamic batching")
-    return [f"target: {t['url']} ({t['server'] or 'server'}; {t['platform'] or 'platform not reported'}); "
-            f"max_batch_size {t['max_batch_size']}, {batching}, instances {t['instances']}; "
-            f"Triton statistics {t['statistics']}"]
 
 
 def artifacts_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -325,16 +172,6 @@ def artifacts_summary(facts: dict[str, Any] | None) -> dict[str, Any] | None:
             "parity_passed": all((b.get("parity") or {}).get("passed") for b in buckets) if buckets else None}
 
 
-def _artifacts_text(art: dict[str, Any]) -> str:
-    sizes = ",".join(str(b) for b in art["buckets"]) or "-"
-    text = (f"  artifacts ({art['name']}): buckets {sizes}: {art['built']} built now "
-            f"({art['build_s']:.0f} s of builds), {art['cached']} from the cache")
-    if art.get("parity_max_err") is not None:
-        text += (f"; parity against fp32 eager: worst error {art['parity_max_err']:.1e} "
-                 f"(tolerance {art['parity_tolerance']:.0e})")
-    return text
-
-
 def side_by_side(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per line (mode and backend): its offline and server answers and their ratio, the way a reader
     compares backends. Lines without either answer show what they have."""
@@ -353,6 +190,9 @@ def side_by_side(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# ------------------------------------------------------------------------------------------------ text
+
+
 def _side_by_side_text(analysis: dict[str, Any]) -> list[str]:
     rows = side_by_side(analysis)
     if len(rows) < 2:
@@ -364,50 +204,28 @@ def _side_by_side_text(analysis: dict[str, Any]) -> list[str]:
     return ["", "side by side:", *("  " + line for line in text_table(header, table, right={1, 2, 3, 4}))]
 
 
-def _figure(value: float | None, unit: str) -> str:
-    if value is None:
-        return "none"
-    if unit == "ms":
-        return f"{value:.3f} ms" if value < 10 else f"{value:.2f} ms"
-    return f"{value:,.0f} {unit}" if value >= 100 else f"{value:,.1f} {unit}"
-
-
-def _split_text(split: dict[str, float]) -> str:
-    host = split.get("gather", 0.0) + split.get("complete", 0.0)
-    copies = split.get("copy_in", 0.0) + split.get("copy_out", 0.0)
-    return (f"queue {split.get('queue', 0.0):.2f} ms, compute {split.get('compute', 0.0):.2f} ms, "
-            f"copies {copies:.2f} ms, host {host:.2f} ms")
-
-
-def _duration_text(seconds: float) -> str:
-    if seconds >= MLPERF_MIN_DURATION_S:
-        return f"; LoadGen runs of >= {seconds:g} s (MLPerf's minimum)"
-    return (f"; LoadGen runs of >= {seconds:g} s (a quick look; MLPerf's are >= {MLPERF_MIN_DURATION_S:g} s: "
-            "serve --mlperf)")
-
-
 def render_serve(analysis: dict[str, Any]) -> str:
     """The text ``clsbench show`` prints for a serve result."""
     bound, pct = analysis.get("bound_ms"), analysis.get("percentile") or 0.99
     out = [f"serve {analysis.get('model')} on {analysis.get('device')}"
            + (f" ({analysis['gpu']})" if analysis.get("gpu") else "")
            + (f"; server bound: p{pct * 100:g} <= {bound:g} ms" if bound else "")
-           + (_duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
+           + (duration_text(analysis["min_duration_s"]) if analysis.get("min_duration_s") else "")
            + (f" (LoadGen {analysis['loadgen_version']})" if analysis.get("loadgen_version") else "")]
-    out += _target_text(analysis["target"]) if analysis.get("target") else []
+    out += target_text(analysis["target"]) if analysis.get("target") else []
     split_header = TARGET_SPLIT_HEADER if analysis.get("target") else LOCAL_SPLIT_HEADER
     out += _side_by_side_text(analysis)
     for mode in analysis.get("modes") or []:
         out += ["", f"{mode['mode']}"]
         if mode.get("artifacts"):
-            out.append(_artifacts_text(mode["artifacts"]))
+            out.append(artifacts_text(mode["artifacts"]))
         rows = []
         for e in mode["scenarios"]:
             if e["status"] != Status.OK:
                 rows.append((e["scenario"], "-", f"{e['status'].upper()}: {e['reason']}", "", ""))
                 continue
             best = e["best"] or {}
-            answer = f"{e['label']}: {_figure(e['figure'], e['unit'] or '')}"
+            answer = f"{e['label']}: {figure_text(e['figure'], e['unit'] or '')}"
             lat = "  ".join(f"{name} {fmt_ms(best.get(name + '_ms'))}" for name in ("p50", "p90", "p99", "p99.9")) \
                 if best else ""
             verdict = "VALID" if best.get("valid") else ("INVALID: " + (e["note"] or best.get("reason") or "")) \
@@ -426,7 +244,7 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 for s in e["settings"]:
                     b = s["best"] or {}
                     split = b.get("split_ms") or {}
-                    rows.append((s["setting"], _figure(s["figure"], s["unit"] or ""), fmt_ms(b.get("p99_ms")),
+                    rows.append((s["setting"], figure_text(s["figure"], s["unit"] or ""), fmt_ms(b.get("p99_ms")),
                                  "-" if b.get("mean_batch") is None else f"{b['mean_batch']:.1f}",
                                  *(fmt_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
                                  f"{s['valid_runs']}/{s['runs']}"))
@@ -570,93 +388,13 @@ def render_serve_compare(comparison: dict[str, Any]) -> str:
             else:
                 verdicts.append(f"{name}: {'significant' if t['significant'] else 'not significant'} (p={t['p']:.3g}, "
                                 f"n={t['n_a']}/{t['n_b']})")
-        out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {_figure(r['a'], unit)} -> {_figure(r['b'], unit)} "
-                   f"({ratio}); p99 {fmt_ms(r['a_p99_ms'])} -> {fmt_ms(r['b_p99_ms'])} ms")
+        out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {figure_text(r['a'], unit)} -> "
+                   f"{figure_text(r['b'], unit)} ({ratio}); p99 {fmt_ms(r['a_p99_ms'])} -> {fmt_ms(r['b_p99_ms'])} ms")
         out += ["  " + v for v in verdicts]
     return "\n".join(out) + ("\n" if out else "no (mode, scenario) in common\n")
 
 
 # ------------------------------------------------------------------------------------------------ charts
-
-_W, _H, _PAD = 640, 360, 48
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-
-
-def latency_chart_svg(analysis: dict[str, Any], mode: str | None = None) -> str:
-    """p50 (dashed) and p99 (solid) latency against offered load (target QPS) of every Server run, one colour per
-    batching setting, with the latency bound drawn; VALID runs are filled dots, INVALID hollow. Empty string when
-    there is no Server run."""
-    rows = [r for r in analysis.get("steps") or [] if r["scenario"] == "server" and r["target_qps"]
-            and r["p99_ms"] is not None and (mode is None or r["mode"] == mode)]
-    if not rows:
-        return ""
-    bound = analysis.get("bound_ms") or 0.0
-    x_max = max(r["target_qps"] for r in rows) * 1.05
-    y_max = max(max(r["p99_ms"] for r in rows), bound) * 1.1
-    y_max = min(y_max, max(bound * 4, max(r["p50_ms"] or 0 for r in rows) * 1.1, 1e-3)) if bound else y_max
-
-    def px(q: float) -> float:
-        return _PAD + (_W - 2 * _PAD) * q / x_max
-
-    def py(ms: float) -> float:
-        return _H - _PAD - (_H - 2 * _PAD) * min(ms, y_max) / y_max
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-             'font-family="sans-serif" font-size="11">',
-             f'<rect x="0" y="0" width="{_W}" height="{_H}" fill="white"/>',
-             f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="black"/>',
-             f'<line x1="{_PAD}" y1="{_PAD}" x2="{_PAD}" y2="{_H - _PAD}" stroke="black"/>',
-             f'<text x="{_W / 2}" y="{_H - 10}" text-anchor="middle">offered load (target QPS)</text>',
-             f'<text x="14" y="{_H / 2}" transform="rotate(-90 14 {_H / 2})" text-anchor="middle">latency (ms)</text>']
-    for k in range(5):
-        q, ms = x_max * k / 4, y_max * k / 4
-        parts.append(f'<text x="{px(q):.1f}" y="{_H - _PAD + 14}" text-anchor="middle">{q:,.0f}</text>')
-        parts.append(f'<text x="{_PAD - 4}" y="{py(ms) + 4:.1f}" text-anchor="end">{ms:.3g}</text>')
-    if bound:
-        parts.append(f'<line x1="{_PAD}" y1="{py(bound):.1f}" x2="{_W - _PAD}" y2="{py(bound):.1f}" stroke="#555" '
-                     'stroke-dasharray="6 3"/>')
-        parts.append(f'<text x="{_W - _PAD}" y="{py(bound) - 4:.1f}" text-anchor="end">bound {bound:g} ms</text>')
-    settings = list(dict.fromkeys(f"{r['mode']} {r['setting']}" for r in rows))
-    for i, name in enumerate(settings):
-        colour = _COLOURS[i % len(_COLOURS)]
-        series = sorted((r for r in rows if f"{r['mode']} {r['setting']}" == name), key=lambda r: r["target_qps"])
-        for key, dash in (("p99_ms", ""), ("p50_ms", ' stroke-dasharray="3 3"')):
-            points = " ".join(f"{px(r['target_qps']):.1f},{py(r[key]):.1f}" for r in series if r[key] is not None)
-            parts.append(f'<polyline points="{points}" fill="none" stroke="{colour}"{dash}/>')
-        for r in series:
-            fill = colour if r["valid"] else "white"
-            title = html.escape(f"{name}: {r['target_qps']:,.0f} qps, p99 {r['p99_ms']:.2f} ms, "
-                                f"{'VALID' if r['valid'] else 'INVALID'}")
-            parts.append(f'<circle cx="{px(r["target_qps"]):.1f}" cy="{py(r["p99_ms"]):.1f}" r="3.5" fill="{fill}" '
-                         f'stroke="{colour}"><title>{title}</title></circle>')
-        parts.append(f'<text x="{_PAD + 8}" y="{_PAD + 14 * (i + 1)}" fill="{colour}">{html.escape(name)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def batch_histogram_svg(row: dict[str, Any]) -> str:
-    """The batch-size histogram of one LoadGen run (a step row): how many batches of each size the server ran."""
-    hist = {int(k): int(v) for k, v in (row.get("histogram") or {}).items()}
-    if not hist:
-        return ""
-    largest, peak = max(hist), max(hist.values())
-    width = (_W - 2 * _PAD) / largest
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" '
-             'font-family="sans-serif" font-size="11">', f'<rect width="{_W}" height="{_H}" fill="white"/>',
-             f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - _PAD}" y2="{_H - _PAD}" stroke="black"/>',
-             f'<text x="{_W / 2}" y="{_H - 10}" text-anchor="middle">batch size (requests)</text>',
-             f'<text x="{_PAD}" y="{_PAD - 16}">batches: {sum(hist.values()):,}, largest bar {peak:,}</text>']
-    for size, count in sorted(hist.items()):
-        h = (_H - 2 * _PAD) * count / peak
-        x = _PAD + (size - 1) * width
-        parts.append(f'<rect x="{x:.1f}" y="{_H - _PAD - h:.1f}" width="{max(width - 1, 1):.1f}" height="{h:.1f}" '
-                     f'fill="#1f77b4"><title>{size}: {count}</title></rect>')
-    for k in range(5):
-        size = max(1, round(largest * k / 4))
-        parts.append(f'<text x="{_PAD + (size - 0.5) * width:.1f}" y="{_H - _PAD + 14}" '
-                     f'text-anchor="middle">{size}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def serve_figures(analysis: dict[str, Any]) -> list[dict[str, Any]]:
