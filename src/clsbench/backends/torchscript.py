@@ -10,8 +10,8 @@ convolutions to MKL-DNN's blocked layout with conversions at the edges, which ma
 fp32, 2 threads) 1.6x *slower* than freeze alone (527 ms vs 337 ms per batch; eager 368 ms) and MobileNetV3-Small
 no faster beyond noise (116 ms vs 124 ms, on a shared 2-core machine); on CUDA it adds conv-add-relu fusions whose
 worth against cuDNN's own kernels is not known yet. :data:`OPTIMIZE_FOR_INFERENCE` holds the choice
-per device type, and ``benchmarks/verify_backends.py`` measures both variants on the GPU so the choice there rests on
-a number too. The variant that was used is in the result (``variant``: ``freeze`` or ``freeze+optimize``).
+per device type, and a GPU measurement of both variants is still open (docs/investigations.md, "Backend build variants
+outside a run"). The variant that was used is in the result (``variant``: ``freeze`` or ``freeze+optimize``).
 
 TorchScript is deprecated in recent PyTorch (``torch.jit.trace`` warns); it is measured because deployments still
 run it. Its profiling executor optimises the graph on the second call; the workloads' warm-up covers that.

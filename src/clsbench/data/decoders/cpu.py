@@ -1,8 +1,9 @@
 """``cpu``: decode on a pool of threads in the training process, crop there, send the crops to the GPU in one copy.
 
 Why: on the H200, torchvision's nvJPEG decode makes about 250 round trips through the GPU per batch of 256, and
-beside a training step captured as a CUDA graph each one waits (benchmarks/decode_contention.py: 13-18 ms per batch
-alone, about 450 ms beside a busy GPU); the decode thread became the pipeline's limit (55 ms per batch while training).
+beside a training step captured as a CUDA graph each one waits (docs/investigations.md, "nvJPEG's decode beside a
+captured step": 13-18 ms per batch alone, about 450 ms beside a busy GPU); the decode thread became the pipeline's
+limit (55 ms per batch while training).
 Decoding on the host needs the GPU only for one copy per batch, and the augmentation then works on crops.
 
 Per batch, on ``threads`` threads (one contiguous share of the batch each; the training thread and the pipeline's

@@ -2,10 +2,11 @@
 
 On a GPU with hardware JPEG decoders (A100, H100, H200) torchvision hands baseline JPEGs to them in one batched
 call; progressive ones go through the hybrid decoder (Huffman decoding on the host, one image at a time). Either way
-the call returns when its batch is decoded. Measured on the H200 (benchmarks/decode_contention.py): per image it
-still copies the bitstream, synchronises on an event and runs a colour-conversion kernel, about 250 round trips
-through the GPU per batch of 256, which take 13-18 ms per batch alone but about 450 ms beside a GPU kept busy by a
-CUDA graph (stream priorities do not change that). PNGs are decoded on the CPU and copied.
+the call returns when its batch is decoded. Measured on the H200 (docs/investigations.md, "nvJPEG's decode beside a
+captured step"): per image it still copies the bitstream, synchronises on an event and runs a colour-conversion
+kernel, about 250 round trips through the GPU per batch of 256, which take 13-18 ms per batch alone but about 450 ms
+beside a GPU kept busy by a CUDA graph (stream priorities do not change that).
+PNGs are decoded on the CPU and copied.
 """
 
 from __future__ import annotations
