@@ -19,7 +19,8 @@ from clsbench.core.vocab import Reason
 from clsbench.errors import InvalidInputError
 from clsbench.serving import records
 from clsbench.serving.scenario import LoadGenParams
-from clsbench.serving.triton_target import TargetError, TritonEndpoint, TritonTarget, parse_target
+from clsbench.serving.triton_model import TargetError
+from clsbench.serving.triton_target import TritonEndpoint, TritonTarget, parse_target
 from triton_fixture import BAD_MODEL, INPUT_SIZE, MAX_BATCH, MAX_QUEUE_DELAY_US, TritonTestServer, running_server
 
 #: The module-scoped real servers: statistics open to anyone, and restricted to the access token.

@@ -38,8 +38,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +48,18 @@ from clsbench.errors import InvalidInputError, short_reason
 from clsbench.measure.clock import NS_PER_S, Clock, WallClock
 from clsbench.serving.counters import STAGES
 from clsbench.serving.server import Sink, block_sigint
+from clsbench.serving.triton_clients import GrpcClient, HttpClient
+from clsbench.serving.triton_model import (
+    TargetError,
+    check_model_ready,
+    choose_input,
+    choose_output,
+    model_config_facts,
+    server_facts,
+    tensor_facts,
+    top1,
+)
+from clsbench.serving.triton_stats import model_statistics, statistics_delta
 
 #: URL schemes of a Triton target and the protocol each speaks (plain ``triton://`` is gRPC, Triton's fast path).
 SCHEMES = {"triton": "grpc", "triton+grpc": "grpc", "triton+http": "http"}
@@ -77,18 +88,8 @@ STATS_POLL_S = 0.02
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 UINT8_MAX = 255.0
-#: Image input datatypes the target can feed, Triton's names.
-IMAGE_DATATYPES = ("UINT8", "FP32", "FP16", "BF16")
-#: Triton's statistics sections that hold a ``{count, ns}`` pair per request.
-DURATION_SECTIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-#: Triton's per-batch-size sections (``batch_stats``): ``count`` is the number of executions of that size.
-BATCH_SECTIONS = ("compute_input", "compute_infer", "compute_output")
 #: The client stages, in the order a request passes them.
 CLIENT_STAGES = ("queue_wait", "send", "wait", "callback", "end_to_end")
-
-
-class TargetError(InvalidInputError):
-    """A Triton target that cannot be served: unreachable, unknown or unready model, an input it cannot feed."""
 
 
 @dataclass(frozen=True)
@@ -161,252 +162,6 @@ class NoBatcher:
 
     def set_max_delay_ms(self, max_delay_ms: float) -> None:
         self.asked_max_delay_ms = max_delay_ms
-
-
-# ------------------------------------------------------------------------------------------------ the two protocols
-
-
-class _Client:
-    """One protocol's calls, as plain dicts with integers (gRPC's JSON gives 64-bit integers as strings)."""
-
-    def __init__(self, endpoint: TritonEndpoint, headers: Mapping[str, str] | None, timeout_s: float) -> None:
-        self.endpoint = endpoint
-        self.headers = dict(headers) if headers else None
-        self.timeout_s = timeout_s
-        self.version = endpoint.version or ""
-
-    def close(self) -> None: ...
-
-
-class _GrpcClient(_Client):
-    def __init__(self, endpoint: TritonEndpoint, headers: Mapping[str, str] | None, timeout_s: float) -> None:
-        super().__init__(endpoint, headers, timeout_s)
-        import tritonclient.grpc as grpcclient
-
-        self.lib = grpcclient
-        self.client = grpcclient.InferenceServerClient(endpoint.address)
-
-    def call(self, name: str, *args: Any) -> Any:
-        return getattr(self.client, name)(*args, headers=self.headers, client_timeout=self.timeout_s)
-
-    def live(self) -> bool:
-        return bool(self.call("is_server_live"))
-
-    def server_metadata(self) -> dict[str, Any]:
-        return self.client.get_server_metadata(headers=self.headers, as_json=True, client_timeout=self.timeout_s)
-
-    def model_ready(self) -> bool:
-        return bool(self.call("is_model_ready", self.endpoint.model, self.version))
-
-    def model_metadata(self) -> dict[str, Any]:
-        return self.client.get_model_metadata(self.endpoint.model, self.version, headers=self.headers, as_json=True,
-                                              client_timeout=self.timeout_s)
-
-    def model_config(self) -> dict[str, Any]:
-        return self.client.get_model_config(self.endpoint.model, self.version, headers=self.headers, as_json=True,
-                                            client_timeout=self.timeout_s).get("config", {})
-
-    def repository_index(self) -> list[dict[str, Any]]:
-        return list(self.client.get_model_repository_index(headers=self.headers, as_json=True,
-                                                           client_timeout=self.timeout_s).get("models", []))
-
-    def statistics(self, model: str) -> dict[str, Any]:
-        version = self.version if model else ""
-        return self.client.get_inference_statistics(model, version, headers=self.headers, as_json=True,
-                                                    client_timeout=self.timeout_s)
-
-    def make_input(self, name: str, datatype: str, array: Any) -> Any:
-        item = self.lib.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array)
-        return item
-
-    def infer(self, inputs: list[Any], output: str) -> Any:
-        result = self.client.infer(self.endpoint.model, inputs, self.version,
-                                   outputs=[self.lib.InferRequestedOutput(output)], headers=self.headers,
-                                   client_timeout=self.timeout_s)
-        return result.as_numpy(output)
-
-    def send(self, inputs: list[Any], output: str, done: Callable[[Any, BaseException | None], None]) -> None:
-        def callback(result: Any, error: Any) -> None:
-            done(None if error is not None else result.as_numpy(output), error)
-
-        self.client.async_infer(self.endpoint.model, inputs, callback, self.version,
-                                outputs=[self.lib.InferRequestedOutput(output)], headers=self.headers,
-                                client_timeout=self.timeout_s)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.client.close()
-
-
-class _HttpClient(_Client):
-    """HTTP: the metadata client, plus one client per sending thread (tritonclient's HTTP client is not thread safe
-    and its own async API is gevent's, which does not mix with LoadGen's threads)."""
-
-    def __init__(self, endpoint: TritonEndpoint, headers: Mapping[str, str] | None, timeout_s: float,
-                 threads: int) -> None:
-        super().__init__(endpoint, headers, timeout_s)
-        import tritonclient.http as httpclient
-
-        self.lib = httpclient
-        self.client = self._new_client()
-        self._local = threading.local()
-        self._clients: list[Any] = [self.client]
-        self._lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="clsbench-triton-http")
-
-    def _new_client(self) -> Any:
-        return self.lib.InferenceServerClient(self.endpoint.address, connection_timeout=self.timeout_s,
-                                              network_timeout=self.timeout_s)
-
-    def live(self) -> bool:
-        return bool(self.client.is_server_live(headers=self.headers))
-
-    def server_metadata(self) -> dict[str, Any]:
-        return self.client.get_server_metadata(headers=self.headers)
-
-    def model_ready(self) -> bool:
-        return bool(self.client.is_model_ready(self.endpoint.model, self.version, headers=self.headers))
-
-    def model_metadata(self) -> dict[str, Any]:
-        return self.client.get_model_metadata(self.endpoint.model, self.version, headers=self.headers)
-
-    def model_config(self) -> dict[str, Any]:
-        return self.client.get_model_config(self.endpoint.model, self.version, headers=self.headers)
-
-    def repository_index(self) -> list[dict[str, Any]]:
-        return list(self.client.get_model_repository_index(headers=self.headers))
-
-    def statistics(self, model: str) -> dict[str, Any]:
-        return self.client.get_inference_statistics(model, self.version if model else "", headers=self.headers)
-
-    def make_input(self, name: str, datatype: str, array: Any) -> Any:
-        item = self.lib.InferInput(name, list(array.shape), datatype)
-        item.set_data_from_numpy(array, binary_data=True)
-        return item
-
-    def infer(self, inputs: list[Any], output: str, client: Any = None) -> Any:
-        result = (client or self.client).infer(self.endpoint.model, inputs, self.version,
-                                               outputs=[self.lib.InferRequestedOutput(output, binary_data=True)],
-                                               headers=self.headers)
-        return result.as_numpy(output)
-
-    def send(self, inputs: list[Any], output: str, done: Callable[[Any, BaseException | None], None]) -> None:
-        self.pool.submit(self._send_now, inputs, output, done)
-
-    def _send_now(self, inputs: list[Any], output: str, done: Callable[[Any, BaseException | None], None]) -> None:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            block_sigint()
-            client = self._local.client = self._new_client()
-            with self._lock:
-                self._clients.append(client)
-        try:
-            answer = self.infer(inputs, output, client)
-        except BaseException as exc:  # noqa: BLE001 - handed to the callback, which fails the target
-            done(None, exc)
-            return
-        done(answer, None)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for client in self._clients:
-            with contextlib.suppress(Exception):
-                client.close()
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _model_config_facts(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a model config that decide batching and placement, with integers (JSON-able)."""
-    batching = config.get("dynamic_batching")
-    dynamic = None
-    if batching is not None:
-        dynamic = {"preferred_batch_size": [_int(b) for b in batching.get("preferred_batch_size") or []],
-                   "max_queue_delay_microseconds": _int(batching.get("max_queue_delay_microseconds")),
-                   "preserve_ordering": bool(batching.get("preserve_ordering", False))}
-    groups = [{"name": g.get("name"), "kind": g.get("kind", "KIND_AUTO"), "count": _int(g.get("count"), 1),
-               "gpus": [_int(x) for x in g.get("gpus") or []]} for g in config.get("instance_group") or []]
-    return {"name": config.get("name"), "platform": config.get("platform") or None,
-            "backend": config.get("backend") or None, "max_batch_size": _int(config.get("max_batch_size")),
-            "dynamic_batching": dynamic, "instance_group": groups,
-            "inputs": [{"name": t.get("name"), "data_type": t.get("data_type"), "dims": [_int(d) for d in
-                                                                                          t.get("dims") or []]}
-                       for t in config.get("input") or []],
-            "outputs": [{"name": t.get("name"), "data_type": t.get("data_type"),
-                         "dims": [_int(d) for d in t.get("dims") or []]} for t in config.get("output") or []]}
-
-
-def _tensors(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    return [{"name": t.get("name"), "datatype": t.get("datatype"), "shape": [_int(d) for d in t.get("shape") or []]}
-            for t in items]
-
-
-def _pair(section: Mapping[str, Any] | None) -> dict[str, int]:
-    section = section or {}
-    return {"count": _int(section.get("count")), "ns": _int(section.get("ns"))}
-
-
-def model_statistics(raw: Mapping[str, Any], model: str) -> dict[str, Any]:
-    """One model's statistics from Triton's answer (every version of it added up), with integers.
-
-    Returns:
-        ``inference_count`` (requests inferred), ``execution_count`` (batches executed), one ``{count, ns}`` per
-        :data:`DURATION_SECTIONS` (per request: each request of a batch counts the whole batch's time), and
-        ``batch_stats``: ``{size: {section: {count, ns}}}`` per :data:`BATCH_SECTIONS` (count: executions).
-    """
-    out: dict[str, Any] = {"inference_count": 0, "execution_count": 0,
-                           **{s: {"count": 0, "ns": 0} for s in DURATION_SECTIONS}, "batch_stats": {}}
-    for entry in raw.get("model_stats") or []:
-        if entry.get("name") != model:
-            continue
-        out["inference_count"] += _int(entry.get("inference_count"))
-        out["execution_count"] += _int(entry.get("execution_count"))
-        stats = entry.get("inference_stats") or {}
-        for section in DURATION_SECTIONS:
-            pair = _pair(stats.get(section))
-            out[section] = {k: out[section][k] + pair[k] for k in pair}
-        for batch in entry.get("batch_stats") or []:
-            size = str(_int(batch.get("batch_size")))
-            mine = out["batch_stats"].setdefault(size, {s: {"count": 0, "ns": 0} for s in BATCH_SECTIONS})
-            for section in BATCH_SECTIONS:
-                pair = _pair(batch.get(section))
-                mine[section] = {k: mine[section][k] + pair[k] for k in pair}
-    return out
-
-
-def statistics_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
-    """``after - before`` of two :func:`model_statistics` (batch sizes that did not run in between are left out)."""
-    delta: dict[str, Any] = {
-        "inference_count": after["inference_count"] - before["inference_count"],
-        "execution_count": after["execution_count"] - before["execution_count"],
-        **{s: {k: after[s][k] - before[s][k] for k in ("count", "ns")} for s in DURATION_SECTIONS},
-        "batch_stats": {}}
-    zero = {s: {"count": 0, "ns": 0} for s in BATCH_SECTIONS}
-    for size in sorted(after["batch_stats"], key=int):
-        now, then = after["batch_stats"][size], before["batch_stats"].get(size, zero)
-        change = {s: {k: now[s][k] - then[s][k] for k in ("count", "ns")} for s in BATCH_SECTIONS}
-        if change["compute_infer"]["count"]:
-            delta["batch_stats"][size] = change
-    return delta
-
-
-def top1(output: Any) -> int:
-    """The class of one response: the argmax of its scores, or the value itself for an integer class-id output."""
-    import numpy as np
-
-    flat = np.asarray(output).reshape(-1)
-    if flat.dtype.kind in "iu" and flat.size == 1:
-        return int(flat[0])
-    return int(flat.argmax())
 
 
 # ------------------------------------------------------------------------------------------------ the target
@@ -514,26 +269,26 @@ class TritonTarget:
 
         Raises:
             TargetError: nothing answers there, the model is unknown or not ready, its input is not one image tensor
-                of a datatype in :data:`IMAGE_DATATYPES`, its size disagrees with ``input_size_hint``, or the warm-up
-                request fails.
+                of a datatype in :data:`~clsbench.serving.triton_model.IMAGE_DATATYPES`, its size disagrees with
+                ``input_size_hint``, or the warm-up request fails.
         """
         import numpy as np
 
         self._open_client()
         client = self._client
-        server = self._server_facts(client)
-        self._check_model(client)
+        server = server_facts(self.endpoint, client)
+        check_model_ready(self.endpoint, client)
         try:
             metadata = client.model_metadata()
-            config = _model_config_facts(client.model_config())
+            config = model_config_facts(client.model_config())
         except Exception as exc:  # noqa: BLE001 - named in one line
             raise TargetError(f"{self.endpoint}: cannot read the model's metadata or config: {short_reason(exc)}",
                               "pass the access header if the server restricts its metadata") from None
         model = {"name": metadata.get("name"), "versions": [str(v) for v in metadata.get("versions") or []],
-                 "platform": metadata.get("platform") or None, "inputs": _tensors(metadata.get("inputs") or []),
-                 "outputs": _tensors(metadata.get("outputs") or [])}
-        self._input = self._choose_input(model["inputs"], config["max_batch_size"], input_size_hint)
-        output = self._choose_output(model["outputs"])
+                 "platform": metadata.get("platform") or None, "inputs": tensor_facts(metadata.get("inputs") or []),
+                 "outputs": tensor_facts(metadata.get("outputs") or [])}
+        self._input = choose_input(self.endpoint, model["inputs"], config["max_batch_size"], input_size_hint)
+        output = choose_output(self.endpoint, model["outputs"])
         self._output = output["name"]
         probe = np.zeros(self._input["shape"], dtype=np.uint8 if self._input["datatype"] == "UINT8" else np.float32)
         if self._input["datatype"] == "FP16":
@@ -554,106 +309,13 @@ class TritonTarget:
             return
         try:
             if self.endpoint.protocol == "grpc":
-                self._client = _GrpcClient(self.endpoint, self.headers, self.request_timeout_s)
+                self._client = GrpcClient(self.endpoint, self.headers, self.request_timeout_s)
             else:
-                self._client = _HttpClient(self.endpoint, self.headers, self.request_timeout_s, self.max_in_flight)
+                self._client = HttpClient(self.endpoint, self.headers, self.request_timeout_s, self.max_in_flight)
         except ImportError:
             raise TargetError("the Triton client (tritonclient) is not installed",
                               "install it with: pip install 'clsbench[triton]'  (or: pip install "
                               "'tritonclient[grpc,http]')") from None
-
-    def _server_facts(self, client: Any) -> dict[str, Any]:
-        other = "http" if self.endpoint.protocol == "grpc" else "grpc"
-        try:
-            live = client.live()
-            metadata = client.server_metadata()
-        except Exception as exc:  # noqa: BLE001 - connection refused, timeout, a non-Triton peer: one line
-            raise TargetError(f"nothing answers as Triton ({self.endpoint.protocol}) at {self.endpoint.address}: "
-                              f"{short_reason(exc)}",
-                              f"is the server running there? check host, port and protocol (triton+{other}:// for "
-                              f"{other.upper()}; Triton's defaults are gRPC 8001, HTTP 8000)") from None
-        if not live:
-            raise TargetError(f"the Triton server at {self.endpoint.address} says it is not live")
-        return {"name": metadata.get("name"), "version": metadata.get("version"),
-                "extensions": list(metadata.get("extensions") or [])}
-
-    def _model_names(self, client: Any) -> tuple[list[str] | None, dict[str, str], str]:
-        """The server's model names and states, from its repository index, else from its statistics; or why not."""
-        try:
-            index = client.repository_index()
-            states = {f"{m.get('name')}": f"{m.get('state') or ''} {m.get('reason') or ''}".strip() for m in index}
-            if index:
-                return sorted(states), states, ""
-        except Exception as exc:  # noqa: BLE001 - restricted or unsupported: try the statistics
-            why = short_reason(exc)
-        else:
-            why = "its repository index is empty"
-        try:
-            names = sorted({str(m.get("name")) for m in client.statistics("").get("model_stats") or []})
-            return names, {}, ""
-        except Exception as exc:  # noqa: BLE001 - the model list cannot be read: say so
-            return None, {}, f"{why}; statistics: {short_reason(exc)}"
-
-    def _check_model(self, client: Any) -> None:
-        try:
-            ready = client.model_ready()
-        except Exception as exc:  # noqa: BLE001 - named in one line
-            raise TargetError(f"{self.endpoint}: cannot ask whether the model is ready: {short_reason(exc)}") from None
-        if ready:
-            return
-        names, states, why = self._model_names(client)
-        where = f"{self.endpoint.address}"
-        if names is not None and self.endpoint.model not in names:
-            listed = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "") if names else "none"
-            raise TargetError(f"the Triton server at {where} has no model {self.endpoint.model!r}",
-                              f"its models: {listed}")
-        if names is None:
-            try:
-                client.model_metadata()
-            except Exception as exc:  # noqa: BLE001 - "unknown model" or another refusal, said in one line
-                if "unknown model" in str(exc).lower() or "not found" in str(exc).lower():
-                    raise TargetError(f"the Triton server at {where} has no model {self.endpoint.model!r}",
-                                      f"its model list is not readable ({why}); pass the access header to see "
-                                      "it") from None
-        state = states.get(self.endpoint.model) or "state unknown"
-        version = f" version {self.endpoint.version}" if self.endpoint.version else ""
-        raise TargetError(f"model {self.endpoint.model!r}{version} on {where} is not ready ({state})",
-                          "load it (or wait until Triton has loaded it) and try again")
-
-    def _choose_input(self, inputs: list[dict[str, Any]], max_batch: int, hint: int | None) -> dict[str, Any]:
-        """The one image input and the shape each request sends: ``[1, 3, H, W]`` for a batching model (Triton
-        prepends the batch dimension, shown as -1 in its metadata) or an input declared ``[-1|1, 3, H, W]``;
-        ``[3, H, W]`` for a non-batching model whose input has no batch dimension."""
-        described = ", ".join(f"{t['name']} {t['datatype']} {t['shape']}" for t in inputs) or "none"
-        want = "one image input [3,H,W] (or [-1,3,H,W]) of " + "/".join(IMAGE_DATATYPES)
-        if len(inputs) != 1:
-            raise TargetError(f"model {self.endpoint.model!r} has inputs {described}; clsbench sends {want}")
-        tensor = inputs[0]
-        shape = list(tensor["shape"])
-        batched = max_batch > 0 or (len(shape) == 4 and shape[0] in (-1, 1))
-        image = shape[1:] if len(shape) == 4 and shape[0] in (-1, 1) else shape
-        if tensor["datatype"] not in IMAGE_DATATYPES or len(image) != 3 or image[0] != 3:
-            raise TargetError(f"model {self.endpoint.model!r} has input {described}; clsbench sends {want}")
-        height, width = image[1], image[2]
-        if height == -1 and width == -1 and hint:
-            height = width = hint
-        if height <= 0 or width <= 0 or height != width:
-            raise TargetError(f"model {self.endpoint.model!r} takes images of {height}x{width}; clsbench sends "
-                              "square images of a fixed size", "pass the input size to use for variable dims")
-        if hint is not None and hint != height:
-            raise TargetError(f"model {self.endpoint.model!r} takes {height}x{width} images, not {hint}x{hint} "
-                              "as asked", f"ask for input size {height}, or serve a model of size {hint}")
-        sent = [1, 3, height, width] if batched else [3, height, width]
-        return {"name": tensor["name"], "datatype": tensor["datatype"], "shape": sent, "input_size": height}
-
-    def _choose_output(self, outputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """The output the class is read from: the first one (argmax of its scores, or an integer class id as is)."""
-        if not outputs:
-            raise TargetError(f"model {self.endpoint.model!r} declares no output")
-        first = outputs[0]
-        integer = first["datatype"] in ("INT32", "INT64", "UINT32", "UINT64")
-        return {"name": first["name"], "datatype": first["datatype"], "shape": first["shape"],
-                "top1": "class id as sent" if integer else "argmax, client-side"}
 
     def _warm_up(self, probe: Any, count: int) -> list[int]:
         latencies = []
