@@ -531,7 +531,8 @@ def test_the_train_workload_stores_the_stages_and_records_a_failed_probe(photos:
 def test_diagnose_takes_the_ceiling_in_the_given_mode_and_prints_the_stages(photos: Path, staged: Any,
                                                                             tmp_path: Path):
     from clsbench.core.options import Execution, MeasureOptions
-    from clsbench.procedures.diagnose import diagnose, render_diagnose
+    from clsbench.procedures.diagnose import diagnose
+    from clsbench.procedures.diagnose_text import render_diagnose
 
     options = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0, input_size=32)
     outcome = diagnose(TINY, photos, mode="fp32+cl", batch_size=8, device="cpu", workers=[0],

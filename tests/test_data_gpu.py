@@ -131,7 +131,8 @@ def test_dali_pipeline_when_installed(dataset: Path):
 
 
 def test_diagnose_on_cuda(dataset: Path, tmp_path: Path):
-    from clsbench.procedures.diagnose import diagnose, render_diagnose
+    from clsbench.procedures.diagnose import diagnose
+    from clsbench.procedures.diagnose_text import render_diagnose
 
     outcome = diagnose(TINY, dataset, mode="amp-bf16+cl", batch_size=16, device="cuda", workers=[0, 2],
                        pipelines=["cpu", "gpu"], quick=True, output=tmp_path / "diagnose.json")

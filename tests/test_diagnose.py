@@ -24,10 +24,10 @@ from clsbench.procedures.diagnose import (
     explain,
     parse_pipelines,
     parse_workers,
-    render_diagnose,
     sweep_workers,
     time_split,
 )
+from clsbench.procedures.diagnose_text import render_diagnose
 from clsbench.results.schema import BenchmarkResult, Measurement
 
 TESTS = Path(__file__).parent

@@ -8,7 +8,7 @@ import pytest
 
 from clsbench.analysis.data import running_figures, summarize_data
 from clsbench.data.running import RunningStages, StageMeter
-from clsbench.procedures.diagnose import running_lines
+from clsbench.procedures.diagnose_text import running_lines
 
 
 class Ticks:

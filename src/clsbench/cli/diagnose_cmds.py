@@ -50,7 +50,8 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
                      measure: MeasureOptions, execution: Execution, device: str, output: str | None,
                      quiet: bool) -> None:
     """Find what limits training MODEL on the images in DIR: synthetic ceiling vs real pipelines, best setting."""
-    from clsbench.procedures.diagnose import diagnose, parse_pipelines, parse_workers, render_diagnose
+    from clsbench.procedures.diagnose import diagnose, parse_pipelines, parse_workers
+    from clsbench.procedures.diagnose_text import render_diagnose
     from clsbench.report import table
     from clsbench.version import __version__
 
