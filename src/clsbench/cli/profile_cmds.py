@@ -52,7 +52,7 @@ def profile_command(model: str, workload: str, mode: str, batch_size: int | None
     from clsbench.cli.data_options import data_settings
     from clsbench.errors import InvalidInputError
     from clsbench.procedures import profile as procedure
-    from clsbench.report.profile import render_profile
+    from clsbench.report.profile_text import render_profile
     from clsbench.version import __version__
 
     if not output:

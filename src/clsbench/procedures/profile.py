@@ -232,7 +232,7 @@ NSYS_HINT = "install NVIDIA Nsight Systems and put nsys on PATH, or drop --nsys 
 
 def profile_section(result: BenchmarkResult) -> str:
     """What ``show`` prints of a result with profiles (``run --profile``, ``clsbench profile``)."""
-    from clsbench.report.profile import profile_section as rows
+    from clsbench.report.profile_text import profile_section as rows
 
     lines = rows(result.measurements)
     return "\n".join(lines) + "\n" if lines else ""
