@@ -5,7 +5,7 @@
 Prints each winner (mode, batch, backend, data), its figure, spread and whether the full repeats confirmed it, the
 gap of the default winner to the exhaustive best in % and whether it is within the goal (3%, the issue's), the
 default search's own figure for the exhaustive winner when it differs, and both search times
-(:mod:`clsbench.procedures.tune_compare`). Files of different models, workloads, devices or limits are refused in
+(:mod:`clsbench.procedures.tune.compare`). Files of different models, workloads, devices or limits are refused in
 one line (exit 2); an unreadable file too (its exit code).
 """
 
@@ -17,7 +17,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     from clsbench.errors import ClsbenchError
-    from clsbench.procedures.tune_compare import GOAL_PCT, compare_tunes, render_tune_comparison
+    from clsbench.procedures.tune.compare import GOAL_PCT, compare_tunes, render_tune_comparison
     from clsbench.results.io import load
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

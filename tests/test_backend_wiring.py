@@ -411,7 +411,7 @@ def test_sweep_carries_the_backend(register: Any) -> None:
 
 def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(register: Any, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from clsbench.procedures.tune import render_tune, tune
+    from clsbench.procedures.tune import TuneSettings, render_tune, tune
     from test_sweep import load_costed
 
     costed = load_costed(tmp_path, monkeypatch)
@@ -419,10 +419,10 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     register(Dummy("fast", cost_module=costed.__name__, speed=0.5))
     register(Dummy("wrong", cost_module=costed.__name__, speed=0.25, scale=1.5))
     env = api.environment("cpu")
-    outcome = tune(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
-                   batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
-                   variants=["cudagraph"], max_autotune=False, backends=["fast", "wrong"], budget="1h",
-                   execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
+    settings = TuneSettings(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
+                            batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
+                            variants=["cudagraph"], max_autotune=False, backends=["fast", "wrong"], budget="1h")
+    outcome = tune(settings, execution=Execution(isolation="inline", clock=costed.CostClock(), env=env))
     verdicts = {(c["mode"], c["backend"]): (c["verdict"], c["reason"]) for c in outcome.candidates}
     assert verdicts[("fp32+cl", "fast")] == ("winner", None)
     assert verdicts[("fp32+cl", "wrong")] == ("rejected", Reason.PARITY_FAILED)
@@ -431,7 +431,7 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
     facts = outcome.result.settings["tune"]
     assert facts["rules"]["backends"] == ["fast", "wrong"]
     backend = next(p for p in facts["phases"] if p["phase"] == "backend")
-    # Mode by mode, the most promising layout first (tune_kinds.backend_layouts), every backend of each.
+    # Mode by mode, the most promising layout first (tune.backend_kind.backend_layouts), every backend of each.
     assert backend["candidates"] == ["fp32+cl @fast bs2", "fp32+cl @wrong bs2", "fp32 @fast bs2", "fp32 @wrong bs2"]
     text = render_tune(outcome.analysis)
     assert "winner: fp32+cl @fast at batch 2" in text and "rejected: fp32+cl @wrong batch 2: outputs differ" in text
@@ -441,7 +441,7 @@ def test_tune_backend_phase_picks_a_correct_backend_and_rejects_a_wrong_one(regi
 def test_tune_prices_each_backend_apart_and_plans_only_those_that_run_here(register: Any, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from clsbench.backends.base import DEFAULT_BUILD_S
-    from clsbench.procedures.tune import tune
+    from clsbench.procedures.tune import TuneSettings, tune
     from test_sweep import load_costed
 
     costed = load_costed(tmp_path, monkeypatch)
@@ -450,11 +450,12 @@ def test_tune_prices_each_backend_apart_and_plans_only_those_that_run_here(regis
     register(Dummy("cheap", cost_module=costed.__name__, speed=0.6))
     register(Dummy("absent", refuse="absent is not installed: pip install absent"))
     lines: list[str] = []
-    outcome = tune(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
-                   batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
-                   variants=["cudagraph"], max_autotune=False, backends=["dear", "cheap", "absent"], budget="1h",
-                   announce=lines.append, execution=Execution(isolation="inline", clock=costed.CostClock(),
-                                                              env=api.environment("cpu")))
+    settings = TuneSettings(f"{costed.__name__}:costed", "infer-throughput", "cpu", modes=["fp32", "fp32+cl"],
+                            batch_sizes=[2], options=MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0),
+                            variants=["cudagraph"], max_autotune=False, backends=["dear", "cheap", "absent"],
+                            budget="1h")
+    outcome = tune(settings, announce=lines.append,
+                   execution=Execution(isolation="inline", clock=costed.CostClock(), env=api.environment("cpu")))
     facts = outcome.result.settings["tune"]
     stage = next(s for s in facts["plan"] if s["stage"] == "backend")
     # The backend that cannot run here is not in the plan; each other one is priced at its own build estimate.

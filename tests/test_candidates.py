@@ -21,8 +21,8 @@ from clsbench.measure.clock import FakeClock
 from clsbench.modes import MODIFIERS, Modifier, Prepared, parse_mode
 from clsbench.modes.base import ModeContext
 from clsbench.modes.compile import compile_kwargs
-from clsbench.procedures.train_parity import compare_losses, train_parity
 from clsbench.procedures.tune import OUTPUT_RTOL, TRAIN_LOSS_RTOL, output_errors
+from clsbench.procedures.tune.guard import compare_losses, train_parity
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.workloads import step as step_module
 from clsbench.workloads.step import build_optimizer, make_step

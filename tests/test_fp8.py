@@ -21,7 +21,7 @@ from clsbench.engine.worker import failure_record
 from clsbench.errors import ClsbenchError, InvalidInputError
 from clsbench.modes import ModeContext, Prepared, fp8, known_mode_tokens, parse_mode
 from clsbench.procedures import tune
-from clsbench.procedures.train_parity import compare_losses
+from clsbench.procedures.tune.guard import compare_losses
 
 TINY = "clsbench_testmodels:tiny"
 #: The suite's light vision Transformer (core/suites.py, the seed suite): 48 Linear layers in 12 blocks
@@ -274,7 +274,7 @@ def test_gpu_vit_fp8_inference_passes_parity():
 @pytest.mark.gpu
 def test_gpu_vit_fp8_training_step_passes_parity():
     _sm89_with_torchao()
-    from clsbench.procedures.train_parity import train_parity
+    from clsbench.procedures.tune.guard import train_parity
 
     checks = train_parity(VIT, "cuda", [("fp8", 16)], steps=1)
     entry = checks[("fp8", 16)]

@@ -37,7 +37,7 @@ LIST_OPTIONS = {
 TARGETS = {
     "run": ("clsbench.api", "plan_run", ["run", "--device", "cpu"]),
     "sweep": ("clsbench.procedures.sweep", "sweep", ["sweep", "--model", TINY, "--device", "cpu"]),
-    "tune": ("clsbench.procedures.tune", "tune", ["tune", "--model", TINY, "--device", "cpu"]),
+    "tune": ("clsbench.procedures.tune", "TuneSettings", ["tune", "--model", TINY, "--device", "cpu"]),
     "serve": ("clsbench.serving.config", "ServeSettings.with_options", ["serve", "--model", TINY, "--device", "cpu"]),
     "diagnose": ("clsbench.procedures.diagnose", "diagnose", ["diagnose", TINY, "--data", "images", "--device", "cpu"]),
 }

@@ -30,10 +30,10 @@ from clsbench.procedures.tune import (
     output_errors,
     output_errors_in_subprocess,
     render_tune,
-    tune,
 )
 from clsbench.results import io as result_io
 from test_sweep import per_image_cost
+from test_tune_budget import tune_with
 
 TINY = "clsbench_testmodels:tiny"
 SHORT = MeasureOptions(repeats=1, warmup=1, iterations=2, min_time=0.0)
@@ -48,9 +48,9 @@ def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     options = {"workload": "infer-throughput", "modes": ["fp32", "amp-bf16", "fp32+cl"], "batch_sizes": [2, 4],
                "compile_variants": False, "options": SHORT, "backends": (), "budget": "1h", **kwargs}
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu",
-                execution=Execution(isolation="inline", clock=costed.CostClock(), env=env),
-                **options)
+    return tune_with(f"{costed.__name__}:costed", workload, "cpu",
+                     execution=Execution(isolation="inline", clock=costed.CostClock(), env=env),
+                     **options)
 
 
 def verdicts(outcome: Any) -> dict[tuple[str, int], str]:
@@ -151,7 +151,7 @@ def test_the_correctness_guard_rejects_a_mode_beyond_its_tolerance(costed: Any, 
 def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dict[str, Any],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # +cudagraph stands in for the compile variants: on a CPU the runner records it as skipped, without a worker.
-    monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    monkeypatch.setattr("clsbench.procedures.tune.settings._compile_suffixes", lambda workload: ("+cudagraph",))
     outcome = run_tune(costed, env, modes=["fp32", "fp32+cl", "amp-bf16", "amp-bf16+cl"], batch_sizes=[2],
                        compile_variants=True, max_autotune=False)
     pruned = {p["mode"]: p["reason"] for p in outcome.result.settings["tune"]["pruned"] if p["stage"] != "halving"}
@@ -172,17 +172,17 @@ def test_pruning_skips_compile_variants_of_modes_that_lost(costed: Any, env: dic
 
 def test_max_autotune_phase_tries_only_the_best_precision(costed: Any, env: dict[str, Any],
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("clsbench.procedures.tune._compile_suffixes", lambda workload: ("+cudagraph",))
+    monkeypatch.setattr("clsbench.procedures.tune.settings._compile_suffixes", lambda workload: ("+cudagraph",))
     calls = []
-    from clsbench.procedures import tune_kinds
+    from clsbench.procedures.tune import mode_kinds
 
-    original = tune_kinds.variant_of
+    original = mode_kinds.variant_of
 
     def variant(base: str, suffix: str) -> str | None:
         calls.append(suffix)
         return original(base, "+cl+cudagraph" if suffix == "+compile:max-autotune" else suffix)
 
-    monkeypatch.setattr("clsbench.procedures.tune_kinds.variant_of", variant)
+    monkeypatch.setattr("clsbench.procedures.tune.mode_kinds.variant_of", variant)
     outcome = run_tune(costed, env, modes=["fp32", "amp-bf16"], batch_sizes=[2], compile_variants=True)
     phases = [p["phase"] for p in outcome.result.settings["tune"]["phases"]]
     assert phases == ["eager", "longer", "compile", "max-autotune"]
@@ -228,7 +228,7 @@ def test_output_errors_report_non_finite_outputs_as_infinite() -> None:
 ])
 def test_bad_input_is_refused_before_measuring(kwargs: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError):
-        tune(TINY, "infer-throughput", "cpu", output=tmp_path / "x.json", execution=Execution(env={}), **kwargs)
+        tune_with(TINY, "infer-throughput", "cpu", output=tmp_path / "x.json", execution=Execution(env={}), **kwargs)
     assert not (tmp_path / "x.json").exists()
 
 

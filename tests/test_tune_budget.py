@@ -22,10 +22,10 @@ from clsbench import api
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import StopRule
 from clsbench.errors import InvalidInputError, ResultFileError
-from clsbench.procedures.tune import TuneInterrupted, render_tune, resume_tune, tune
-from clsbench.procedures.tune_budget import PROCESS_S, Budget, CostModel, Window, format_seconds, parse_budget
-from clsbench.procedures.tune_kinds import TUNE_KINDS, CandidateKind, register_kind
-from clsbench.procedures.tune_search import screen_rule
+from clsbench.procedures.tune import TuneInterrupted, TuneSettings, render_tune, resume_tune, tune
+from clsbench.procedures.tune.budget import PROCESS_S, Budget, CostModel, Window, format_seconds, parse_budget
+from clsbench.procedures.tune.kinds import TUNE_KINDS, CandidateKind, register_kind
+from clsbench.procedures.tune.search import screen_rule
 from clsbench.results import io as result_io
 
 MS = 1_000_000
@@ -47,13 +47,24 @@ def inline(costed: Any, env: dict[str, Any]) -> Execution:
     return Execution(isolation="inline", clock=costed.CostClock(), env=env, progress=progress)
 
 
+#: tune()'s own arguments besides its settings: where the result goes and how the search runs and talks.
+RUN_ARGUMENTS = ("output", "execution", "budget_clock", "announce")
+
+
+def tune_with(model: str, workload: str, device: str, **kwargs: Any) -> Any:
+    """:func:`tune` of ``TuneSettings(model, workload, device, **settings)``, the :data:`RUN_ARGUMENTS` in ``kwargs``
+    passed to tune() itself."""
+    run = {key: kwargs.pop(key) for key in RUN_ARGUMENTS if key in kwargs}
+    return tune(TuneSettings(model, workload, device, **kwargs), **run)
+
+
 def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     """A tune on the cost clock: the budget reads it in seconds (:func:`inline`)."""
     options = {"workload": "infer-throughput", "modes": ["fp32", "fp32+cl", "amp-bf16"], "batch_sizes": [2],
                "compile_variants": False, "options": OPTIONS, "backends": (), "budget": "1h", **kwargs}
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu", execution=inline(costed, env),
-                budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
+    return tune_with(f"{costed.__name__}:costed", workload, "cpu", execution=inline(costed, env),
+                     budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
 
 
 def trials(outcome: Any) -> list[dict[str, Any]]:

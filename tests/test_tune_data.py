@@ -22,9 +22,9 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.data import DataSettings
 from clsbench.data.make import MakeSpec, make_dataset
 from clsbench.errors import InvalidInputError
-from clsbench.procedures.tune import TuneInterrupted, analyze_tune, render_tune, resume_tune, tune
-from clsbench.procedures.tune_budget import PROCESS_S
-from clsbench.procedures.tune_kinds import (
+from clsbench.procedures.tune import TuneInterrupted, analyze_tune, render_tune, resume_tune
+from clsbench.procedures.tune.budget import PROCESS_S
+from clsbench.procedures.tune.pipeline_kind import (
     PIPELINE_LEADERS,
     PIPELINE_START_S,
     pipeline_settings,
@@ -33,6 +33,7 @@ from clsbench.procedures.tune_kinds import (
 )
 from clsbench.results import io as result_io
 from test_sweep import load_costed
+from test_tune_budget import tune_with
 
 MS = 1_000_000
 PROCESS_NS = 5_000 * MS
@@ -76,8 +77,8 @@ def inline(costed: Any, env: dict[str, Any]) -> Execution:
 def search(costed: Any, env: dict[str, Any], dataset: Path, **kwargs: Any) -> Any:
     options = {"modes": list(PER_IMAGE_MS), "batch_sizes": [4], "compile_variants": False, "options": OPTIONS,
                "budget": "1h", "data": DataSettings(str(dataset)), "workers": 0, **kwargs}
-    return tune(f"{costed.__name__}:costed", "train", "cpu", execution=inline(costed, env),
-                budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
+    return tune_with(f"{costed.__name__}:costed", "train", "cpu", execution=inline(costed, env),
+                     budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
 
 
 def invoke_group(*args: str) -> Any:
@@ -168,7 +169,7 @@ def test_without_a_real_data_result_there_is_no_winner(costed: Any, env: dict[st
 
 def test_data_is_refused_for_inference_and_pipeline_options_tune_chooses(dataset: Path, tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="--data searches the input pipeline of training"):
-        tune(TINY, "infer-throughput", "cpu", data=DataSettings(str(dataset)), output=tmp_path / "x.json")
+        tune_with(TINY, "infer-throughput", "cpu", data=DataSettings(str(dataset)), output=tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
     refused = invoke_group("tune", "--model", TINY, "--device", "cpu", "--data", str(dataset), "-o",
                            str(tmp_path / "y.json"))
@@ -267,9 +268,9 @@ def test_resume_refuses_a_dataset_that_changed(costed: Any, env: dict[str, Any],
 def test_the_gpu_pipeline_is_a_candidate_on_a_gpu(tmp_path: Path) -> None:
     root = tmp_path / "ds"
     make_dataset(root, MakeSpec(images=64, classes=4, seed=3, width=96, height=72), jobs=2)
-    outcome = tune(TINY, "train", "cuda", modes=["fp32", "amp-bf16"], batch_sizes=[16], compile_variants=False,
-                   options=MeasureOptions(repeats=2, warmup=2, iterations=5, min_time=0.0), budget="5m",
-                   data=DataSettings(str(root)), pipelines=["cpu", "gpu"], workers=2, output=tmp_path / "g.json")
+    outcome = tune_with(TINY, "train", "cuda", modes=["fp32", "amp-bf16"], batch_sizes=[16], compile_variants=False,
+                        options=MeasureOptions(repeats=2, warmup=2, iterations=5, min_time=0.0), budget="5m",
+                        data=DataSettings(str(root)), pipelines=["cpu", "gpu"], workers=2, output=tmp_path / "g.json")
     measured = {f["data"]: f for f in outcome.candidates if f["data"]}
     assert "folder gpu w0" in measured and measured["folder gpu w0"]["status"] == "ok"
     assert "folder cpu w2 pin persistent uint8" in measured
@@ -298,7 +299,7 @@ class RankedSearch:
 
 def test_a_captured_and_a_launched_step_are_among_the_leaders_measured_on_real_data() -> None:
     from clsbench.modes import parse_mode
-    from clsbench.procedures.tune_kinds import pipeline_leaders
+    from clsbench.procedures.tune.pipeline_kind import pipeline_leaders
 
     assert parse_mode("amp-bf16+cl+compile+cudagraph").captured and not parse_mode("amp-bf16+cl+compile").captured
 

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from clsbench.cli import main
 from clsbench.errors import InvalidInputError
-from clsbench.procedures.tune import TuneInterrupted, render_tune, resume_tune, tune
-from clsbench.procedures.tune_compare import compare_tunes, gap_pct, render_tune_comparison
+from clsbench.procedures.tune import TuneInterrupted, render_tune, resume_tune
+from clsbench.procedures.tune.compare import compare_tunes, gap_pct, render_tune_comparison
 from clsbench.results import io as result_io
-from test_tune_budget import MS, OPTIONS, PER_IMAGE_MS, inline, invoke_group
+from test_tune_budget import MS, OPTIONS, PER_IMAGE_MS, inline, invoke_group, tune_with
 from test_tune_kinds import SHORT, watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,8 +38,8 @@ def search(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     if not options.get("exhaustive"):
         options.setdefault("budget", "1h")
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu", execution=inline(costed, env),
-                budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
+    return tune_with(f"{costed.__name__}:costed", workload, "cpu", execution=inline(costed, env),
+                     budget_clock=lambda: costed.STATE["ns"] / 1e9, **options)
 
 
 def rungs(outcome: Any) -> dict[str, set[tuple[str, int]]]:

@@ -24,12 +24,14 @@ from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import RunPlan
 from clsbench.modes import MODIFIERS, Modifier
 from clsbench.modes.optimizer import OptimizerImplementation
-from clsbench.procedures.tune import TRAIN_LOSS_RTOL, judge, output_errors, resume_tune, tune
-from clsbench.procedures.tune_kinds import PRIORITY, TUNE_KINDS, freeze_suffixes
-from clsbench.procedures.tune_search import Search
+from clsbench.procedures.tune import TRAIN_LOSS_RTOL, judge, output_errors, resume_tune
+from clsbench.procedures.tune.kinds import PRIORITY, TUNE_KINDS
+from clsbench.procedures.tune.mode_kinds import freeze_suffixes
+from clsbench.procedures.tune.search import Search
 from clsbench.results import io as result_io
 from clsbench.workloads import step as step_module
 from test_tune import rerun_printed
+from test_tune_budget import tune_with
 
 TINY = "clsbench_testmodels:tiny"
 MS = 1_000_000
@@ -44,8 +46,8 @@ def run_tune(costed: Any, env: dict[str, Any], **kwargs: Any) -> Any:
     options = {"workload": "train", "modes": ["fp32", "amp-bf16"], "batch_sizes": [4], "compile_variants": True,
                "max_autotune": False, "options": SHORT, "backends": (), "budget": "1h", **kwargs}
     workload = options.pop("workload")
-    return tune(f"{costed.__name__}:costed", workload, "cpu",
-                execution=Execution(isolation="inline", clock=costed.CostClock(), env=env), **options)
+    return tune_with(f"{costed.__name__}:costed", workload, "cpu",
+                     execution=Execution(isolation="inline", clock=costed.CostClock(), env=env), **options)
 
 
 def watch(monkeypatch: pytest.MonkeyPatch, measured: tuple[str, ...] = ("eager",),
@@ -135,7 +137,8 @@ def backend_search(workload: str, device: str, backends: tuple[str, ...]) -> Sim
 
 def test_the_backend_plan_prices_each_backend_and_a_graph_twin_warm(monkeypatch: pytest.MonkeyPatch) -> None:
     from clsbench.engine import runner
-    from clsbench.procedures.tune_kinds import backend_layouts, cost_priors
+    from clsbench.procedures.tune.backend_kind import backend_layouts
+    from clsbench.procedures.tune.kinds import cost_priors
 
     # As on the H200: TensorRT is not installed (and ONNX Runtime has no GPU provider).
     monkeypatch.setattr(runner, "static_backend_skip_reason",
@@ -308,9 +311,9 @@ def test_a_foreach_winner_passes_the_guard_and_its_command_runs(costed: Any, env
 def test_a_short_real_tune_tries_the_new_kinds_and_finishes(env: dict[str, Any], tmp_path: Path, workload: str,
                                                             kind: str, expected: set[str]) -> None:
     path = tmp_path / "tune.json"
-    outcome = tune(TINY, workload, "cpu", modes=["fp32"], batch_sizes=[2], output=path, options=SHORT,
-                   variants=["compile"], max_autotune=False, backends=(), budget="5m",
-                   execution=Execution(isolation="inline", env=env))
+    outcome = tune_with(TINY, workload, "cpu", modes=["fp32"], batch_sizes=[2], output=path, options=SHORT,
+                        variants=["compile"], max_autotune=False, backends=(), budget="5m",
+                        execution=Execution(isolation="inline", env=env))
     facts = result_io.load(path).settings["tune"]
     assert kind in facts["kinds"] and facts["search_s"] is not None
     tried = {t["mode"] for t in facts["trials"] if t["kind"] == kind}
@@ -328,8 +331,9 @@ def test_a_short_real_tune_tries_the_new_kinds_and_finishes(env: dict[str, Any],
 @pytest.mark.gpu
 def test_gpu_train_tune_proposes_fused_compiled_step_and_cudagraph(monkeypatch: pytest.MonkeyPatch) -> None:
     proposed = watch(monkeypatch)
-    outcome = tune("resnet18", "train", "cuda", modes=["amp-bf16+cl"], batch_sizes=[32], options=SHORT,
-                   max_autotune=False, budget="10m", check_outputs=False, execution=Execution(isolation="inline"))
+    outcome = tune_with("resnet18", "train", "cuda", modes=["amp-bf16+cl"], batch_sizes=[32], options=SHORT,
+                        max_autotune=False, budget="10m", check_outputs=False,
+                        execution=Execution(isolation="inline"))
     assert proposed["train-step"] == [("amp-bf16+cl+fused", 32), ("amp-bf16+cl+compile+fused", 32),
                                       ("amp-bf16+cl+compile+fused+compiled-step", 32), ("amp-bf16+cl+cudagraph", 32),
                                       ("amp-bf16+cl+compile+cudagraph", 32)]

@@ -72,6 +72,26 @@ def profile(**kwargs: Any) -> Any:
     return profile_cell(**kwargs)
 
 
+def tune(settings: Any, *, output: str | Path | None = None, execution: Execution = Execution(),
+         announce: Any = None) -> Any:
+    """Search modes x batch sizes x backends for the fastest configuration within the limits and the budget
+    (``clsbench tune``). ``settings`` is a :class:`clsbench.procedures.tune.TuneSettings`, checked when it was built;
+    ``output`` the result file (never overwritten); ``announce`` is called with each line of the up-front plan.
+    Returns :func:`clsbench.procedures.tune.tune`'s ``TuneResult``."""
+    from clsbench.procedures.tune import tune as run_tune
+
+    return run_tune(settings, output=output, execution=execution, announce=announce)
+
+
+def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),
+                announce: Any = None) -> Any:
+    """Continue the tune search a result file holds (``clsbench tune --resume FILE``), its settings read from the
+    file; ``budget`` is the new total. Returns :func:`clsbench.procedures.tune.resume_tune`'s ``TuneResult``."""
+    from clsbench.procedures.tune import resume_tune as resume_search
+
+    return resume_search(path, budget=budget, execution=execution, announce=announce)
+
+
 def get_suite(name: str, *, input_size: int | None = None) -> Suite:
     """The suite ``run --suite NAME`` measures: a named one, or a suite file (a name ending in .yaml or .yml, or an
     existing file; the format is :data:`clsbench.core.suites.SUITE_FILE_EXAMPLE`).

@@ -99,12 +99,13 @@ def _sweep(out: Path) -> None:
 def _tune(out: Path) -> None:
     from clsbench.core.options import MeasureOptions
     from clsbench.measure.clock import FakeClock
-    from clsbench.procedures.tune import tune
+    from clsbench.procedures.tune import TuneSettings, tune
 
     seconds = iter(range(10**6))  # the budget's clock: one second per reading, so the search's log is fixed too
-    tune(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4], output=out,
-         options=MeasureOptions(repeats=2, warmup=1, iterations=2, min_time=0.0), compile_variants=False,
-         execution=_inline(FakeClock(increments_ns=(1_000_000, 2_000_000))), budget="1h",
+    settings = TuneSettings(TINY, "infer-throughput", "cpu", modes=["fp32", "fp32+cl"], batch_sizes=[2, 4],
+                            options=MeasureOptions(repeats=2, warmup=1, iterations=2, min_time=0.0),
+                            compile_variants=False, budget="1h")
+    tune(settings, output=out, execution=_inline(FakeClock(increments_ns=(1_000_000, 2_000_000))),
          budget_clock=lambda: float(next(seconds)))
 
 

@@ -1,5 +1,5 @@
 """``clsbench sweep`` and ``clsbench tune``: parse, call :mod:`clsbench.procedures.sweep` and
-:mod:`clsbench.procedures.tune`, print.
+:func:`clsbench.api.tune` (one :class:`~clsbench.procedures.tune.settings.TuneSettings`, built here once), print.
 
 Wire them in with ``register(main)`` in cli.py. Exit codes as for ``run``, except that an out-of-memory point of a
 sweep is the sweep's answer ("this batch does not fit"), not a failure: ``sweep`` exits 4 only when a point failed
@@ -131,47 +131,37 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
     pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
     from clsbench import api
-    from clsbench.procedures.sweep import parse_batch_sizes
-    from clsbench.procedures.tune import tune, validate_limit
-    from clsbench.procedures.tune_budget import parse_budget
+    from clsbench.procedures.tune import TuneSettings
     from clsbench.version import __version__
 
-    parse_budget(budget)
     if resume_path is not None:
         _resume_tune(ctx, resume_path, budget, execution, quiet, data)
         return
-    if not model:
-        raise InvalidInputError("--model is required", "e.g. clsbench tune --model resnet50, or --resume FILE")
-    validate_limit("max_latency_ms", max_latency_ms)
-    validate_limit("max_memory_gb", max_memory_gb)
-    sizes = parse_batch_sizes(",".join(batch_sizes)) if batch_sizes else None
     chosen_modes = api.split_list(modes) or None
     if modes and not chosen_modes:
         raise InvalidInputError("--mode names no mode", "e.g. --mode fp32,amp-bf16+cl")
-    chosen_variants = api.split_list(variants) or None
-    if variants and not chosen_variants:
-        raise InvalidInputError("--variants names no variant", "e.g. --variants compile+cudagraph")
-    if chosen_variants:
-        from clsbench.procedures.tune import parse_variants
-
-        parse_variants(workload, chosen_variants)
     chosen_backends = api.split_list(backends) or None
     if backends and not chosen_backends:
         raise InvalidInputError("--backend names no backend", "e.g. --backend export,tensorrt")
-    settings, pipelines, workers = tune_data(data)
+    data_settings, pipelines, workers = tune_data(data)
+    # The one place the search's settings are built and checked (the budget, --model, the limits, the sizes...).
+    settings = TuneSettings(
+        model=model or "", workload=workload, device=device, max_latency_ms=max_latency_ms,
+        max_memory_gb=max_memory_gb, modes=chosen_modes, batch_sizes=",".join(batch_sizes) if batch_sizes else None,
+        options=measure, compile_variants=compile_variants,
+        variants=api.split_list(variants) if variants else None, max_autotune=max_autotune,
+        check_outputs=check_outputs, backends=chosen_backends, budget=budget, exhaustive=exhaustive,
+        data=data_settings, pipelines=pipelines, workers=workers)
     resolved, env, path = start(device, output)
     if not quiet:
-        on = f" with data from {settings.directory}" if settings is not None else ""
+        on = f" with data from {data_settings.directory}" if data_settings is not None else ""
         what = "tune --exhaustive" if exhaustive else "tune"
         click.echo(f"clsbench {__version__}: {what} {model} {workload}{on} on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
-    _finish_tune(path, progress, lambda: tune(
-        model, workload, resolved, max_latency_ms=max_latency_ms, max_memory_gb=max_memory_gb, modes=chosen_modes,
-        batch_sizes=sizes, output=path, options=measure,
-        execution=dataclasses.replace(execution, progress=progress, env=env), compile_variants=compile_variants,
-        variants=chosen_variants, max_autotune=max_autotune, check_outputs=check_outputs, backends=chosen_backends,
-        budget=budget, announce=None if quiet else _announce, data=settings, pipelines=pipelines, workers=workers,
-        exhaustive=exhaustive))
+    _finish_tune(path, progress, lambda: api.tune(
+        settings, output=path,
+        execution=dataclasses.replace(execution, progress=progress, env=env),
+        announce=None if quiet else _announce))
 
 
 #: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.
@@ -211,10 +201,12 @@ def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: E
     on the line."""
     from click.core import ParameterSource
 
+    from clsbench import api
     from clsbench.cli.data_options import given as data_given
-    from clsbench.procedures.tune import resume_tune
+    from clsbench.procedures.tune.budget import parse_budget
     from clsbench.version import __version__
 
+    parse_budget(budget)  # a bad budget is the first error, as for a new search
     given = [name for name in SEARCH_OPTIONS if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT,
                                                                                        None)]
     given += [flag.lstrip("-").replace("-", "_") for flag in data_given(data or {})]
@@ -225,7 +217,7 @@ def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: E
     if not quiet:
         click.echo(f"clsbench {__version__}: tune --resume {path}", err=True)
     progress = Progress(quiet)
-    _finish_tune(path, progress, lambda: resume_tune(
+    _finish_tune(path, progress, lambda: api.resume_tune(
         path, budget=budget, execution=dataclasses.replace(execution, progress=progress),
         announce=None if quiet else _announce))
 

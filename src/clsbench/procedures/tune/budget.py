@@ -35,7 +35,7 @@ PROCESS_S = {"cuda": 12.0, "cpu": 2.0}
 #: first one was observed here.
 CHECK_S = {"cuda": 15.0, "cpu": 4.0}
 #: Build priors of the candidate kinds that modify a compiled mode, per device type, before one was observed here (each
-#: kind's ``build_s``, :mod:`clsbench.procedures.tune_kinds`). ``+compile+freeze``: the compile kind's 45 s / 30 s
+#: kind's ``build_s``, :mod:`clsbench.procedures.tune.mode_kinds`). ``+compile+freeze``: the compile kind's 45 s / 30 s
 #: plus the 12 s the issue's H200 run (ResNet-50 bf16+cl, batch 512) took to build compile+freeze; an overestimate
 #: keeps the budget safe, and the first frozen candidate measured here replaces it.
 FREEZE_BUILD_S = {"cuda": 57.0, "cpu": 40.0}

@@ -15,7 +15,7 @@ kept whole under ``settings["tune"]["earlier"]``. Every candidate the search sta
 logged under ``settings["tune"]["trials"]`` and ``["left_out"]`` with its estimated and, once done, actual cost.
 
 **Budget**: before the search starts, :meth:`Search.plan` prices every stage with the cost model and keeps stages in
-priority order (:data:`clsbench.procedures.tune_kinds.PRIORITY`) while they fit; the rest are left out up front, and
+priority order (:data:`clsbench.procedures.tune.kinds.PRIORITY`) while they fit; the rest are left out up front, and
 said so. While it runs, no candidate starts unless its estimate fits in the budget left less what the planned stages
 after it are estimated to need (so that the output check and the confirmation keep their share). A candidate that is
 not started is logged as left out, with its estimate and the seconds that were left.
@@ -39,14 +39,10 @@ from typing import Any
 from clsbench.core.plan import Cell, StopRule
 from clsbench.core.vocab import Status
 from clsbench.engine.incremental import IncrementalRun
-from clsbench.procedures.tune import (
-    PRUNE_LOSS_FRACTION,
-    candidate_figures,
-    limit_violations,
-    variant_of,
-)
-from clsbench.procedures.tune_budget import Budget, CostModel, Window, format_seconds
-from clsbench.procedures.tune_kinds import PRIORITY, CandidateKind, Stage, build_key, cost_key, kinds
+from clsbench.procedures.tune.budget import Budget, CostModel, Window, format_seconds
+from clsbench.procedures.tune.figures import candidate_figures, limit_violations, parity_verdict
+from clsbench.procedures.tune.kinds import PRIORITY, CandidateKind, Stage, build_key, cost_key, kinds
+from clsbench.procedures.tune.settings import PRUNE_LOSS_FRACTION, TuneSettings, variant_of
 from clsbench.results.schema import DEFAULT_BACKEND, Measurement, data_label
 
 #: The rungs, lowest first.
@@ -104,26 +100,28 @@ class Search:
     depend only on the measurements, come out the same up to where it stopped, and it goes on from there.
     """
 
-    def __init__(self, run: IncrementalRun, *, model: str, workload: str, device: str, input_size: int | None,
-                 limits: dict[str, float | None], base_modes: list[str], sizes: list[int], explicit: bool,
-                 suffixes: tuple[str, ...], compile_variants: bool, max_autotune: bool,
-                 backends: Sequence[str], repeats: int, budget: Budget, cost: CostModel,
-                 announce: Callable[[str], None] | None = None, exhaustive: bool = False) -> None:
+    def __init__(self, run: IncrementalRun, settings: TuneSettings, budget: Budget, cost: CostModel,
+                 announce: Callable[[str], None] | None = None) -> None:
+        """A search of ``run`` (a new file, or one a resumed search reopened) under ``settings``, resolved
+        (:meth:`TuneSettings.resolve`, or :meth:`TuneSettings.from_facts` of the file); its attributes are the
+        settings the kinds read."""
         self.run = run
         self.facts = run.facts
-        self.model, self.workload, self.device, self.input_size = model, workload, device, input_size
-        self.limits = limits
-        self.base_modes = base_modes
-        self.sizes, self.explicit = sizes, explicit
-        self.suffixes = suffixes
-        self.compile_variants, self.max_autotune = compile_variants, max_autotune
-        self.backends = tuple(backends)
-        self.repeats = repeats
-        self.exhaustive = exhaustive
+        self.settings = settings
+        self.model, self.workload, self.device = settings.model, settings.workload, settings.device
+        self.input_size = settings.options.input_size
+        self.limits = settings.limits
+        self.base_modes = list(settings.modes or ())
+        self.sizes, self.explicit = list(settings.batch_sizes or ()), settings.explicit
+        self.suffixes = settings.suffixes
+        self.compile_variants, self.max_autotune = settings.compile_variants, settings.max_autotune
+        self.backends = tuple(settings.backends or ())
+        self.repeats = run.plan.repeats
+        self.exhaustive = settings.exhaustive
         self.budget, self.cost = budget, cost
         self.announce = announce or (lambda line: None)
         self.family_of: dict[str, str] = {}
-        self.full = run.plan.stop_rule(workload)
+        self.full = run.plan.stop_rule(self.workload)
         self.rules = {"screen": screen_rule(self.full), "longer": self.full, "confirm": self.full}
         self.stages: list[dict[str, Any]] = []
         self.done_stages: set[str] = set()
@@ -464,7 +462,7 @@ class Search:
 
     def built(self, kind: str, cell: Cell) -> bool:
         """Whether another candidate of this search made ``cell``'s build already and it is still at hand: one of the
-        same kind and build key (:func:`clsbench.procedures.tune_kinds.build_key`) that ran ok."""
+        same kind and build key (:func:`clsbench.procedures.tune.kinds.build_key`) that ran ok."""
         key = self._shared_build(kind, cell)
         return key is not None and any(
             t.get("kind") == kind and t.get("actual_s") is not None and t.get("status") == Status.OK
@@ -654,8 +652,6 @@ class Search:
 
     def passed(self, m: Measurement) -> bool:
         """Whether ``m`` passed the correctness guard (always, with the guard off or for fp32 eager)."""
-        from clsbench.procedures.tune import parity_verdict
-
         if m.backend != DEFAULT_BACKEND:
             verdict = parity_verdict(m)
             return bool(verdict and verdict["ok"])

@@ -31,7 +31,7 @@ from typing import Any
 from clsbench.analysis.compare import per_repeat_values
 from clsbench.analysis.significance import DEFAULT_ALPHA, welch_t_test
 from clsbench.errors import InvalidInputError
-from clsbench.procedures.tune import analyze_tune
+from clsbench.procedures.tune.analysis import analyze_tune
 from clsbench.results.facts import get_field
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, backend_suffix, data_label
 
