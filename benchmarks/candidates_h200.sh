@@ -41,7 +41,7 @@ if [[ $PARTS != *" train-parity "* ]]; then
 elif (( $(left) > 90 )); then
     timeout -s INT "$(left)" "$PY" - "$parity" <<'PYEOF'
 import json, sys
-from clsbench.procedures.train_parity import train_parity
+from clsbench.procedures.tune import train_parity
 modes = ["amp-bf16+cl+compile", "amp-bf16+cl+compile+foreach", "amp-bf16+cl+compile+fused",
          "amp-bf16+cl+compile+compiled-step", "amp-bf16+cl+compile+cudagraph"]
 checks = train_parity("resnet50", "cuda", [(mode, 16) for mode in modes])

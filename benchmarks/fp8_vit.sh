@@ -51,7 +51,7 @@ if [[ $PARTS != *" parity "* ]]; then
 elif (( $(left) > 45 )); then
     timeout -s INT "$(left)" "$PY" - "$MODEL" "$OUT/fp8-parity.json" <<'PYEOF'
 import json, sys
-from clsbench.procedures.train_parity import train_parity
+from clsbench.procedures.tune import train_parity
 from clsbench.procedures.tune import judge, output_errors
 model, path = sys.argv[1:]
 rows = []
