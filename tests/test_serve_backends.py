@@ -138,3 +138,22 @@ def test_gpu_export_frozen_served_with_graphs_per_bucket_and_instance(tmp_path: 
     assert all(b["parity"]["passed"] for b in artifacts["buckets"])
     steps = [s for m in outcome.result.measurements for s in m.repeats]
     assert steps and all(s["error"] is None and s["server"]["stage_ns"]["compute"] > 0 for s in steps)
+
+
+def test_a_failed_build_stops_the_builds_not_yet_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One bucket's build fails: the line's failure carries its reason, and the queued buckets are never built."""
+    from clsbench.backends import BackendNotRun, BackendRequest
+    from clsbench.serving import artifacts
+
+    calls: list[int] = []
+
+    def fail_first(name: str, prepared: Any, request: BackendRequest, **kw: Any) -> Any:
+        calls.append(request.batch_size)
+        raise BackendNotRun("failed", "build_error", f"bucket {request.batch_size} would not compile")
+
+    monkeypatch.setattr(artifacts, "apply_backend", fail_first)
+    requests = artifacts.serve_requests(TINY, "fp32", "cpu", [1, 2, 4, 8], input_size=32, seed=0)
+    with pytest.raises(BackendNotRun) as info:
+        artifacts.build_runners("torchscript", None, requests, cache=None, workers=1)
+    assert (info.value.status, info.value.reason) == ("failed", "build_error")
+    assert calls == [1] and info.value.detail == "bucket 1 would not compile"

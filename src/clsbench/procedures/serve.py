@@ -120,6 +120,7 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
     target = None
     if settings.target is not None:
         lg = loadgen or import_loadgen()
+        path, log_root = _output_paths(output)  # a file that exists fails before the server is asked anything
         target = connect_target(settings)  # nothing listening, an unknown model, a bad input: one line, no file
         modes: tuple[str, ...] = (TARGET_MODE,)
         settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)),
@@ -130,22 +131,8 @@ def serve(settings: ServeSettings, output: str | Path | None = None, *, executio
         settings = dataclasses.replace(settings, modes=modes, scenarios=tuple(ordered(settings.scenarios)))
         _check_device(settings.device)
         lg = loadgen or import_loadgen()
+        path, log_root = _output_paths(output)
     environment = execution.env if execution.env is not None else machine_environment(settings.device)
-
-    path = Path(output) if output is not None else None
-    if path is not None:
-        try:
-            result_io.check_writable(path, exists_hint="choose another --output")
-            log_root = loadgen_dir(path)
-            if log_root.exists():
-                raise ResultFileError(f"{log_root} already exists; clsbench never overwrites LoadGen's logs",
-                                      "choose another --output, or move the folder away")
-        except ResultFileError:
-            if target is not None:
-                target.close()
-            raise
-    else:
-        log_root = Path(tempfile.mkdtemp(prefix="clsbench-serve-")) / "serve.loadgen"
     facts: dict[str, Any] = {"format": SERVE_FORMAT, "settings": settings.to_dict(), "log_dir": log_root.name,
                              "loadgen_version": loadgen_version(lg), "setups": [], "searches": [], "modes": {}}
     run = _Run(settings, path, log_root, lg, execution.progress, execution.clock, BenchmarkResult(
@@ -210,6 +197,24 @@ def target_config(config: dict[str, Any]) -> ServerConfig:
     instances = sum(int(g.get("count") or 1) for g in config.get("instance_group") or []) or 1
     preferred = [int(b) for b in dynamic.get("preferred_batch_size") or [] if 1 <= int(b) <= max_batch]
     return ServerConfig(max_batch, delay_ms, instances, tuple(sorted({*preferred, max_batch})))
+
+
+def _output_paths(output: str | Path | None) -> tuple[Path | None, Path]:
+    """The result file and LoadGen's log folder beside it, both checked to be new (a temporary folder when the
+    result stays in memory).
+
+    Raises:
+        ResultFileError: the file or the folder exists, or the file cannot be written.
+    """
+    if output is None:
+        return None, Path(tempfile.mkdtemp(prefix="clsbench-serve-")) / "serve.loadgen"
+    path = Path(output)
+    result_io.check_writable(path, exists_hint="choose another --output")
+    log_root = loadgen_dir(path)
+    if log_root.exists():
+        raise ResultFileError(f"{log_root} already exists; clsbench never overwrites LoadGen's logs",
+                              "choose another --output, or move the folder away")
+    return path, log_root
 
 
 def failure_of(text: str) -> tuple[Reason, str]:

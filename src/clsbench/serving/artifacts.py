@@ -146,10 +146,14 @@ def build_runners(name: str, prepared: Any, requests: dict[int, BackendRequest],
         futures = [pool.submit(build, bucket) for bucket in requests]
         failure: BackendNotRun | None = None
         for future in concurrent.futures.as_completed(futures):
+            if future.cancelled():
+                continue
             try:
                 bucket, done, built = future.result()
             except BackendNotRun as exc:
                 failure = failure or exc
+                for pending in futures:  # the line has failed: builds not yet started would be wasted
+                    pending.cancel()
                 continue
             built["overlapping_builds"] = workers
             ready[bucket], facts[bucket] = done, built
