@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from clsbench.cli.report_cmds import register
 from clsbench.report import html as report_html
 from clsbench.report.html import MAX_POINTS_PER_CURVE, knee, render_report
+from clsbench.report.html_parts import thin
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
 
@@ -193,10 +194,10 @@ def test_latency_curves_are_thinned_and_charts_capped() -> None:
 
 
 def test_thin_keeps_first_and_last_and_the_limit() -> None:
-    kept = report_html._thin(100_000)
+    kept = thin(100_000)
     assert len(kept) <= MAX_POINTS_PER_CURVE
     assert kept[0] == 0 and kept[-1] == 99_999 and kept == sorted(set(kept))
-    assert report_html._thin(10) == list(range(10))
+    assert thin(10) == list(range(10))
 
 
 def test_knee_is_the_smallest_batch_reaching_ninety_percent_of_the_best() -> None:

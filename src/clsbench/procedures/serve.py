@@ -33,7 +33,8 @@ from clsbench.core.options import Execution
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import DeviceUnavailableError, InvalidInputError, ResultFileError
 from clsbench.measure.clock import Clock
-from clsbench.procedures.base import PROCEDURES, ProcedureComparison, ProcedureView
+from clsbench.procedures.base import PROCEDURES, HtmlSection, ProcedureComparison, ProcedureView
+from clsbench.procedures.serve_view import SERVE_FIRST_COLUMNS, serve_rows, serve_section
 from clsbench.results import io as result_io
 from clsbench.results.schema import DEFAULT_BACKEND as EAGER
 from clsbench.results.schema import BenchmarkResult, Measurement, backend_suffix
@@ -42,6 +43,7 @@ from clsbench.serving.analysis import (
     WORKLOAD_PREFIX,
     analyze_serve,
     compare_serve,
+    is_serve_result,
     render_serve,
     render_serve_compare,
     scenario_summary,
@@ -603,5 +605,10 @@ def _flat_row(label: str, name: str, row: dict[str, Any], slower: float | None) 
     return flat
 
 
-PROCEDURES.register("serve", ProcedureView("serve", lambda result: render_serve(analyze_serve(result)),
-                                           compare=compare_runs))
+#: Where serve's section stands in the HTML report: after tune's, before soak's.
+SERVE_SECTION_ORDER = 20
+
+PROCEDURES.register("serve", ProcedureView(
+    "serve", lambda result: render_serve(analyze_serve(result)), compare=compare_runs,
+    html=HtmlSection("serving", "Serving", SERVE_SECTION_ORDER, serve_section), rows=serve_rows,
+    first_columns=SERVE_FIRST_COLUMNS, holds=is_serve_result, throughput_bars=False))

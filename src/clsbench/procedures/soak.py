@@ -31,7 +31,8 @@ from clsbench.core.text_table import fmt_rate, text_table
 from clsbench.engine.incremental import IncrementalRun
 from clsbench.engine.planning import plan_run
 from clsbench.errors import InvalidInputError
-from clsbench.procedures.base import PROCEDURES, ProcedureComparison, ProcedureView
+from clsbench.procedures.base import PROCEDURES, HtmlSection, ProcedureComparison, ProcedureView
+from clsbench.procedures.soak_view import soak_section
 from clsbench.results import io as result_io
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult
 from clsbench.system.machine import resolve_device, run_facts
@@ -256,5 +257,9 @@ def _verdict(throughput: dict[str, Any], label: str, base: str) -> tuple[str, fl
     return text, slowdown if significant and slowdown > 0 else None
 
 
+#: Where soak's section stands in the HTML report: after tune's and serve's.
+SOAK_SECTION_ORDER = 30
+
 PROCEDURES.register("soak", ProcedureView("soak", lambda result: render_soak(analyze_soak(result)),
-                                          compare=compare_runs))
+                                          compare=compare_runs,
+                                          html=HtmlSection("soaks", "Soaks", SOAK_SECTION_ORDER, soak_section)))

@@ -528,4 +528,11 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PROCEDURES.register("sweep", ProcedureView("sweep", lambda result: render_sweep(analyze_sweep(result))))
+def knee_fraction_of(result: BenchmarkResult) -> float | None:
+    """The knee rule a sweep file was run with (``sweep --knee``), which the report's batch-sweep curves mark."""
+    facts = result.settings.get("sweep") or {}
+    return facts.get("knee_fraction") or None
+
+
+PROCEDURES.register("sweep", ProcedureView("sweep", lambda result: render_sweep(analyze_sweep(result)),
+                                           knee_fraction=knee_fraction_of))

@@ -38,6 +38,7 @@ from clsbench.analysis.significance import format_p
 from clsbench.core.text_table import text_table
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
+from clsbench.report.views import rows_view
 from clsbench.results.facts import get_field
 from clsbench.results.io import check_writable, jsonable, write_text_atomic
 from clsbench.results.schema import DEFAULT_BACKEND, BenchmarkResult, Measurement, data_label
@@ -260,33 +261,16 @@ def columns_of(table: Sequence[dict[str, Any]], first: Sequence[str] = ()) -> li
     return list(dict.fromkeys([*first, *(key for row in table for key in row)]))
 
 
-#: The first columns of a serve result's flat rows; the rest are those of :func:`clsbench.serving.analysis.csv_rows`.
-SERVE_FIRST_COLUMNS = ("result_file", "model", "device", "index", "mode", "scenario", "role", "setting")
-
-
-def serve_rows(results: Sequence[BenchmarkResult], names: Sequence[str]) -> list[dict[str, Any]]:
-    """Flat rows of serve results: one per LoadGen run (:func:`clsbench.serving.analysis.csv_rows`), with the file,
-    model and device; a serve result's measurements are scenario answers searched over these runs."""
-    from clsbench.serving.analysis import analyze_serve, csv_rows
-
-    out = []
-    for result, name in zip(results, names, strict=True):
-        analysis = analyze_serve(result)
-        head = {"result_file": name, "model": analysis.get("model"), "device": analysis.get("device")}
-        out += [{**head, **row} for row in csv_rows(analysis)]
-    return out
-
-
 def export_results(results: Sequence[BenchmarkResult], names: Sequence[str], fmt: str) -> str:
     """Flat rows of ``results`` in ``fmt`` (``csv``, ``json`` or ``markdown``): one per measurement, or, when every
-    result is a ``serve`` result, one per LoadGen run (:func:`serve_rows`)."""
-    from clsbench.serving.analysis import is_serve_result
-
+    result holds the facts of a procedure that has flat rows of its own (``ProcedureView.rows``: a serve result's
+    LoadGen runs), that procedure's rows, its first columns first."""
     if len(results) != len(names):
         raise InvalidInputError(f"{len(names)} names for {len(results)} results")
-    if results and all(is_serve_result(r) for r in results):
-        table = serve_rows(results, names)
-        return export_table(table, fmt, columns_of(table, SERVE_FIRST_COLUMNS))
+    view = rows_view(results)
+    if view is not None and view.rows is not None:
+        table = [row for result, name in zip(results, names, strict=True) for row in view.rows(result, name)]
+        return export_table(table, fmt, columns_of(table, view.first_columns))
     return export_table(rows(results, names), fmt)
 
 
@@ -571,7 +555,7 @@ def export_comparison(comparison: Comparison, fmt: str) -> str:
 
 
 def export_own_comparison(text: str, data: dict[str, Any], table: Sequence[dict[str, Any]], fmt: str) -> str:
-    """A comparison a procedure made its own way (:class:`clsbench.procedures.base.ProcedureComparison`'s fields) in
+    """A comparison a procedure made its own way (:class:`clsbench.report.views.ProcedureComparison`'s fields) in
     ``fmt``: ``table`` its text, ``json`` its data, ``csv`` and ``markdown`` its flat rows."""
     if fmt == "table":
         return text

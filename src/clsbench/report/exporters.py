@@ -1,6 +1,6 @@
 """The formats ``show`` writes, one registry (:data:`EXPORTERS`): each takes the loaded results and the names they
 were read from, and returns the text. ``extra`` adds to each run's table what the procedures say about it
-(:func:`clsbench.procedures.base.sections`); the flat formats leave it out.
+(:func:`clsbench.report.views.sections`); the flat formats leave it out.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def json_text(results: Sequence[BenchmarkResult], names: Sequence[str],
 @EXPORTERS.register("csv")
 def csv_text(results: Sequence[BenchmarkResult], names: Sequence[str],
              extra: Callable[[BenchmarkResult], str]) -> str:
-    """One flat row per measurement, units in the column names."""
+    """One flat row per measurement, units in the column names (or a procedure's own rows:
+    :func:`clsbench.report.export.export_results`)."""
     from clsbench.report.export import export_results
 
     return export_results(results, list(names), "csv")

@@ -85,7 +85,7 @@ pruning margin, no budget unless one is given), recorded as ``settings["tune"]["
 from __future__ import annotations
 
 from clsbench.core.options import reproduce_command
-from clsbench.procedures.base import PROCEDURES, ProcedureView
+from clsbench.procedures.base import PROCEDURES, HtmlSection, ProcedureView
 from clsbench.procedures.tune.analysis import analyze_tune
 from clsbench.procedures.tune.budget import DEFAULT_BUDGET_S, Budget, CostModel, default_budget, parse_budget
 from clsbench.procedures.tune.figures import (
@@ -131,6 +131,7 @@ from clsbench.procedures.tune.settings import (
     variant_of,
 )
 from clsbench.procedures.tune.text import no_winner_message, render_tune
+from clsbench.procedures.tune.view import tune_section
 
 __all__ = [
     "BACKEND_PRECISION",
@@ -188,4 +189,8 @@ __all__ = [
 ]
 
 
-PROCEDURES.register("tune", ProcedureView("tune", lambda result: render_tune(analyze_tune(result))))
+#: Where tune's section stands in the HTML report: the first of the procedures' sections, after the batch sweeps.
+TUNE_SECTION_ORDER = 10
+
+PROCEDURES.register("tune", ProcedureView("tune", lambda result: render_tune(analyze_tune(result)),
+                                          html=HtmlSection("tune", "Tune searches", TUNE_SECTION_ORDER, tune_section)))
