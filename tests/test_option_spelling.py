@@ -33,29 +33,31 @@ LIST_OPTIONS = {
     "diagnose": {"--num-workers", "--pipeline"},
 }
 
-#: Where each command hands its parsed options to the library: (module, function, the arguments it takes first).
+#: Where each command hands its parsed options to the library (all through :mod:`clsbench.api`: the settings object
+#: a command builds, or the one api function it calls with it): (module, function, the arguments it takes first).
 TARGETS = {
     "run": ("clsbench.api", "plan_run", ["run", "--device", "cpu"]),
-    "sweep": ("clsbench.procedures.sweep", "sweep", ["sweep", "--model", TINY, "--device", "cpu"]),
-    "tune": ("clsbench.procedures.tune", "TuneSettings", ["tune", "--model", TINY, "--device", "cpu"]),
-    "serve": ("clsbench.serving.config", "ServeSettings.with_options", ["serve", "--model", TINY, "--device", "cpu"]),
-    "diagnose": ("clsbench.procedures.diagnose", "diagnose", ["diagnose", TINY, "--data", "images", "--device", "cpu"]),
+    "sweep": ("clsbench.api", "sweep", ["sweep", "--model", TINY, "--device", "cpu"]),
+    "tune": ("clsbench.api", "TuneSettings", ["tune", "--model", TINY, "--device", "cpu"]),
+    "serve": ("clsbench.api", "ServeSettings.with_options", ["serve", "--model", TINY, "--device", "cpu"]),
+    "diagnose": ("clsbench.api", "diagnose", ["diagnose", TINY, "--data", "images", "--device", "cpu"]),
 }
 
-#: (command, canonical flag, value, the library argument it becomes: a keyword, or a position).
+#: (command, canonical flag, value, the library argument it becomes: a keyword, a position, or ``settings.NAME``:
+#: the field of the settings object the api function takes first).
 CASES = [
     ("run", "--model", "m1,m2", "models"),
     ("run", "--workload", "train,infer-latency", "workloads"),
     ("run", "--mode", "fp32,bf16", "modes"),
     ("run", "--batch-size", "2,4", "batch_sizes"),
     ("run", "--backend", "eager,export", "backends"),
-    ("sweep", "--batch-size", "1,2,4", 4),
+    ("sweep", "--batch-size", "1,2,4", "settings.batch_sizes"),
     ("tune", "--mode", "fp32,bf16", "modes"),
     ("tune", "--batch-size", "4,8", "batch_sizes"),
     ("tune", "--backend", "export,onnxruntime", "backends"),
     ("serve", "--mode", "fp32,bf16", "modes"),
-    ("diagnose", "--num-workers", "0,2", "workers"),
-    ("diagnose", "--pipeline", "cpu", "pipelines"),
+    ("diagnose", "--num-workers", "0,2", "settings.workers"),
+    ("diagnose", "--pipeline", "cpu", "settings.pipelines"),
 ]
 
 
@@ -92,7 +94,11 @@ def capture(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def argument(call: tuple[tuple[Any, ...], dict[str, Any]], key: str | int) -> Any:
-    return call[0][key] if isinstance(key, int) else call[1][key]
+    if isinstance(key, int):
+        return call[0][key]
+    if key.startswith("settings."):
+        return getattr(call[0][0], key.removeprefix("settings."))
+    return call[1][key]
 
 
 def flag_in(flag: str, text: str) -> bool:
@@ -148,16 +154,16 @@ def test_repeated_and_comma_separated_values_are_the_same(capture: Any, command:
 def test_both_spellings_together_combine_their_values(capture: Any) -> None:
     """The documented rule: every value counts, the canonical option's first."""
     assert capture("run", "--batch-sizes", "4", "--batch-size", "2")[1]["batch_sizes"] == [2, 4]
-    assert capture("sweep", "--batch-size", "8", "--batch-sizes", "1,2")[0][4] == [1, 2, 8]
+    assert capture("sweep", "--batch-size", "8", "--batch-sizes", "1,2")[0][0].batch_sizes == [1, 2, 8]
     assert capture("tune", "--modes", "bf16", "--mode", "fp32")[1]["modes"] == ["fp32", "bf16"]
-    assert capture("diagnose", "--workers", "4", "--num-workers", "0")[1]["workers"] == [0, 4]
+    assert capture("diagnose", "--workers", "4", "--num-workers", "0")[0][0].workers == [0, 4]
 
 
 def test_sweep_batch_size_auto_is_the_default_under_either_spelling(capture: Any) -> None:
-    assert capture("sweep")[0][4] == "auto"
-    assert capture("sweep", "--batch-size", "auto")[0][4] == "auto"
-    assert capture("sweep", "--batch-sizes", "auto")[0][4] == "auto"
-    assert capture("sweep", "--batch-sizes", "1,2")[0][4] == [1, 2]  # an alias alone replaces the default
+    assert capture("sweep")[0][0].batch_sizes == "auto"
+    assert capture("sweep", "--batch-size", "auto")[0][0].batch_sizes == "auto"
+    assert capture("sweep", "--batch-sizes", "auto")[0][0].batch_sizes == "auto"
+    assert capture("sweep", "--batch-sizes", "1,2")[0][0].batch_sizes == [1, 2]  # an alias alone replaces the default
 
 
 def assert_one_error_line(result: Result, *words: str) -> None:

@@ -1,5 +1,10 @@
 """The public library API. Everything the CLI does is one call here; the CLI only parses and prints.
 
+Each command has one function that does its work (``run``, ``serve``, ``soak``, ``tune``, ``compare``...), taking
+the command's settings object and returning what the command prints from; :data:`HELPERS` lists the functions that
+only check or resolve input, read the machine, render results as text or write a printed text (the CLI calls
+those around the one work call); :data:`CONTINUATIONS` the work functions that continue another's (``--resume``).
+
 The functions live where they belong (planning and running in :mod:`clsbench.engine`, the machine's facts in
 :mod:`clsbench.system.machine`, files in :mod:`clsbench.results`); this module gathers the ones a user calls.
 """
@@ -7,42 +12,166 @@ The functions live where they belong (planning and running in :mod:`clsbench.eng
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clsbench.core import suites
+from clsbench.core import suites as suites_module
+from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import ProfileSettings, RunPlan
-from clsbench.core.suites import Suite
+from clsbench.core.suites import SUITE_FILE_EXAMPLE, Suite
+from clsbench.data.make import MakeSpec
+from clsbench.deploy import TritonExportSettings
 from clsbench.engine import planning
 from clsbench.engine.planning import data_preflight
-from clsbench.engine.runner import resume, run
+from clsbench.engine.runner import RunInterrupted, resume, run
 from clsbench.errors import InvalidInputError
+from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS, DiagnoseSettings
+from clsbench.procedures.profile import (
+    NSYS_HINT,
+    NSYS_MISSING,
+    NSYS_REPORT,
+    RESULT_FILE,
+    SUMMARY_FILE,
+    CellProfileSettings,
+)
+from clsbench.procedures.scale.plan import SCALE_OPTIONS
+from clsbench.procedures.serve import ServeInterrupted
+from clsbench.procedures.soak import SoakSettings
+from clsbench.procedures.sweep import SweepSettings
+from clsbench.procedures.tune import TUNE_OPTIONS, NoConfigurationError, TuneInterrupted, TuneSettings
 from clsbench.results import io as result_io
 from clsbench.results.io import DEFAULT_RESULTS_DIR, default_output_path
 from clsbench.results.schema import BenchmarkResult
+from clsbench.results.store import DB_ENV_VAR, DEFAULT_HISTORY_LIMIT, IMPORTED, RUN_ID_LENGTH, UPDATED
+from clsbench.serving.analysis import QPS_WORKLOADS
+from clsbench.serving.config import (
+    MLPERF_MIN_DURATION_S,
+    QUICK_MIN_DURATION_S,
+    SHARED_OPTIONS,
+    TARGET_MAX_IN_FLIGHT,
+    ServeSettings,
+)
 from clsbench.system.machine import bf16_supported, environment, preflight_warnings, resolve_device
 
 __all__ = [
+    "BenchmarkResult",
+    "CONTINUATIONS",
+    "CellProfileSettings",
+    "CompareOutcome",
+    "DB_ENV_VAR",
+    "DEFAULT_HISTORY_LIMIT",
     "DEFAULT_RESULTS_DIR",
+    "DIAGNOSE_OPTIONS",
+    "DataSettings",
+    "DatasetCheck",
+    "DiagnoseSettings",
     "Execution",
+    "HELPERS",
+    "IMPORTED",
+    "MLPERF_MIN_DURATION_S",
+    "MakeSpec",
     "MeasureOptions",
+    "NSYS_HINT",
+    "NSYS_MISSING",
+    "NSYS_REPORT",
+    "NoConfigurationError",
     "ProfileSettings",
+    "QPS_WORKLOADS",
+    "QUICK_MIN_DURATION_S",
+    "RESULT_FILE",
+    "RUN_ID_LENGTH",
+    "RunInterrupted",
+    "RunPlan",
+    "SCALE_OPTIONS",
+    "SHARED_OPTIONS",
+    "SUITE_FILE_EXAMPLE",
+    "SUMMARY_FILE",
+    "ServeInterrupted",
+    "ServeSettings",
+    "SoakSettings",
+    "Suite",
+    "SweepSettings",
+    "TARGET_MAX_IN_FLIGHT",
+    "TUNE_OPTIONS",
+    "TritonExportSettings",
+    "TuneInterrupted",
+    "TuneSettings",
+    "UPDATED",
     "bf16_supported",
+    "check_compare",
+    "check_data_settings",
+    "check_dataset",
+    "check_output",
+    "check_profile_directory",
+    "communication_env",
+    "compare",
     "data_preflight",
+    "dataset_warnings",
     "default_output_path",
+    "describe_environment",
+    "diagnose",
+    "diagnose_text",
     "environment",
+    "export_triton_repo",
     "get_suite",
+    "history",
+    "history_index_path",
+    "import_results",
+    "index_result",
+    "launch_commands",
     "list_models",
     "load",
+    "load_result",
+    "make_clock",
+    "make_dataset",
+    "models",
+    "multicast_note",
+    "nsys_path",
+    "nsys_text",
+    "parse_batch_sizes",
+    "parse_budget",
+    "parse_duration",
+    "parse_list",
+    "parse_pipelines",
+    "parse_size",
+    "parse_workers",
     "plan_run",
+    "plan_scale",
     "preflight_warnings",
+    "probe",
     "profile",
+    "profile_section",
+    "profile_text",
+    "record_nsys",
+    "report",
+    "require_loadgen",
     "resolve_device",
+    "result_table",
+    "result_warnings",
     "resume",
+    "resume_tune",
     "run",
+    "scale",
+    "scale_text",
+    "serve",
+    "serve_step_facts",
+    "serve_text",
+    "show",
+    "soak",
+    "soak_text",
     "split_list",
+    "suites",
+    "sweep",
+    "sweep_text",
+    "target_model",
+    "tune",
+    "tune_text",
+    "validate_knee_fraction",
+    "window_facts",
+    "write_text",
 ]
 
 
@@ -55,7 +184,7 @@ def plan_run(*, suite: str | None = None, **kwargs: Any) -> RunPlan:
     the file's absolute path (``edge (/home/me/edge.yaml)``): the file is not needed again, and ``resume`` reads
     the cells from the result file.
     """
-    if suite is None or not suites.is_suite_file(suite):
+    if suite is None or not suites_module.is_suite_file(suite):
         return planning.plan_run(suite=suite, **kwargs)
     options = kwargs.get("options") or MeasureOptions()
     chosen = get_suite(suite, input_size=options.input_size)
@@ -63,13 +192,17 @@ def plan_run(*, suite: str | None = None, **kwargs: Any) -> RunPlan:
     return dataclasses.replace(plan, suite=chosen.label)
 
 
-def profile(**kwargs: Any) -> Any:
-    """Measure one cell and profile it after its timed region into a new directory: trace, summary, result file
-    (:func:`clsbench.procedures.profile.profile`, whose keyword arguments this takes; returns its ``ProfileOutcome``).
-    ``run --profile`` is :func:`plan_run` with ``profile=ProfileSettings()``."""
+def profile(settings: CellProfileSettings, output: str | Path, *, options: MeasureOptions = MeasureOptions(),
+            execution: Execution = Execution()) -> Any:
+    """``clsbench profile``: measure one cell and profile it after its timed region into the new directory
+    ``output``: trace, summary, result file (:func:`clsbench.procedures.profile.profile`; returns its
+    ``ProfileOutcome``). ``run --profile`` is :func:`plan_run` with ``profile=ProfileSettings()``."""
     from clsbench.procedures.profile import profile as profile_cell
 
-    return profile_cell(**kwargs)
+    return profile_cell(model=settings.model, workload=settings.workload, mode=settings.mode,
+                        batch_size=settings.batch_size, device=settings.device, output=output, options=options,
+                        backend=settings.backend, data=settings.data, execution=execution, steps=settings.steps,
+                        warmup=settings.warmup)
 
 
 def tune(settings: Any, *, output: str | Path | None = None, execution: Execution = Execution(),
@@ -107,7 +240,7 @@ def get_suite(name: str, *, input_size: int | None = None) -> Suite:
     from clsbench.modes import parse_mode
     from clsbench.workloads import WORKLOADS
 
-    suite = suites.get_suite(name)
+    suite = suites_module.get_suite(name)
     if suite.source is None:
         return suite
     try:
@@ -165,3 +298,576 @@ def export_triton_repo(settings: Any, *, progress: Any = None) -> Any:
     from clsbench.deploy import export_triton_repo as write_repository
 
     return write_repository(settings, progress=progress)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One function per command. Each takes the command's settings object (or, for commands that only read files, the
+# files), does the command's work and returns what the command prints from. The helpers after them only check or
+# resolve input, read the machine without changing it, render a result as text, or write a printed text to a file.
+
+
+@dataclass(frozen=True)
+class CompareOutcome:
+    """What ``clsbench compare`` prints: ``warnings`` (stderr, before the text), ``text`` (the comparison in the
+    chosen format), ``notes`` (stderr, after it: measurements the regression gate cannot count), and the gate's
+    findings when a threshold was given: ``slowdowns`` (one description each) and ``gate_basis`` (what decided
+    significance, e.g. ``Welch's t-test, alpha 0.05``)."""
+
+    text: str
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    slowdowns: tuple[str, ...] = ()
+    gate_basis: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetCheck:
+    """What ``clsbench data check`` prints: the scan (a :class:`clsbench.data.scan.FolderIndex`) and its seconds,
+    and with ``decode`` the images that do not decode (one line each) and the decoding seconds."""
+
+    index: Any
+    scan_s: float
+    decode_failures: tuple[str, ...] | None = None
+    decode_s: float = 0.0
+
+
+def show(refs: Sequence[str], *, fmt: str = "table", db: str | None = None) -> str:
+    """``clsbench show``: the results of result files or run ids as text in a format of
+    :data:`clsbench.report.exporters.EXPORTERS` (``table``, ``json``, ``csv``, ``markdown``)."""
+    from clsbench.procedures.base import sections
+    from clsbench.report.exporters import EXPORTERS
+
+    results = [load_result(ref, db) for ref in refs]
+    return EXPORTERS.get(fmt)(results, list(refs), sections)
+
+
+def models(pattern: str = "*", *, details: bool = False) -> list[tuple[str, str | None, int | None]]:
+    """``clsbench models``: (name, source, input size) of each model matching ``pattern``, sorted; the source and
+    input size only with ``details`` (None otherwise: resolving a spec can import a model package).
+
+    Raises:
+        InvalidInputError: no model matches.
+    """
+    from clsbench.models import get_model_spec
+
+    names = list_models(pattern)
+    if not names:
+        raise InvalidInputError(f"no model matches {pattern!r}", "try a wider pattern such as 'resnet*' or '*'")
+    if not details:
+        return [(name, None, None) for name in names]
+    specs = [get_model_spec(name) for name in names]
+    return [(name, spec.source, spec.input_size) for name, spec in zip(names, specs, strict=True)]
+
+
+def suites(files: Sequence[str] = ()) -> list[Suite]:
+    """``clsbench suites``: the named suites, or with ``files`` each suite file checked (see :func:`get_suite`)."""
+    if files:
+        return [get_suite(name) for name in files]
+    return list(suites_module.SUITES.values())
+
+
+def describe_environment(device: str = "auto") -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """``clsbench env``: the environment every result records on this machine, and its (label, value) lines."""
+    from clsbench.results.facts import environment_lines
+    from clsbench.system.container_text import container_lines
+
+    facts = environment(resolve_device(device))
+    return facts, environment_lines(facts) + container_lines(facts.get("container"))
+
+
+def probe(device: str = "cuda", output: str | Path | None = None) -> dict[str, Any]:
+    """``clsbench probe``: this GPU's dense matmul FLOP/s per dtype and device-to-device copy bandwidth, measured in a
+    child process; with ``output``, also written there as JSON (never overwritten; checked before measuring).
+
+    Raises:
+        DeviceUnavailableError: no usable NVIDIA GPU, or the probe failed.
+    """
+    import json
+
+    import torch
+
+    from clsbench.errors import DeviceUnavailableError
+    from clsbench.system.probe import probe_in_subprocess
+
+    if not torch.cuda.is_available() or not resolve_device(device).startswith("cuda"):
+        # The same line however the device was named: the probe is for an NVIDIA GPU and needs one.
+        raise DeviceUnavailableError(
+            "the probe measures an NVIDIA GPU, and none is usable here",
+            "run it where `nvidia-smi` lists a GPU; `clsbench env` shows what this machine has")
+    resolved = resolve_device(device)
+    if output:
+        result_io.check_writable(Path(output))
+    facts = probe_in_subprocess(resolved)
+    if facts.get("unavailable"):
+        raise DeviceUnavailableError(f"probe failed: {facts['unavailable']}")
+    if output:
+        Path(output).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
+    return facts
+
+
+def compare(refs: Sequence[str], *, fmt: str = "table", alpha: float = 0.05, threshold_pct: float | None = None,
+            allow_protocol_mix: bool = False, db: str | None = None) -> CompareOutcome:
+    """``clsbench compare``: runs (result files or run ids) against the first, in ``fmt`` (table, json, csv,
+    markdown); with ``threshold_pct``, the significant slowdowns beyond it (``--fail-if-slower``). A procedure that
+    compares its own way (serve: each scenario's answer) does so through :data:`clsbench.procedures.base.PROCEDURES`.
+
+    Raises:
+        InvalidInputError: fewer than two runs, ``alpha`` outside (0, 1), runs that cannot be compared.
+    """
+    from clsbench.analysis.compare import check_protocols, lost_measurements, regressions
+    from clsbench.analysis.compare import compare as build_comparison
+    from clsbench.procedures.base import comparer
+    from clsbench.report import export
+
+    check_compare(refs, alpha)
+    results = [load_result(ref, db) for ref in refs]
+    names = list(refs)
+    own_way = comparer(results)
+    if own_way is not None:
+        warnings = tuple(check_protocols(results, names, allow_mix=allow_protocol_mix))
+        own = own_way(results, names, alpha)
+        found = [text for text, pct in own.slowdowns if threshold_pct is not None and pct > threshold_pct]
+        return CompareOutcome(
+            text=export.export_own_comparison(own.text, own.data, own.rows, fmt), warnings=warnings,
+            slowdowns=tuple(found),
+            gate_basis=f"alpha {alpha:g}; only answers repeated on both sides can be significant")
+    comparison = build_comparison(results, names, alpha=alpha, allow_protocol_mix=allow_protocol_mix)
+    text = export.export_comparison(comparison, fmt)
+    if threshold_pct is None:
+        return CompareOutcome(text=text)
+    return CompareOutcome(
+        text=text, notes=tuple(lost_measurements(comparison)),
+        slowdowns=tuple(r.describe() for r in regressions(comparison, threshold_pct)),
+        gate_basis=f"{comparison.test}, alpha {alpha:g}")
+
+
+def import_results(files: Iterable[str], *, db: str | None = None) -> list[Any]:
+    """``clsbench import``: index result files (or every ``*.json`` of a directory) in the history; one
+    :class:`clsbench.results.store.ImportOutcome` per file (a file that fails is reported, not raised)."""
+    from clsbench.results import store
+
+    return store.import_files(files, db=db)
+
+
+def history(*, db: str | None = None, model: str | None = None, gpu: str | None = None,
+            limit: int = DEFAULT_HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """``clsbench history``: indexed runs, newest first, at most ``limit`` (see
+    :func:`clsbench.results.store.history`)."""
+    from clsbench.results import store
+
+    return store.history(db, model=model, gpu=gpu, limit=limit)
+
+
+def report(refs: Sequence[str], output: str | Path, *, force: bool = False) -> int:
+    """``clsbench report``: one self-contained HTML report of result files, written atomically to ``output`` (an
+    existing file only with ``force``; checked before anything is read). Returns the bytes written."""
+    from clsbench.report.export import check_output as check_report_output
+    from clsbench.report.html import render_report
+
+    path = Path(output)
+    check_report_output(path, force=force)
+    results = [result_io.load(name) for name in refs]
+    return result_io.write_text_atomic(path, render_report(results, list(refs)))
+
+
+def sweep(settings: SweepSettings, output: str | Path | None = None, *, options: MeasureOptions = MeasureOptions(),
+          execution: Execution = Execution()) -> Any:
+    """``clsbench sweep``: one model/workload/mode at several batch sizes (:func:`clsbench.procedures.sweep.sweep`);
+    returns its ``SweepResult``."""
+    from clsbench.procedures.sweep import sweep as sweep_batches
+
+    return sweep_batches(settings.model, settings.workload, settings.mode, settings.device, settings.batch_sizes,
+                         output, options=options, execution=execution, knee_fraction=settings.knee_fraction,
+                         max_batch=settings.max_batch, backend=settings.backend, no_cache=settings.no_cache,
+                         cache_dir=settings.cache_dir)
+
+
+def diagnose(settings: DiagnoseSettings, output: str | Path | None = None, *, options: MeasureOptions | None = None,
+             execution: Execution = Execution(), warn: Callable[[str], None] | None = None) -> Any:
+    """``clsbench diagnose``: the synthetic ceiling against the real pipelines' settings
+    (:func:`clsbench.procedures.diagnose.diagnose`); returns its ``DiagnoseResult``."""
+    from clsbench.procedures.diagnose import diagnose as diagnose_pipelines
+
+    return diagnose_pipelines(settings.model, settings.data_dir, mode=settings.mode, batch_size=settings.batch_size,
+                              device=settings.device, source=settings.source, workers=settings.workers,
+                              pipelines=settings.pipelines, quick=settings.quick,
+                              options=DIAGNOSE_OPTIONS if options is None else options, execution=execution,
+                              data_timeout_s=settings.data_timeout_s, output=output,
+                              gpu_decoders=settings.gpu_decoders, warn=warn)
+
+
+def scale(plan: Any, output: str | Path | None = None, *, execution: Execution = Execution()) -> Any:
+    """``clsbench scale``: run a :func:`plan_scale` plan (DDP and DataParallel at each GPU count); returns the
+    result (written to ``output`` on node 0; None: this node writes nothing)."""
+    from clsbench.procedures.scale import run_scale
+
+    return run_scale(plan, output, execution=execution)
+
+
+def serve(settings: ServeSettings, output: str | Path | None = None, *, execution: Execution = Execution()) -> Any:
+    """``clsbench serve``: modes x batching settings x scenarios under LoadGen
+    (:func:`clsbench.procedures.serve.serve`); ``execution.progress`` gets each event dict. Returns its
+    ``ServeOutcome``; Ctrl-C raises :class:`ServeInterrupted` with what finished."""
+    from clsbench.procedures.serve import serve as serve_model
+
+    return serve_model(settings, output, execution=execution)
+
+
+def soak(settings: SoakSettings, output: str | Path | None = None, *, options: MeasureOptions = MeasureOptions(),
+         execution: Execution = Execution()) -> Any:
+    """``clsbench soak``: one cell for a long time in windows (:func:`clsbench.procedures.soak.soak`); returns its
+    ``SoakOutcome``."""
+    from clsbench.procedures.soak import soak as soak_cell
+
+    return soak_cell(settings, output, options=options, execution=execution)
+
+
+def make_dataset(directory: str | Path, spec: MakeSpec, *, jobs: int | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> Any:
+    """``clsbench data make``: a realistic JPEG dataset in ``directory`` (:func:`clsbench.data.make.make_dataset`);
+    ``progress`` is called with (done, total) images. Raises InvalidInputError for ``jobs`` < 1."""
+    from clsbench.data.make import make_dataset as write_dataset
+
+    if jobs is not None and jobs < 1:
+        raise InvalidInputError(f"--jobs must be >= 1, got {jobs}", "e.g. --jobs 8")
+    return write_dataset(directory, spec, jobs=jobs, progress=progress)
+
+
+def check_dataset(directory: str | Path, *, decode: bool = False, threads: int = 8) -> DatasetCheck:
+    """``clsbench data check``: scan a dataset folder (usable images, what is left out and why); with ``decode``,
+    also decode every image on the CPU in ``threads`` threads to find damage the scan cannot see."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clsbench.data.scan import scan_folder
+
+    t0 = time.perf_counter()
+    index = scan_folder(directory)
+    scan_s = time.perf_counter() - t0
+    if not decode:
+        return DatasetCheck(index=index, scan_s=scan_s)
+    from clsbench.data.pipelines.cpu import decode_rgb
+    from clsbench.data.sources.folder import read_file
+
+    def one(i: int) -> str | None:
+        try:
+            decode_rgb(read_file(index.path(i)))
+            return None
+        except Exception as exc:  # noqa: BLE001 - reported by name
+            return f"{index.files[i]}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc}"
+
+    t1 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        failed = tuple(f for f in pool.map(one, range(len(index)), chunksize=32) if f)
+    return DatasetCheck(index=index, scan_s=scan_s, decode_failures=failed, decode_s=time.perf_counter() - t1)
+
+
+def record_nsys(outcome: Any) -> int:
+    """``clsbench profile --nsys``, after the profile: record the same cell under Nsight Systems; nsys's exit
+    status. The one continuation of :func:`profile` (see :data:`CONTINUATIONS`)."""
+    from clsbench.procedures.profile import run_nsys
+
+    return run_nsys(outcome.nsys)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Helpers: check or resolve input, read the machine without changing it, render results as text, write a printed
+# text, record a finished file in the history. None of them measures or builds anything.
+
+
+def check_compare(refs: Sequence[str], alpha: float) -> None:
+    """InvalidInputError unless there are two runs or more and ``alpha`` lies in (0, 1)."""
+    if len(refs) < 2:
+        raise InvalidInputError("compare needs at least two runs", "e.g. clsbench compare baseline.json new.json")
+    if not 0.0 < alpha < 1.0:
+        raise InvalidInputError(f"--alpha {alpha:g} must lie between 0 and 1", "e.g. --alpha 0.05")
+
+
+def load_result(ref: str, db: str | None = None) -> BenchmarkResult:
+    """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id."""
+    from clsbench.results.store import resolve_run
+
+    return result_io.load(resolve_run(ref, db))
+
+
+def index_result(path: str | Path, result: BenchmarkResult) -> None:
+    """Add a finished result file to the history index (ClsbenchError on a problem with the index)."""
+    from clsbench.results import store
+
+    store.index_result(path, result)
+
+
+def history_index_path(db: str | None = None) -> Path:
+    """Where the history index is (``--db``, else ``$CLSBENCH_DB``, else the user's data directory)."""
+    from clsbench.results import store
+
+    return store.store_path(db)
+
+
+def check_output(path: str | Path, *, force: bool = False) -> None:
+    """Refuse an output file that exists (unless ``force``) or cannot be written, before any work."""
+    from clsbench.report import export
+
+    export.check_output(path, force=force)
+
+
+def write_text(path: str | Path, text: str, *, force: bool = False) -> None:
+    """Write a command's printed text to ``path`` atomically (an existing file only with ``force``)."""
+    from clsbench.report import export
+
+    export.write_text(path, text, force=force)
+
+
+def make_clock(spec: str) -> Any:
+    """The clock of the hidden ``--clock fake:1ms[,2ms...]`` testing hook (ValueError on a bad spec)."""
+    from clsbench.measure.clock import make_clock as clock_of
+
+    return clock_of(spec)
+
+
+def check_data_settings(settings: DataSettings) -> DataSettings:
+    """The real-data settings checked against the registries (pipeline, source, augment, decoder); returned."""
+    from clsbench.data.plan import check_settings
+
+    return check_settings(settings)
+
+
+def dataset_warnings(cells: Iterable[Any]) -> list[str]:
+    """The warnings about the datasets a plan's cells read (too few images for the batch, say)."""
+    from clsbench.data.plan import dataset_warnings as warnings_of
+
+    return warnings_of(cell.data for cell in cells)
+
+
+def plan_scale(**kwargs: Any) -> Any:
+    """The plan of ``clsbench scale`` (:func:`clsbench.procedures.scale.plan_scale`, whose keyword arguments this
+    takes): the settings, checked; nothing runs."""
+    from clsbench.procedures.scale import plan_scale as build_plan
+
+    return build_plan(**kwargs)
+
+
+def launch_commands(plan: Any) -> list[dict[str, Any]]:
+    """The launch commands a scale plan runs on this node (``scale --dry-run``)."""
+    from clsbench.procedures.scale import launch_commands as commands_of
+
+    return commands_of(plan)
+
+
+def communication_env() -> dict[str, str]:
+    """The communication variables (NCCL and friends) a scale launch runs with."""
+    from clsbench.procedures.scale.nccl import communication_env as variables
+
+    return variables()
+
+
+def multicast_note() -> str | None:
+    """A note about NVLink multicast for DDP on this machine, or None."""
+    from clsbench.procedures.scale.nccl import multicast_note as note
+
+    return note()
+
+
+def parse_list(text: str | Iterable[str] | None, kind: type, option: str, example: str) -> tuple[Any, ...]:
+    """Repeated and comma-separated values of ``option`` as ``kind`` (:func:`clsbench.serving.config.parse_list`)."""
+    from clsbench.serving.config import parse_list as parse_values
+
+    return parse_values(text, kind, option, example)
+
+
+def target_model(target: str) -> str:
+    """The model name a ``serve --target`` URL names."""
+    from clsbench.serving.triton_target import parse_target
+
+    return parse_target(str(target)).model
+
+
+def require_loadgen() -> None:
+    """InvalidInputError with the install command when MLPerf LoadGen is not installed."""
+    from clsbench.serving.loadgen import import_loadgen
+
+    import_loadgen()
+
+
+def serve_step_facts(step: dict[str, Any]) -> dict[str, Any]:
+    """The figures ``serve``'s progress line shows of one step record: its batching setting's label, target QPS,
+    whether LoadGen called it VALID and why not, p99 latency (ms), completed rate and batch statistics."""
+    from clsbench.serving import records
+
+    return {"setting": records.setting_label(step.get("setting") or {}), "target_qps": records.target_qps(step),
+            "valid": records.is_valid(step), "reason": records.reason(step),
+            "p99_ms": records.latency_ms(step, "p99"),
+            "rate": records.loadgen_figure(step, "completed_qps") or records.loadgen_figure(step,
+                                                                                             "samples_per_second"),
+            "batch_stats": records.batch_stats(step)}
+
+
+def window_facts(window: dict[str, Any]) -> dict[str, Any]:
+    """A soak window's telemetry figures (:func:`clsbench.analysis.soak.window_telemetry`) with the throttle reasons
+    as labels (``reason_labels``)."""
+    from clsbench.analysis.soak import window_telemetry
+    from clsbench.results.telemetry import reason_label
+
+    figures = dict(window_telemetry(window.get("telemetry")))
+    figures["reason_labels"] = [reason_label(name) for name in figures.get("reasons") or []]
+    return figures
+
+
+def parse_duration(text: str, option: str | None = None) -> float:
+    """``90s``, ``10m``, ``1h30m`` or seconds as seconds (:func:`clsbench.core.durations.parse_duration`)."""
+    from clsbench.core.durations import parse_duration as seconds_of
+
+    return seconds_of(text) if option is None else seconds_of(text, option)
+
+
+def parse_budget(text: str | None) -> Any:
+    """Check a ``tune --budget`` value (InvalidInputError on a bad one)."""
+    from clsbench.procedures.tune.budget import parse_budget as budget_of
+
+    return budget_of(text)
+
+
+def parse_batch_sizes(text: str) -> list[int] | str:
+    """``sweep --batch-size``: whole numbers, or ``auto``."""
+    from clsbench.procedures.sweep import parse_batch_sizes as sizes_of
+
+    return sizes_of(text)
+
+
+def validate_knee_fraction(value: float) -> float:
+    """``sweep --knee``: a fraction in (0, 1]."""
+    from clsbench.procedures.sweep import validate_knee_fraction as check_knee
+
+    return check_knee(value)
+
+
+def parse_workers(text: str) -> list[int]:
+    """``diagnose --num-workers``: whole numbers >= 0."""
+    from clsbench.procedures.diagnose import parse_workers as workers_of
+
+    return workers_of(text)
+
+
+def parse_pipelines(text: str) -> list[str]:
+    """``diagnose --pipeline``: registered pipeline names."""
+    from clsbench.procedures.diagnose import parse_pipelines as pipelines_of
+
+    return pipelines_of(text)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``data make --size WIDTHxHEIGHT`` as (width, height)."""
+    from clsbench.data.make import parse_size as size_of
+
+    return size_of(text)
+
+
+def check_profile_directory(directory: str | Path) -> Path:
+    """Refuse a ``profile -o DIR`` that exists or cannot be created, before anything is measured."""
+    from clsbench.procedures.profile import check_new_directory
+
+    return check_new_directory(directory)
+
+
+def nsys_path() -> str | None:
+    """Where Nsight Systems' ``nsys`` is, or None when it is not installed."""
+    from clsbench.procedures import profile as procedure
+
+    return procedure.nsys_path()
+
+
+def nsys_text(command: list[str]) -> str:
+    """The Nsight Systems command line as a shell would read it."""
+    from clsbench.procedures.profile import nsys_text as text_of
+
+    return text_of(command)
+
+
+def result_table(result: BenchmarkResult) -> str:
+    """The text table of a result (what ``run`` prints)."""
+    from clsbench.report import table
+
+    return table.render(result)
+
+
+def result_warnings(measurements: Sequence[Any]) -> list[str]:
+    """The warning lines of measurements (unstable, throttled...), as the table prints them."""
+    from clsbench.report import table
+
+    return table.warnings(measurements)
+
+
+def profile_section(result: BenchmarkResult) -> str:
+    """``run --profile``'s section: where each measurement's step time goes."""
+    from clsbench.procedures.profile import profile_section as section_of
+
+    return section_of(result)
+
+
+def profile_text(summary: dict[str, Any], title: str) -> str:
+    """A profile summary as text: the split of a step into phases, top kernels, memory by phase."""
+    from clsbench.report.profile_text import render_profile
+
+    return render_profile(summary, title)
+
+
+def sweep_text(analysis: dict[str, Any]) -> str:
+    """A sweep's analysis as text: the knee, the largest fit, the latency curve."""
+    from clsbench.procedures.sweep import render_sweep
+
+    return render_sweep(analysis)
+
+
+def diagnose_text(analysis: dict[str, Any]) -> str:
+    """A diagnosis as text: the ceiling, each pipeline setting, the verdict."""
+    from clsbench.procedures.diagnose_text import render_diagnose
+
+    return render_diagnose(analysis)
+
+
+def scale_text(result: BenchmarkResult) -> str:
+    """A scale result's analysis as text: throughput and efficiency per strategy and GPU count."""
+    from clsbench.procedures.scale import analyze_scale, render_scale
+
+    return render_scale(analyze_scale(result))
+
+
+def serve_text(result: BenchmarkResult) -> str:
+    """A serve result's analysis as text: each scenario's answer per mode and batching setting."""
+    from clsbench.serving.analysis import analyze_serve, render_serve
+
+    return render_serve(analyze_serve(result))
+
+
+def soak_text(analysis: dict[str, Any]) -> str:
+    """A soak's verdicts as text."""
+    from clsbench.analysis.soak import render_soak
+
+    return render_soak(analysis)
+
+
+def tune_text(analysis: dict[str, Any]) -> str:
+    """A tune search's analysis as text: the winner, every candidate, what was left out."""
+    from clsbench.procedures.tune import render_tune
+
+    return render_tune(analysis)
+
+
+#: The public functions that do no command's work (they check or resolve input, read the machine without
+#: changing it, render results as text, write a printed text to a file, or index a finished file). Every other
+#: public function here does one command's work; ``tests/test_cli_thin.py`` holds each command to exactly one.
+HELPERS = frozenset({
+    "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory",
+    "communication_env", "data_preflight", "dataset_warnings", "default_output_path", "diagnose_text", "environment",
+    "get_suite", "history_index_path", "index_result", "launch_commands", "list_models", "load", "load_result",
+    "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",
+    "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "preflight_warnings",
+    "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table", "result_warnings",
+    "scale_text", "serve_step_facts", "serve_text", "soak_text", "split_list", "sweep_text", "target_model",
+    "tune_text", "validate_knee_fraction", "window_facts", "write_text",
+})
+
+#: Work functions that continue another command's work in the same command: ``--resume`` of ``run`` and ``tune``
+#: (a branch instead of the work), ``profile --nsys`` (the same cell again, under Nsight Systems). A command may
+#: call its work function's continuation besides it, and no other.
+CONTINUATIONS = {"resume": "run", "resume_tune": "tune", "record_nsys": "profile"}

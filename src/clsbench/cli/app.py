@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clsbench.cli.common import Progress, emit, fail, handle_errors, load_result, reader_went_away, saved
+from clsbench.cli.common import Progress, emit, fail, handle_errors, reader_went_away, saved
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
@@ -117,9 +117,6 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     """Measure models x workloads x modes x batch sizes x backends; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
-    from clsbench.data.plan import dataset_warnings
-    from clsbench.engine.runner import RunInterrupted
-    from clsbench.report import table
 
     if resume_path and given(data_opts):
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
@@ -153,24 +150,22 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
             )
             env = api.data_preflight(env, plan.cells)
             path = output or str(api.default_output_path(resolved))
-            for line in api.preflight_warnings(env) + dataset_warnings(cell.data for cell in plan.cells):
+            for line in api.preflight_warnings(env) + api.dataset_warnings(plan.cells):
                 click.echo(f"warning: {line}", err=True)
             if not quiet:
                 click.echo(f"clsbench {__version__}: {len(plan.cells)} measurement(s) x {plan.repeats} repeat(s) "
                            f"on {resolved}; results -> {path}", err=True)
             result = api.run(plan, path, execution=dataclasses.replace(execution, env=env))
-    except RunInterrupted as exc:
+    except api.RunInterrupted as exc:
         progress.close()
         if exc.result is not None and exc.result.measurements:
-            click.echo(table.render(exc.result), nl=False)  # what finished, then the one-line error
+            click.echo(api.result_table(exc.result), nl=False)  # what finished, then the one-line error
         raise
     finally:
         progress.close()
-    click.echo(table.render(result), nl=False)
+    click.echo(api.result_table(result), nl=False)
     if result.settings.get("profile"):
-        from clsbench.procedures.profile import profile_section
-
-        click.echo("\n" + profile_section(result), nl=False)
+        click.echo("\n" + api.profile_section(result), nl=False)
     saved(path, result)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
@@ -189,15 +184,11 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
 @handle_errors
 def show(files: tuple[str, ...], fmt: str, output: str, force: bool, db: str | None) -> None:
     """Print the results of FILE(S) (result files or run ids from `clsbench history`), from the files alone."""
-    from clsbench.procedures.base import sections
-    from clsbench.report import export
-    from clsbench.report.exporters import EXPORTERS
+    from clsbench import api
 
     if output != "-":
-        export.check_output(output, force=force)
-    results = [load_result(name, db) for name in files]
-    text = EXPORTERS.get(fmt)(results, list(files), sections)
-    emit(text, output, force=force)
+        api.check_output(output, force=force)
+    emit(api.show(files, fmt=fmt, db=db), output, force=force)
 
 
 @main.command()
@@ -206,22 +197,19 @@ def show(files: tuple[str, ...], fmt: str, output: str, force: bool, db: str | N
 @handle_errors
 def models(pattern: str, long_: bool) -> None:
     """List the models that can be benchmarked (wildcards allowed: 'resnet*', 'timm/vit_*')."""
-    from clsbench.models import get_model_spec, list_models
+    from clsbench import api
 
-    names = list_models(pattern)
-    if not names:
-        raise InvalidInputError(f"no model matches {pattern!r}", "try a wider pattern such as 'resnet*' or '*'")
+    found = api.models(pattern, details=long_)
     if long_:
         from clsbench.core.text_table import text_table
 
-        specs = [get_model_spec(name) for name in names]
-        rows = [(name, spec.source, str(spec.input_size)) for name, spec in zip(names, specs, strict=True)]
+        rows = [(name, source, str(input_size)) for name, source, input_size in found]
         for line in text_table(("model", "source", "input px"), rows, right={2}):
             click.echo(line)
     else:
-        for name in names:
+        for name, _, _ in found:
             click.echo(name)
-    click.echo(f"{len(names)} model(s)", err=True)
+    click.echo(f"{len(found)} model(s)", err=True)
 
 
 @main.command()
@@ -231,19 +219,18 @@ def suites(files: tuple[str, ...]) -> None:
     """List the named suites and how to write your own; with FILE(S), check each suite file and show what it
     measures."""
     from clsbench import api
-    from clsbench.core.suites import SUITE_FILE_EXAMPLE, SUITES
 
     if files:
-        for name in files:
-            for line in suite_lines(api.get_suite(name)):
+        for suite in api.suites(files):
+            for line in suite_lines(suite):
                 click.echo(line)
         return
-    for suite in SUITES.values():
+    for suite in api.suites():
         for line in suite_lines(suite):
             click.echo(line)
     click.echo("Your own suite: a YAML file with these keys, measured by `clsbench run --suite FILE.yaml` "
                "(check it with `clsbench suites FILE.yaml`):\n")
-    for line in SUITE_FILE_EXAMPLE.splitlines():
+    for line in api.SUITE_FILE_EXAMPLE.splitlines():
         click.echo(f"    {line}")
 
 
@@ -263,14 +250,11 @@ def suite_lines(suite: Suite) -> list[str]:
 def env(device: str, as_json: bool) -> None:
     """Show the environment every result records on this machine."""
     from clsbench import api
-    from clsbench.results.facts import environment_lines
-    from clsbench.system.container_text import container_lines
 
-    facts = api.environment(api.resolve_device(device))
+    facts, rows = api.describe_environment(device)
     if as_json:
         click.echo(json.dumps(facts, indent=1, sort_keys=True))
         return
-    rows = environment_lines(facts) + container_lines(facts.get("container"))
     width = max((len(label) for label, _ in rows), default=0)
     for label, value in rows:
         click.echo(f"{label:<{width}}  {value}")
@@ -287,29 +271,10 @@ def env(device: str, as_json: bool) -> None:
 @handle_errors
 def probe(device: str, output: str | None) -> None:
     """Measure this GPU's ceilings: dense matmul TFLOP/s per dtype and device-to-device copy bandwidth."""
-    from pathlib import Path
-
-    import torch
-
     from clsbench import api
-    from clsbench.errors import DeviceUnavailableError
-    from clsbench.results import io as result_io
-    from clsbench.system.probe import probe_in_subprocess
 
-    if not torch.cuda.is_available() or not api.resolve_device(device).startswith("cuda"):
-        # The same line however the device was named: the probe is for an NVIDIA GPU and needs one.
-        raise DeviceUnavailableError(
-            "the probe measures an NVIDIA GPU, and none is usable here",
-            "run it where `nvidia-smi` lists a GPU; `clsbench env` shows what this machine has")
-    resolved = api.resolve_device(device)
-    if output:
-        result_io.check_writable(Path(output))
-    facts = probe_in_subprocess(resolved)
-    if facts.get("unavailable"):
-        raise DeviceUnavailableError(f"probe failed: {facts['unavailable']}")
+    facts = api.probe(device, output)  # with --output, also written there as JSON
     for key, value in facts["matmul_flop_s"].items():
         click.echo(f"matmul {key:<5} {value / 1e12:8.1f} TFLOP/s" if value else f"matmul {key:<5} unavailable")
     click.echo(f"copy        {facts['copy_bytes_s'] / 1e12:8.2f} TB/s (read + write)")
-    if output:
-        Path(output).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
 

@@ -116,10 +116,10 @@ class Progress:
 
 def fake_clock(spec: str | None) -> Any:
     """The clock of the hidden ``--clock fake:1ms[,2ms...]`` testing hook (None: the wall clock)."""
-    from clsbench.measure.clock import make_clock
+    from clsbench import api
 
     try:
-        return make_clock(spec) if spec else None
+        return api.make_clock(spec) if spec else None
     except ValueError as exc:
         raise InvalidInputError(str(exc), "e.g. --clock fake:1ms") from None
 
@@ -138,10 +138,10 @@ def start(device: str, output: str | None) -> tuple[str, dict[str, Any], str]:
 
 def index(path: str, result: Any) -> None:
     """Add the finished run to the history index; a problem there is a warning, never a failed run."""
-    from clsbench.results import store
+    from clsbench import api
 
     try:
-        store.index_result(path, result)
+        api.index_result(path, result)
     except ClsbenchError as exc:
         click.echo(f"warning: not indexed in the history ({exc.message}); `clsbench import {path}` adds it later",
                    err=True)
@@ -155,19 +155,18 @@ def saved(path: str, result: Any) -> None:
 
 def load_result(ref: str, db: str | None = None) -> Any:
     """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id."""
-    from clsbench.results import io as result_io
-    from clsbench.results.store import resolve_run
+    from clsbench import api
 
-    return result_io.load(resolve_run(ref, db))
+    return api.load_result(ref, db)
 
 
 def emit(text: str, output: str, *, force: bool = False) -> None:
     """Print ``text`` (``output`` is ``-``), or write it to ``output`` atomically, an existing file only with
     ``force``."""
-    from clsbench.report import export
+    from clsbench import api
 
     if output == "-":
         click.echo(text, nl=False)
     else:
-        export.write_text(output, text, force=force)
+        api.write_text(output, text, force=force)
         click.echo(f"saved: {output}", err=True)

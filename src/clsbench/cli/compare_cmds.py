@@ -7,15 +7,11 @@ significant slowdown beyond its threshold.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
-from clsbench.cli.common import emit, handle_errors, load_result
+from clsbench.cli.common import emit, handle_errors
 from clsbench.errors import EXIT_REGRESSION, InvalidInputError
-
-if TYPE_CHECKING:
-    from clsbench.procedures.base import ProcedureComparison
 
 
 def parse_percent(text: str) -> float:
@@ -29,21 +25,6 @@ def parse_percent(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise InvalidInputError(f"--fail-if-slower {text!r} must be a percentage >= 0", "e.g. --fail-if-slower 5%")
     return value
-
-
-def _gate_procedure(comparison: ProcedureComparison, threshold: float | None, alpha: float) -> None:
-    """``--fail-if-slower`` for a procedure's own comparison: exit 5 on a significant slowdown beyond ``threshold``."""
-    if threshold is None:
-        return
-    found = [(text, pct) for text, pct in comparison.slowdowns if pct > threshold]
-    if not found:
-        click.echo(f"regression gate: no significant slowdown beyond {threshold:g}% (alpha {alpha:g}; only answers "
-                   "repeated on both sides can be significant)", err=True)
-        return
-    click.echo(f"regression gate: {len(found)} significant slowdown(s) beyond {threshold:g}%:", err=True)
-    for text, _ in found:
-        click.echo(f"  SLOWER {text}", err=True)
-    sys.exit(EXIT_REGRESSION)
 
 
 def register(group: click.Group) -> None:
@@ -79,39 +60,27 @@ def register(group: click.Group) -> None:
         (server QPS, offline samples/s, ...) and p99, tested where both runs repeated their answer (serve --confirm
         N); otherwise significance is not assessed.
         """
-        from clsbench.analysis.compare import check_protocols, lost_measurements, regressions
-        from clsbench.analysis.compare import compare as build_comparison
-        from clsbench.procedures.base import comparer
-        from clsbench.report import export
+        from clsbench import api
 
-        if len(runs) < 2:
-            raise InvalidInputError("compare needs at least two runs", "e.g. clsbench compare baseline.json new.json")
-        if not 0.0 < alpha < 1.0:
-            raise InvalidInputError(f"--alpha {alpha:g} must lie between 0 and 1", "e.g. --alpha 0.05")
+        api.check_compare(runs, alpha)
         threshold = parse_percent(fail_if_slower) if fail_if_slower is not None else None
         if output != "-":
-            export.check_output(output, force=force)
-        results = [load_result(ref, db) for ref in runs]
-        own_way = comparer(results)
-        if own_way is not None:  # a procedure that compares its own way (serve: each scenario's answer)
-            for line in check_protocols(results, list(runs), allow_mix=allow_protocol_mix):
-                click.echo(f"warning: {line}", err=True)
-            own = own_way(results, list(runs), alpha)
-            emit(export.export_own_comparison(own.text, own.data, own.rows, fmt), output, force=force)
-            _gate_procedure(own, threshold, alpha)
-            return
-        comparison = build_comparison(results, list(runs), alpha=alpha, allow_protocol_mix=allow_protocol_mix)
-        emit(export.export_comparison(comparison, fmt), output, force=force)
+            api.check_output(output, force=force)
+        outcome = api.compare(runs, fmt=fmt, alpha=alpha, threshold_pct=threshold,
+                              allow_protocol_mix=allow_protocol_mix, db=db)
+        for line in outcome.warnings:
+            click.echo(f"warning: {line}", err=True)
+        emit(outcome.text, output, force=force)
         if threshold is None:
             return
-        for line in lost_measurements(comparison):
+        for line in outcome.notes:
             click.echo(f"note: {line} (not counted by --fail-if-slower)", err=True)
-        found = regressions(comparison, threshold)
-        if not found:
-            click.echo(f"regression gate: no significant slowdown beyond {threshold:g}% "
-                       f"({comparison.test}, alpha {alpha:g})", err=True)
+        if not outcome.slowdowns:
+            click.echo(f"regression gate: no significant slowdown beyond {threshold:g}% ({outcome.gate_basis})",
+                       err=True)
             return
-        click.echo(f"regression gate: {len(found)} significant slowdown(s) beyond {threshold:g}%:", err=True)
-        for regression in found:
-            click.echo(f"  SLOWER {regression.describe()}", err=True)
+        click.echo(f"regression gate: {len(outcome.slowdowns)} significant slowdown(s) beyond {threshold:g}%:",
+                   err=True)
+        for text in outcome.slowdowns:
+            click.echo(f"  SLOWER {text}", err=True)
         sys.exit(EXIT_REGRESSION)

@@ -1,4 +1,5 @@
-"""``clsbench data make`` and ``clsbench data check``: parse, call :mod:`clsbench.data`, print.
+"""``clsbench data make`` and ``clsbench data check``: parse, call :func:`clsbench.api.make_dataset` or
+:func:`clsbench.api.check_dataset`, print.
 
 ``make`` exits 2 on a bad option and 3 when DIR is not empty (a dataset is never overwritten). ``check`` exits 2
 when nothing usable is left (or DIR is missing), 0 otherwise; what it leaves out is listed on stderr.
@@ -76,16 +77,14 @@ def data_group() -> None:
 def make_command(directory: str, images: int, classes: int, seed: int, size: str, quality: int, jobs: int | None,
                  quiet: bool) -> None:
     """Generate a realistic JPEG dataset in DIRECTORY (ImageFolder layout), from images installed packages ship."""
-    from clsbench.data.make import MakeSpec, make_dataset, parse_size
-    from clsbench.errors import InvalidInputError
+    from clsbench import api
 
-    width, height = parse_size(size)
-    spec = MakeSpec(images=images, classes=classes, seed=seed, width=width, height=height, quality=quality).validate()
-    if jobs is not None and jobs < 1:
-        raise InvalidInputError(f"--jobs must be >= 1, got {jobs}", "e.g. --jobs 8")
+    width, height = api.parse_size(size)
+    spec = api.MakeSpec(images=images, classes=classes, seed=seed, width=width, height=height,
+                        quality=quality).validate()
     progress = _MakeProgress(quiet)
     try:
-        result = make_dataset(directory, spec, jobs=jobs, progress=progress)
+        result = api.make_dataset(directory, spec, jobs=jobs, progress=progress)
     finally:
         progress.close()
     rate = result.images / result.seconds if result.seconds > 0 else 0.0
@@ -104,38 +103,24 @@ def check_command(directory: str, decode: bool, threads: int) -> None:
     """Count the usable images of DIRECTORY and name every file left out, with the reason."""
     from collections import Counter
 
-    from clsbench.data.scan import scan_folder
+    from clsbench import api
 
-    t0 = time.perf_counter()
-    index = scan_folder(directory)
+    check = api.check_dataset(directory, decode=decode, threads=threads)
+    index = check.index
     kinds = Counter(index.kinds)
     click.echo(f"{index.root}: {len(index):,} usable images in {len(index.classes):,} classes, "
                f"{_human_bytes(index.total_bytes)} (JPEG {kinds.get('jpeg', 0):,}, PNG {kinds.get('png', 0):,}); "
-               f"fingerprint {index.fingerprint}; scanned in {time.perf_counter() - t0:.2f} s")
+               f"fingerprint {index.fingerprint}; scanned in {check.scan_s:.2f} s")
     for skipped in index.skipped:
         click.echo(f"warning: skipped {skipped.path}: {skipped.reason}", err=True)
     for name in index.empty_classes:
         click.echo(f"warning: class folder {name} has no usable image; left out", err=True)
-    if decode:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from clsbench.data.pipelines.cpu import decode_rgb
-        from clsbench.data.sources.folder import read_file
-
-        def one(i: int) -> str | None:
-            try:
-                decode_rgb(read_file(index.path(i)))
-                return None
-            except Exception as exc:  # noqa: BLE001 - reported by name
-                return f"{index.files[i]}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else exc}"
-
-        t1 = time.perf_counter()
-        with ThreadPoolExecutor(max(1, threads)) as pool:
-            failed = [f for f in pool.map(one, range(len(index)), chunksize=32) if f]
+    if check.decode_failures is not None:
+        failed = check.decode_failures
         for line in failed:
             click.echo(f"warning: does not decode: {line}", err=True)
         click.echo(f"decoded {len(index) - len(failed):,} of {len(index):,} images in "
-                   f"{time.perf_counter() - t1:.1f} s; {len(failed)} failed (a pipeline replaces each by another "
+                   f"{check.decode_s:.1f} s; {len(failed)} failed (a pipeline replaces each by another "
                    "image and names it in the result)")
 
 

@@ -82,9 +82,9 @@ def data_settings(data_dir: str | None = None, data_source: str | None = None, p
         prime_cache=True if prime_cache is None else prime_cache, normalize=normalize_on or "worker",
         augment=gpu_augment, decoder=gpu_decode,
         timeout_s=DEFAULT_DATA_TIMEOUT_S if data_timeout is None else data_timeout)
-    from clsbench.data.plan import check_settings
+    from clsbench import api
 
-    return check_settings(settings)
+    return api.check_data_settings(settings)
 
 
 def given(options: dict[str, Any]) -> list[str]:

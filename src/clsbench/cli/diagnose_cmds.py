@@ -1,4 +1,5 @@
-"""``clsbench diagnose MODEL --data DIR``: parse, call :func:`clsbench.procedures.diagnose.diagnose`, print.
+"""``clsbench diagnose MODEL --data DIR``: parse, call :func:`clsbench.api.diagnose` (one
+:class:`~clsbench.procedures.diagnose.DiagnoseSettings`), print.
 
 Exit codes as for ``run``: 2 on bad input (unknown model, unusable dataset...), 3 for the output file, 4 when a
 setting failed (a hung or crashed DataLoader worker, say; the rest is still measured and printed). Skipped settings
@@ -12,12 +13,13 @@ import sys
 
 import click
 
+from clsbench import api
 from clsbench.cli.common import Progress, saved, start
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
-from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
+from clsbench.version import __version__
 
 
 @click.command("diagnose")
@@ -38,7 +40,7 @@ from clsbench.procedures.diagnose import DIAGNOSE_OPTIONS
                   "nvjpeg).")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke tests, CI).")
 @click.option("--data-timeout", type=float, help="Seconds one batch may take (default 120).")
-@measure_options(DIAGNOSE_OPTIONS, execution=("isolation",), helps={
+@measure_options(api.DIAGNOSE_OPTIONS, execution=("isolation",), helps={
     "repeats": "Fresh worker processes per setting.",
     "warmup": "Warm-up iterations before timing (default: 3 on a GPU, 2 on a CPU).",
     "iterations": "Minimum timed iterations per setting (default 5).",
@@ -50,29 +52,25 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
                      measure: MeasureOptions, execution: Execution, device: str, output: str | None,
                      quiet: bool) -> None:
     """Find what limits training MODEL on the images in DIR: synthetic ceiling vs real pipelines, best setting."""
-    from clsbench.procedures.diagnose import diagnose, parse_pipelines, parse_workers
-    from clsbench.procedures.diagnose_text import render_diagnose
-    from clsbench.report import table
-    from clsbench.version import __version__
-
-    sizes = parse_workers(",".join(workers)) if workers else None
-    chosen = parse_pipelines(",".join(pipelines)) if pipelines else None
+    sizes = api.parse_workers(",".join(workers)) if workers else None
+    chosen = api.parse_pipelines(",".join(pipelines)) if pipelines else None
     resolved, env, path = start(device, output)
+    settings = api.DiagnoseSettings(
+        model=model, data_dir=data_dir, mode=mode, batch_size=batch_size, device=resolved, source=data_source,
+        workers=sizes, pipelines=chosen, quick=quick, data_timeout_s=data_timeout,
+        gpu_decoders=",".join(gpu_decoders).split(",") if gpu_decoders else None)
     if not quiet:
         click.echo(f"clsbench {__version__}: diagnose {model} {mode} on {resolved} with the images in {data_dir}; "
                    f"results -> {path}", err=True)
     progress = Progress(quiet)
     try:
-        outcome = diagnose(model, data_dir, mode=mode, batch_size=batch_size, device=resolved, source=data_source,
-                           workers=sizes, pipelines=chosen, quick=quick, options=measure,
-                           execution=dataclasses.replace(execution, progress=progress, env=env),
-                           data_timeout_s=data_timeout, output=path,
-                           gpu_decoders=",".join(gpu_decoders).split(",") if gpu_decoders else None,
-                           warn=lambda line: click.echo(f"warning: {line}", err=True))
+        outcome = api.diagnose(settings, path, options=measure,
+                               execution=dataclasses.replace(execution, progress=progress, env=env),
+                               warn=lambda line: click.echo(f"warning: {line}", err=True))
     finally:
         progress.close()
-    click.echo(render_diagnose(outcome.analysis), nl=False)
-    notes = table.warnings(outcome.result.measurements)
+    click.echo(api.diagnose_text(outcome.analysis), nl=False)
+    notes = api.result_warnings(outcome.result.measurements)
     if notes:
         click.echo("")
         for line in notes:

@@ -63,9 +63,8 @@ def export_command(repo_dir: str, model: str | None, mode: str | None, backend: 
     config.pbtxt carries the batching setting; README.txt the parity figures and how to start Triton.
     """
     from clsbench import api
-    from clsbench.deploy import TritonExportSettings
 
-    settings = TritonExportSettings(
+    settings = api.TritonExportSettings(
         repo_dir=repo_dir, model=model, mode=mode, backend=backend, from_result=from_result, name=name,
         max_batch=max_batch, max_delay_ms=max_delay_ms, instances=instances,
         preferred_batch=parse_sizes(preferred_batch, "--preferred-batch"), input_size=input_size, seed=seed,

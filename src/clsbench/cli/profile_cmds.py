@@ -1,4 +1,5 @@
-"""``clsbench profile``: parse, call :func:`clsbench.procedures.profile.profile`, print the profile.
+"""``clsbench profile``: parse, call :func:`clsbench.api.profile` (one
+:class:`~clsbench.procedures.profile.CellProfileSettings`), print the profile.
 
 Exit codes as for ``run``: 2 on bad input (unknown name, ``--nsys`` without Nsight Systems), 3 when the directory
 exists or cannot be created, 4 when the measurement failed (its reason is printed; nothing was profiled), 130 on
@@ -51,20 +52,20 @@ def profile_command(model: str, workload: str, mode: str, batch_size: int | None
     from clsbench import api
     from clsbench.cli.data_options import data_settings
     from clsbench.errors import InvalidInputError
-    from clsbench.procedures import profile as procedure
-    from clsbench.report.profile_text import render_profile
     from clsbench.version import __version__
 
     if not output:
         raise click.UsageError("a profile goes into a new directory: give -o DIR")
-    procedure.check_new_directory(output)
+    api.check_profile_directory(output)
     resolved = api.resolve_device(device)
     if with_nsys and not resolved.startswith("cuda"):
         raise InvalidInputError(f"--nsys records GPU work; the device is {resolved}", "use --device cuda, or drop "
                                 "--nsys")
-    if with_nsys and procedure.nsys_path() is None:
-        raise InvalidInputError(procedure.NSYS_MISSING, procedure.NSYS_HINT)
-    data = data_settings(**data_opts)
+    if with_nsys and api.nsys_path() is None:
+        raise InvalidInputError(api.NSYS_MISSING, api.NSYS_HINT)
+    settings = api.CellProfileSettings(model=model, workload=workload, mode=mode, batch_size=batch_size,
+                                       device=resolved, backend=backend, data=data_settings(**data_opts),
+                                       steps=steps, warmup=profile_warmup)
     env = api.environment(resolved)
     for line in api.preflight_warnings(env):
         click.echo(f"warning: {line}", err=True)
@@ -73,44 +74,42 @@ def profile_command(model: str, workload: str, mode: str, batch_size: int | None
                    err=True)
     progress = Progress(quiet)
     try:
-        outcome = procedure.profile(model=model, workload=workload, mode=mode, batch_size=batch_size,
-                                    device=resolved, output=output, options=measure, backend=backend, data=data,
-                                    execution=dataclasses.replace(execution, progress=progress, env=env),
-                                    steps=steps, warmup=profile_warmup)
+        outcome = api.profile(settings, output, options=measure,
+                              execution=dataclasses.replace(execution, progress=progress, env=env))
     finally:
         progress.close()
     m = outcome.measurement
     title = f"profile: {m.model} {m.workload} {m.mode} bs{m.batch_size} on {m.device}"
-    click.echo(render_profile(outcome.summary, title), nl=False)
+    click.echo(api.profile_text(outcome.summary, title), nl=False)
     click.echo("")
     if outcome.trace is not None:
         click.echo(f"trace: {outcome.trace} (open it in ui.perfetto.dev or chrome://tracing)")
-    click.echo(f"summary: {outcome.directory / procedure.SUMMARY_FILE}")
+    click.echo(f"summary: {outcome.directory / api.SUMMARY_FILE}")
     _nsys_lines(outcome, resolved, with_nsys)
-    saved(str(outcome.directory / procedure.RESULT_FILE), outcome.result)
+    saved(str(outcome.directory / api.RESULT_FILE), outcome.result)
     if m.status == Status.FAILED:
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
 
 def _nsys_lines(outcome: Any, device: str, run_it: bool) -> None:
     """Print the Nsight Systems command for the same cell (or why there is none), and run it with ``--nsys``."""
-    from clsbench.procedures import profile as procedure
+    from clsbench import api
 
     if not device.startswith("cuda"):
         click.echo("nsys: Nsight Systems records GPU work; this cell runs on the CPU")
         return
-    command = procedure.nsys_text(outcome.nsys)
-    if procedure.nsys_path() is None:
+    command = api.nsys_text(outcome.nsys)
+    if api.nsys_path() is None:
         click.echo(f"nsys: Nsight Systems is not installed here; where it is, this records the same cell:\n  {command}")
         return
     click.echo(f"nsys: {command}")
     if run_it:
         click.echo("running nsys...", err=True)
-        code = procedure.run_nsys(outcome.nsys)
+        code = api.record_nsys(outcome)
         if code != 0:
             click.echo(f"error: nsys exited with status {code}", err=True)
             sys.exit(code)
-        click.echo(f"nsys report: {outcome.directory / procedure.NSYS_REPORT}.nsys-rep")
+        click.echo(f"nsys report: {outcome.directory / api.NSYS_REPORT}.nsys-rep")
 
 
 def register(group: click.Group) -> None:

@@ -7,8 +7,6 @@ from pathlib import Path
 import click
 
 from clsbench.cli.common import handle_errors
-from clsbench.report.export import check_output
-from clsbench.results.io import write_text_atomic
 
 
 def _size(n: int) -> str:
@@ -22,14 +20,10 @@ def _size(n: int) -> str:
 @handle_errors
 def report(files: tuple[str, ...], output: str, force: bool) -> None:
     """Write one self-contained HTML report of FILE(S): tables, plots, warnings, environments (opens offline)."""
-    from clsbench.report.html import render_report
-    from clsbench.results.io import load
+    from clsbench import api
 
-    path = Path(output)
-    check_output(path, force=force)
-    results = [load(name) for name in files]
-    size = write_text_atomic(path, render_report(results, list(files)))
-    click.echo(f"wrote {path} ({size:,} bytes, {_size(size)})")
+    size = api.report(files, output, force=force)
+    click.echo(f"wrote {Path(output)} ({size:,} bytes, {_size(size)})")
 
 
 def register(group: click.Group) -> None:

@@ -1,4 +1,5 @@
-"""``clsbench scale``: parse, call :mod:`clsbench.procedures.scale`, print.
+"""``clsbench scale``: parse, plan (:func:`clsbench.api.plan_scale`), call :func:`clsbench.api.scale`,
+print.
 
 Wire it in with ``register(main)`` in cli.py. Exit codes as for ``run``: 0, 2 bad input, 3 output file problem,
 4 when a measurement failed (after saving and printing everything), 130 interrupted.
@@ -12,12 +13,13 @@ import sys
 
 import click
 
+from clsbench import api
 from clsbench.cli.common import Progress, saved
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
-from clsbench.procedures.scale.plan import SCALE_OPTIONS
+from clsbench.version import __version__
 
 
 @click.command("scale")
@@ -36,7 +38,7 @@ from clsbench.procedures.scale.plan import SCALE_OPTIONS
 @click.option("--rdzv-endpoint",
               help="HOST:PORT of node 0 for several nodes; launch i uses PORT+i, so open PORT..PORT+launches-1.")
 @click.option("--dry-run", is_flag=True, help="Print the launch commands of this node and exit; nothing runs.")
-@measure_options(SCALE_OPTIONS, execution=(), helps={
+@measure_options(api.SCALE_OPTIONS, execution=(), helps={
     "device": "auto, cuda (GPUs 0..k-1; choose them with CUDA_VISIBLE_DEVICES) or cpu (gloo).",
     "repeats": "Fresh launches per strategy and GPU count.",
     "iterations": "Minimum timed iterations per launch.",
@@ -49,17 +51,11 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
                   nnodes: int, node_rank: int, rdzv_endpoint: str | None, dry_run: bool, measure: MeasureOptions,
                   execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Multi-GPU training: DDP (torchrun) and DataParallel at each GPU count, scaling efficiency against 1 GPU."""
-    from clsbench import api
-    from clsbench.procedures.scale import analyze_scale, launch_commands, plan_scale, render_scale, run_scale
-    from clsbench.procedures.scale.nccl import communication_env, multicast_note
-    from clsbench.report import table
-    from clsbench.version import __version__
-
-    plan = plan_scale(model=model, gpus=gpus, strategy=strategy, mode=mode, batch_size_per_gpu=batch_size_per_gpu,
+    plan = api.plan_scale(model=model, gpus=gpus, strategy=strategy, mode=mode, batch_size_per_gpu=batch_size_per_gpu,
                       device=device, options=measure, comm_share=comm_share, nnodes=nnodes, node_rank=node_rank,
                       rdzv_endpoint=rdzv_endpoint)
     if dry_run:
-        for item in launch_commands(plan):
+        for item in api.launch_commands(plan):
             if item["skipped"]:
                 if item["repeat"] == 0:
                     click.echo(f"# {item['strategy']} x{item['gpus']}: skipped: {item['skipped']}")
@@ -77,21 +73,21 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
         click.echo(f"clsbench {__version__}: scale {plan.model} {plan.mode} {', '.join(plan.strategies)} on "
                    f"{'/'.join(map(str, plan.gpus))} {plan.device} x {plan.nnodes} node(s) x {plan.repeats} "
                    f"repeat(s); {where}", err=True)
-        shown = {k: v for k, v in communication_env().items() if k.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM_"))}
+        shown = {k: v for k, v in api.communication_env().items() if k.startswith(("NCCL_", "TORCH_SYMM", "NVSHMEM_"))}
         click.echo("communication variables: " + (", ".join(f"{k}={v}" for k, v in shown.items()) or "none set"),
                    err=True)
     if plan.device == "cuda" and max(plan.gpus) * plan.nnodes > 1 and "ddp" in plan.strategies:
-        note = multicast_note()
+        note = api.multicast_note()
         if note:
             click.echo(f"note: {note}", err=True)
     progress = Progress(quiet)
     try:
-        result = run_scale(plan, path, execution=dataclasses.replace(execution, env=env, progress=progress))
+        result = api.scale(plan, path, execution=dataclasses.replace(execution, env=env, progress=progress))
     finally:
         progress.close()
-    click.echo(table.render(result), nl=False)
+    click.echo(api.result_table(result), nl=False)
     click.echo("")
-    click.echo(render_scale(analyze_scale(result)), nl=False)
+    click.echo(api.scale_text(result), nl=False)
     if path is not None:
         saved(path, result)
     elif not quiet:

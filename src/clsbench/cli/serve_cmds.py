@@ -1,4 +1,5 @@
-"""``clsbench serve``: parse, call :func:`clsbench.procedures.serve.serve`, print a line per LoadGen run and the table.
+"""``clsbench serve``: parse, call :func:`clsbench.api.serve` (one :class:`~clsbench.serving.config.ServeSettings`),
+print a line per LoadGen run and the table.
 
 Exit codes as for ``run``: 2 bad input (LoadGen missing included, with the install command), 3 file problems, 4 when
 some (mode, scenario) failed (a model error, out of memory, a hung batch), 130 on Ctrl-C (every finished LoadGen
@@ -15,17 +16,16 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from clsbench import api
 from clsbench.cli.common import saved, start
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
-from clsbench.serving.config import (
-    MLPERF_MIN_DURATION_S,
-    QUICK_MIN_DURATION_S,
-    SHARED_OPTIONS,
-    TARGET_MAX_IN_FLIGHT,
-)
+from clsbench.version import __version__
+
+MLPERF_MIN_DURATION_S = api.MLPERF_MIN_DURATION_S
+QUICK_MIN_DURATION_S = api.QUICK_MIN_DURATION_S
 
 #: Help texts of the shared options that say more for ``serve``.
 SERVE_HELPS = {
@@ -48,9 +48,7 @@ class ServeProgress:
 
 
 def progress_line(event: dict[str, Any]) -> str:
-    """The progress line of one event of :func:`clsbench.procedures.serve.serve`."""
-    from clsbench.serving import records
-
+    """The progress line of one event of :func:`clsbench.api.serve` (a plain dict)."""
     kind = event.get("kind")
     if kind == "build":
         facts = event.get("facts") or {}
@@ -71,20 +69,21 @@ def progress_line(event: dict[str, Any]) -> str:
     if kind == "skip":
         return f"{event['mode']}: {event['status']}: {event.get('detail') or event['reason']}"
     step = event["step"]
-    setting = records.setting_label(step.get("setting") or {})
-    target = records.target_qps(step)
+    facts = api.serve_step_facts(step)
+    setting = facts["setting"]
+    target = facts["target_qps"]
     on = f" @{step['backend']}" if step.get("backend") else ""
     head = f"[{step['index']}] {step['mode']}{on} {step['scenario']} {setting} {step['role']}"
     if target is not None:
         head += f" {target:,.0f} qps"
     if step.get("error") and not step.get("loadgen"):
         return f"{head}: {step['error']}"
-    verdict = "VALID" if records.is_valid(step) else f"INVALID ({records.reason(step)})"
-    parts = [f"p99 {records.latency_ms(step, 'p99') or 0:.2f} ms"]
-    rate = records.loadgen_figure(step, "completed_qps") or records.loadgen_figure(step, "samples_per_second")
+    verdict = "VALID" if facts["valid"] else f"INVALID ({facts['reason']})"
+    parts = [f"p99 {facts['p99_ms'] or 0:.2f} ms"]
+    rate = facts["rate"]
     if rate:
         parts.append(f"done {rate:,.0f}/s")
-    stats = records.batch_stats(step)
+    stats = facts["batch_stats"]
     if stats:
         parts.append(f"mean batch {stats['mean_batch']:.1f}")
     parts.append(f"{step.get('wall_s') or 0:.1f} s")
@@ -113,9 +112,7 @@ def check_target_options(target: str | None, model: str | None) -> None:
 
 def target_model(target: str | None) -> str:
     """The model name a ``--target`` URL names (the result's model when ``--model`` is not given)."""
-    from clsbench.serving.triton_target import parse_target
-
-    return parse_target(str(target)).model
+    return api.target_model(str(target))
 
 
 def parse_headers(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -149,7 +146,7 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 @click.option("--target-header", "target_headers", multiple=True, metavar="'NAME: VALUE'",
               help="A header sent with every call to --target (repeatable), e.g. Triton's access token for its "
                    "restricted statistics; only the name is stored.")
-@click.option("--max-in-flight", type=int, default=TARGET_MAX_IN_FLIGHT, show_default=True,
+@click.option("--max-in-flight", type=int, default=api.TARGET_MAX_IN_FLIGHT, show_default=True,
               help="--target: batch-1 requests outstanding at once (the rest wait in the client's queue).")
 @list_option("--mode", "modes", default=("fp32",),
              help="Execution mode(s), e.g. bf16+cl, bf16+cl+compile; +cudagraph means a CUDA graph per bucket.")
@@ -195,7 +192,7 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 @click.option("--batch-timeout-s", type=float, default=120.0, show_default=True,
               help="A batch running longer ends the LoadGen run as INVALID (timeout).")
 @click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
-@measure_options(fields=SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
+@measure_options(fields=api.SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
 def serve_command(model: str | None, target: str | None, target_headers: tuple[str, ...], max_in_flight: int,
                   modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
                   backend_cache: str | None, scenarios: tuple[str, ...], latency_bound_ms: float,
@@ -210,22 +207,15 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
     Every LoadGen run lasts at least 10 s by default (a quick look: a plain serve ends in minutes); --mlperf holds
     each to MLPerf's 600 s.
     """
-    from clsbench import api
-    from clsbench.procedures.serve import ServeInterrupted, serve
-    from clsbench.serving.analysis import analyze_serve, render_serve
-    from clsbench.serving.config import ServeSettings, parse_list
-    from clsbench.serving.loadgen import import_loadgen
-    from clsbench.version import __version__
-
     check_target_options(target, model)
-    settings = ServeSettings.with_options(
-        measure, model=model or target_model(target), modes=parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),
+    settings = api.ServeSettings.with_options(
+        measure, model=model or target_model(target), modes=api.parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),
         device=api.resolve_device(device),
-        scenarios=parse_list(scenarios, str, "--scenario", "e.g. --scenario offline,server"),
-        max_batches=parse_list(max_batches, int, "--max-batch", "e.g. --max-batch 32,64"),
-        max_delays_ms=parse_list(max_delays, float, "--max-delay-ms", "e.g. --max-delay-ms 0,2"),
-        instances=parse_list(instances, int, "--instances", "e.g. --instances 1,2"),
-        buckets=parse_list(buckets, int, "--buckets", "e.g. --buckets 8,16,32,64") or None, cuda_graphs=cuda_graphs,
+        scenarios=api.parse_list(scenarios, str, "--scenario", "e.g. --scenario offline,server"),
+        max_batches=api.parse_list(max_batches, int, "--max-batch", "e.g. --max-batch 32,64"),
+        max_delays_ms=api.parse_list(max_delays, float, "--max-delay-ms", "e.g. --max-delay-ms 0,2"),
+        instances=api.parse_list(instances, int, "--instances", "e.g. --instances 1,2"),
+        buckets=api.parse_list(buckets, int, "--buckets", "e.g. --buckets 8,16,32,64") or None, cuda_graphs=cuda_graphs,
         latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile / 100.0,
         min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
         start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
@@ -233,7 +223,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
         backends=tuple(api.split_list(backends, "--backend")) or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
         target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
     settings.validate()  # bad input fails here, before the environment is read or anything is started
-    import_loadgen()
+    api.require_loadgen()
     resolved, env, path = start(settings.device, output)
     if not quiet:
         on = "" if settings.backends == ("eager",) else f" @{','.join(settings.backends)}"
@@ -246,17 +236,17 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
                        f"makes about 8 runs per setting (drop --mlperf for a {QUICK_MIN_DURATION_S:g} s quick look)",
                        err=True)
     try:
-        outcome = serve(settings, path, execution=dataclasses.replace(execution, env=env,
-                                                                      progress=ServeProgress(quiet)))
-    except ServeInterrupted as exc:
-        click.echo(render_serve(analyze_serve(exc.outcome.result)), nl=False)
+        outcome = api.serve(settings, path, execution=dataclasses.replace(execution, env=env,
+                                                                          progress=ServeProgress(quiet)))
+    except api.ServeInterrupted as exc:
+        click.echo(api.serve_text(exc.outcome.result), nl=False)
         click.echo(f"\ninterrupted: the finished LoadGen runs are saved in {path}", err=True)
         if exc.abandoned:  # LoadGen is still running in its thread: leave without running Python's shutdown
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
-    click.echo(render_serve(analyze_serve(outcome.result)), nl=False)
+    click.echo(api.serve_text(outcome.result), nl=False)
     saved(path, outcome.result)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)

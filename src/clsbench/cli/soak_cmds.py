@@ -1,4 +1,5 @@
-"""``clsbench soak``: parse, call :func:`clsbench.procedures.soak.soak`, print a line per window and the verdicts.
+"""``clsbench soak``: parse, call :func:`clsbench.api.soak` (one :class:`~clsbench.procedures.soak.SoakSettings`),
+print a line per window and the verdicts.
 
 Exit codes as for ``run``: 2 bad input (a duration shorter than one window included), 3 file problems, 4 when the
 soak's measurement failed, 130 on Ctrl-C: the soak stops after the window in flight, its verdicts are printed and
@@ -13,11 +14,13 @@ from typing import Any
 
 import click
 
+from clsbench import api
 from clsbench.cli.common import saved, start
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
+from clsbench.version import __version__
 
 #: The measurement options a soak takes; the repeats and the stop rule's times are its own.
 SOAK_FIELDS = ("warmup", "input_size", "seed", "compile_mode", "timeout_s", "cudnn_benchmark", "telemetry")
@@ -51,20 +54,18 @@ class SoakProgress:
 
 def window_line(window: dict[str, Any], duration_s: float) -> str:
     """The progress line of one finished window (the figures :class:`~clsbench.workloads.base.WindowLog` sends)."""
-    from clsbench.analysis.soak import window_telemetry
     from clsbench.core.text_table import fmt_rate
-    from clsbench.results.telemetry import reason_label
 
     end = window["start_s"] + window["wall_s"]
     parts = [f"[window {window['index'] + 1}, {end:.0f}/{duration_s:.0f} s]",
              f"{fmt_rate(window.get('throughput_img_s'))} img/s"]
-    figures = window_telemetry(window.get("telemetry"))
+    figures = api.window_facts(window)
     for key, text in (("power_w", "{:.0f} W"), ("sm_clock_mhz", "SM {:.0f} MHz"),
                       ("mem_clock_mhz", "mem {:.0f} MHz"), ("temperature_c", "{:.0f} C"), ("fan_pct", "fan {:.0f}%")):
         if figures.get(key) is not None:
             parts.append(text.format(figures[key]))
     if figures.get("throttled_share"):
-        parts.append("throttled: " + ", ".join(reason_label(name) for name in figures["reasons"]))
+        parts.append("throttled: " + ", ".join(figures["reason_labels"]))
     elif figures.get("throttled_share") == 0:
         parts.append("not throttled")
     return "  ".join(parts)
@@ -93,30 +94,25 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
     throttling began and why, whether it cost speed, the temperature plateau and the energy per image. Ctrl-C
     ends the soak after the current window and keeps everything measured.
     """
-    from clsbench.analysis.soak import MLPERF_MIN_DURATION_S, render_soak
-    from clsbench.core.durations import parse_duration
-    from clsbench.procedures.soak import SoakSettings, soak
-    from clsbench.report import table
-    from clsbench.version import __version__
-
-    settings = SoakSettings(model=model, workload=workload, mode=mode, batch_size=batch_size, device=device,
-                            backend=backend, duration_s=parse_duration(duration),
-                            window_s=parse_duration(window, "--window"), sample_interval_s=sample_interval).validate()
+    settings = api.SoakSettings(model=model, workload=workload, mode=mode, batch_size=batch_size, device=device,
+                                backend=backend, duration_s=api.parse_duration(duration),
+                                window_s=api.parse_duration(window, "--window"),
+                                sample_interval_s=sample_interval).validate()
     resolved, env, path = start(device, output)
     if not quiet:
         what = " ".join(x for x in (model, workload, mode, f"bs{batch_size}" if batch_size else "") if x)
         on = "" if backend == "eager" else f" @{backend}"
         click.echo(f"clsbench {__version__}: soak {what}{on} on {resolved} for {settings.duration_s:g} s in "
                    f"{settings.window_s:g} s windows; results -> {path}", err=True)
-        if settings.duration_s < MLPERF_MIN_DURATION_S:
-            click.echo(f"note: {settings.duration_s:g} s is shorter than MLPerf's {MLPERF_MIN_DURATION_S:.0f} s "
+        if settings.duration_s < api.MLPERF_MIN_DURATION_S:
+            click.echo(f"note: {settings.duration_s:g} s is shorter than MLPerf's {api.MLPERF_MIN_DURATION_S:.0f} s "
                        "minimum run; the verdicts will say so", err=True)
-    outcome = soak(settings, path, options=measure,
-                   execution=dataclasses.replace(execution, env=env,
-                                                 progress=SoakProgress(quiet, settings.duration_s)))
-    click.echo(table.render(outcome.result), nl=False)
+    outcome = api.soak(settings, path, options=measure,
+                       execution=dataclasses.replace(execution, env=env,
+                                                     progress=SoakProgress(quiet, settings.duration_s)))
+    click.echo(api.result_table(outcome.result), nl=False)
     click.echo("")
-    click.echo(render_soak(outcome.analysis), nl=False)
+    click.echo(api.soak_text(outcome.analysis), nl=False)
     saved(path, outcome.result)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)

@@ -1,7 +1,8 @@
 """``clsbench import`` and ``clsbench history``: the SQLite index of result files (see :mod:`clsbench.results.store`).
 
-Parse, call :mod:`clsbench.results.store`, print. The history table fits in :data:`TABLE_WIDTH` columns: the measurement
-description, its last column, is cut at its end when needed, never the figures.
+Parse, call :func:`clsbench.api.import_results` or :func:`clsbench.api.history`, print. The history table fits in
+:data:`TABLE_WIDTH` columns: the measurement description, its last column, is cut at its end when needed, never the
+figures.
 
 History columns: run id; the day the run started (UTC); the GPU's name, or ``cpu`` and the CPU model; torch; the
 named suite; counts of ok, failed and unstable measurements; the headline figure (p50 latency for infer-latency,
@@ -17,10 +18,10 @@ from typing import Any
 
 import click
 
+from clsbench import api
 from clsbench.cli.common import handle_errors
 from clsbench.core.text_table import cut, fmt_ms, fmt_rate, text_table
 from clsbench.errors import InvalidInputError, ResultFileError
-from clsbench.results import store
 
 TABLE_WIDTH = 120
 #: The GPU/device column is cut to this width; GPU names are short, CPU model strings can run to 50 characters.
@@ -30,7 +31,7 @@ MIN_DESCRIPTION_WIDTH = 16
 HISTORY_HEADER = ("run id", "date", "device", "torch", "suite", "ok/fail/unst", "figure", "first ok measurement")
 RIGHT_ALIGNED = {"ok/fail/unst", "figure"}
 
-_DB_HELP = f"The index (default: ${store.DB_ENV_VAR}, else the user's data directory)."
+_DB_HELP = f"The index (default: ${api.DB_ENV_VAR}, else the user's data directory)."
 
 
 def register(group: click.Group) -> None:
@@ -45,16 +46,16 @@ def register(group: click.Group) -> None:
 @handle_errors
 def import_command(files: tuple[str, ...], db: str | None) -> None:
     """Index result FILE(S) (or every *.json in a directory) so `history` lists them; importing again updates."""
-    outcomes = store.import_files(files, db=db)
+    outcomes = api.import_results(files, db=db)
     for o in outcomes:
         if o.ok:
             click.echo(f"{o.status:<8}  {o.run_id}  {o.path}  ({o.message})")
         else:
-            click.echo(f"{'failed':<8}  {'-':<{store.RUN_ID_LENGTH}}  {o.path}: {o.message}")
-    counts = {status: sum(o.status == status for o in outcomes) for status in (store.IMPORTED, store.UPDATED)}
+            click.echo(f"{'failed':<8}  {'-':<{api.RUN_ID_LENGTH}}  {o.path}: {o.message}")
+    counts = {status: sum(o.status == status for o in outcomes) for status in (api.IMPORTED, api.UPDATED)}
     failed = sum(not o.ok for o in outcomes)
-    click.echo(f"{len(outcomes)} file(s): {counts[store.IMPORTED]} imported, {counts[store.UPDATED]} updated, "
-               f"{failed} failed; index: {store.store_path(db)}")
+    click.echo(f"{len(outcomes)} file(s): {counts[api.IMPORTED]} imported, {counts[api.UPDATED]} updated, "
+               f"{failed} failed; index: {api.history_index_path(db)}")
     if failed:
         raise ResultFileError(f"{failed} of {len(outcomes)} file(s) could not be imported (listed above)",
                               "fix or remove them and import them again; the other files are indexed")
@@ -64,7 +65,7 @@ def import_command(files: tuple[str, ...], db: str | None) -> None:
 @click.option("--model", metavar="PATTERN", help="Only runs that measured a matching model (wildcards: 'resnet*').")
 @click.option("--gpu", metavar="PATTERN",
               help="Only runs on matching hardware: 'h200' (anywhere in the name), '*A100*', 'cpu'.")
-@click.option("--limit", type=int, metavar="N", default=store.DEFAULT_HISTORY_LIMIT, show_default=True,
+@click.option("--limit", type=int, metavar="N", default=api.DEFAULT_HISTORY_LIMIT, show_default=True,
               help="Show at most this many runs, newest first.")
 @click.option("--db", metavar="PATH", help=_DB_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -74,12 +75,12 @@ def history_command(model: str | None, gpu: str | None, limit: int, db: str | No
     """List indexed runs, newest first, with their key figures (add runs with `clsbench import`)."""
     if limit < 1:
         raise InvalidInputError(f"--limit must be at least 1, not {limit}", "e.g. --limit 20")
-    runs = store.history(db, model=model, gpu=gpu, limit=limit + 1)  # one more, to tell whether there are more
+    runs = api.history(db=db, model=model, gpu=gpu, limit=limit + 1)  # one more, to tell whether there are more
     more, runs = len(runs) > limit, runs[:limit]
     if fmt == "json":
         click.echo(json.dumps(runs, indent=1))
         return
-    index = store.store_path(db)
+    index = api.history_index_path(db)
     if not runs:
         what = "match the filters" if model or gpu else "indexed"
         click.echo(f"no runs {what} (index: {index}); add result files with `clsbench import FILE...`", err=True)
@@ -91,7 +92,7 @@ def history_command(model: str | None, gpu: str | None, limit: int, db: str | No
 
 
 def render_history(runs: Sequence[dict[str, Any]], width: int = TABLE_WIDTH) -> list[str]:
-    """The history table as lines, from :func:`clsbench.results.store.history`'s dicts. The description is the last
+    """The history table as lines, from :func:`clsbench.api.history`'s dicts. The description is the last
     column: when a line is too long, it is cut at its end."""
     right = {i for i, name in enumerate(HISTORY_HEADER) if name in RIGHT_ALIGNED}
     return text_table(HISTORY_HEADER, [_history_row(run) for run in runs], right=right, width=width,
@@ -129,15 +130,13 @@ def _figure(head: dict[str, Any]) -> str:
     """The headline figure: p50 latency for infer-latency (the figure that workload exists for) and for a measurement
     without a rate (serve's single-stream and multi-stream), queries per second for serve's server scenario (the
     highest target whose LoadGen run was VALID), else img/s."""
-    from clsbench.serving.analysis import QPS_WORKLOADS
-
     p50 = head.get("latency_p50_ms")
     rate = head.get("throughput_img_s")
     if (head.get("workload") == "infer-latency" or rate is None) and p50 is not None:
         return f"p50 {fmt_ms(p50)} ms"
     if rate is None:
         return "-"
-    return f"{fmt_rate(rate)} {'qps' if head.get('workload') in QPS_WORKLOADS else 'img/s'}"
+    return f"{fmt_rate(rate)} {'qps' if head.get('workload') in api.QPS_WORKLOADS else 'img/s'}"
 
 
 

@@ -1,5 +1,6 @@
-"""``clsbench sweep`` and ``clsbench tune``: parse, call :mod:`clsbench.procedures.sweep` and
-:func:`clsbench.api.tune` (one :class:`~clsbench.procedures.tune.settings.TuneSettings`, built here once), print.
+"""``clsbench sweep`` and ``clsbench tune``: parse, call :func:`clsbench.api.sweep` (one
+:class:`~clsbench.procedures.sweep.SweepSettings`) and :func:`clsbench.api.tune` (one
+:class:`~clsbench.procedures.tune.settings.TuneSettings`, built here once), print.
 
 Wire them in with ``register(main)`` in cli.py. Exit codes as for ``run``, except that an out-of-memory point of a
 sweep is the sweep's answer ("this batch does not fit"), not a failure: ``sweep`` exits 4 only when a point failed
@@ -14,13 +15,14 @@ from typing import Any
 
 import click
 
+from clsbench import api
 from clsbench.cli.common import Progress, saved, start
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
-from clsbench.procedures.tune import TUNE_OPTIONS
+from clsbench.version import __version__
 
 
 @click.command("sweep")
@@ -45,13 +47,12 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
                   max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
                   execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Measure one model/workload/mode at several batch sizes: the knee, the largest fit, the latency curve."""
-    from clsbench.procedures.sweep import parse_batch_sizes, render_sweep, sweep, validate_knee_fraction
-    from clsbench.report import table
-    from clsbench.version import __version__
-
-    sizes = parse_batch_sizes(",".join(batch_sizes))  # bad input fails here, before anything is read or started
-    validate_knee_fraction(knee_fraction)
+    sizes = api.parse_batch_sizes(",".join(batch_sizes))  # bad input fails here, before anything is read or started
+    api.validate_knee_fraction(knee_fraction)
     resolved, env, path = start(device, output)
+    settings = api.SweepSettings(model=model, workload=workload, mode=mode, device=resolved, batch_sizes=sizes,
+                                 knee_fraction=knee_fraction, max_batch=max_batch, backend=backend, no_cache=no_cache,
+                                 cache_dir=backend_cache)
     if not quiet:
         what = "auto" if sizes == "auto" else ",".join(map(str, sizes))
         on = "" if backend == "eager" else f" @{backend}"
@@ -59,15 +60,13 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
                    f"{measure.repeats} repeat(s) on {resolved}; results -> {path}", err=True)
     progress = Progress(quiet)
     try:
-        outcome = sweep(model, workload, mode, resolved, sizes, path, options=measure,
-                        execution=dataclasses.replace(execution, progress=progress, env=env),
-                        knee_fraction=knee_fraction, max_batch=max_batch, backend=backend, no_cache=no_cache,
-                        cache_dir=backend_cache)
+        outcome = api.sweep(settings, path, options=measure,
+                            execution=dataclasses.replace(execution, progress=progress, env=env))
     finally:
         progress.close()
-    click.echo(table.render(outcome.result), nl=False)
+    click.echo(api.result_table(outcome.result), nl=False)
     click.echo("")
-    click.echo(render_sweep(outcome.analysis), nl=False)
+    click.echo(api.sweep_text(outcome.analysis), nl=False)
     saved(path, outcome.result)
     if any(m.status == Status.FAILED and m.reason != Reason.OOM for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
@@ -117,7 +116,7 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
                    "reference for benchmarks/tune_vs_exhaustive.py.")
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
-@measure_options(TUNE_OPTIONS, opt_in=("protocol",))
+@measure_options(api.TUNE_OPTIONS, opt_in=("protocol",))
 @data_options
 @click.pass_context
 def tune_command(ctx: click.Context, model: str | None, workload: str, max_latency_ms: float | None,
@@ -130,10 +129,6 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
     with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
     pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
-    from clsbench import api
-    from clsbench.procedures.tune import TuneSettings
-    from clsbench.version import __version__
-
     if resume_path is not None:
         _resume_tune(ctx, resume_path, budget, execution, quiet, data)
         return
@@ -145,7 +140,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
         raise InvalidInputError("--backend names no backend", "e.g. --backend export,tensorrt")
     data_settings, pipelines, workers = tune_data(data)
     # The one place the search's settings are built and checked (the budget, --model, the limits, the sizes...).
-    settings = TuneSettings(
+    settings = api.TuneSettings(
         model=model or "", workload=workload, device=device, max_latency_ms=max_latency_ms,
         max_memory_gb=max_memory_gb, modes=chosen_modes, batch_sizes=",".join(batch_sizes) if batch_sizes else None,
         options=measure, compile_variants=compile_variants,
@@ -201,12 +196,9 @@ def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: E
     on the line."""
     from click.core import ParameterSource
 
-    from clsbench import api
     from clsbench.cli.data_options import given as data_given
-    from clsbench.procedures.tune.budget import parse_budget
-    from clsbench.version import __version__
 
-    parse_budget(budget)  # a bad budget is the first error, as for a new search
+    api.parse_budget(budget)  # a bad budget is the first error, as for a new search
     given = [name for name in SEARCH_OPTIONS if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT,
                                                                                        None)]
     given += [flag.lstrip("-").replace("-", "_") for flag in data_given(data or {})]
@@ -224,19 +216,17 @@ def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: E
 
 def _finish_tune(path: str, progress: Progress, search: Any) -> None:
     """Run the search; print its table (also when nothing met the limits, or on Ctrl-C, with the resume line)."""
-    from clsbench.procedures.tune import NoConfigurationError, TuneInterrupted, render_tune
-
     try:
         outcome = search()
-    except (NoConfigurationError, TuneInterrupted) as exc:
+    except (api.NoConfigurationError, api.TuneInterrupted) as exc:
         progress.close()
-        click.echo(render_tune(exc.tune_result.analysis), nl=False)
-        if isinstance(exc, NoConfigurationError):
+        click.echo(api.tune_text(exc.tune_result.analysis), nl=False)
+        if isinstance(exc, api.NoConfigurationError):
             saved(path, exc.tune_result.result)
         raise
     finally:
         progress.close()
-    click.echo(render_tune(outcome.analysis), nl=False)
+    click.echo(api.tune_text(outcome.analysis), nl=False)
     saved(path, outcome.result)
 
 

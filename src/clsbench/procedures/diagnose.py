@@ -487,3 +487,22 @@ def analyze_diagnose(result: BenchmarkResult) -> dict[str, Any]:
         except (KeyError, TypeError, ValueError):
             out["command"] = None
     return out
+
+
+@dataclass(frozen=True)
+class DiagnoseSettings:
+    """What one diagnosis measures (``clsbench diagnose``; :func:`clsbench.api.diagnose` takes it), as
+    :func:`diagnose`'s arguments of the same names: the model and dataset, the training cell, the DataLoader worker
+    counts and pipelines to try (None: the defaults), the gpu pipeline's decoders, short windows, the batch timeout."""
+
+    model: str
+    data_dir: str
+    mode: str = "fp32"
+    batch_size: int | None = None
+    device: str = "auto"
+    source: str = "folder"
+    workers: Sequence[int] | None = None
+    pipelines: Sequence[str] | None = None
+    quick: bool = False
+    data_timeout_s: float | None = None
+    gpu_decoders: Sequence[str] | None = None

@@ -239,3 +239,20 @@ def profile_section(result: BenchmarkResult) -> str:
 
 
 PROCEDURES.register("profile", ProcedureView("profile", profile_section))
+
+
+@dataclass(frozen=True)
+class CellProfileSettings:
+    """What ``clsbench profile`` profiles (:func:`clsbench.api.profile` takes it), as :func:`profile`'s arguments of
+    the same names: one cell, its backend and real data (None: synthetic), the recorded steps and the profiler's
+    warm-up steps before them."""
+
+    model: str
+    workload: str = "train"
+    mode: str = "fp32"
+    batch_size: int | None = None
+    device: str = "auto"
+    backend: str = DEFAULT_BACKEND
+    data: DataSettings | None = None
+    steps: int = PROFILE_STEPS
+    warmup: int = PROFILE_WARMUP

@@ -536,3 +536,21 @@ def knee_fraction_of(result: BenchmarkResult) -> float | None:
 
 PROCEDURES.register("sweep", ProcedureView("sweep", lambda result: render_sweep(analyze_sweep(result)),
                                            knee_fraction=knee_fraction_of))
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What one sweep measures (``clsbench sweep``; :func:`clsbench.api.sweep` takes it): the cell without its batch
+    size, the batch sizes (a list, or :data:`AUTO`: double from 1 until out of memory or a plateau), the knee's
+    fraction of the best throughput, the largest batch ``auto`` may try, and the backend's artifact cache."""
+
+    model: str
+    workload: str = "infer-throughput"
+    mode: str = "fp32"
+    device: str = "auto"
+    batch_sizes: Sequence[int] | str = AUTO
+    knee_fraction: float = DEFAULT_KNEE_FRACTION
+    max_batch: int = DEFAULT_MAX_BATCH
+    backend: str = DEFAULT_BACKEND
+    no_cache: bool = False
+    cache_dir: str | None = None
