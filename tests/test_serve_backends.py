@@ -33,7 +33,8 @@ def test_each_backend_is_a_line_of_its_own_with_its_artifacts_per_bucket(tmp_pat
 
     events: list[dict[str, Any]] = []
     path = tmp_path / "serve.json"
-    serve(_settings(tmp_path / "cache"), path, execution=Execution(env={"host": "test"}, progress=events.append))
+    serve(_settings(tmp_path / "cache", buckets=(2,)), path,
+          execution=Execution(env={"host": "test"}, progress=events.append))
     loaded = result_io.load(path)
     lines = [(m.mode, m.backend, m.workload, m.status) for m in loaded.measurements]
     assert lines == [("fp32", "eager", "serve-offline", "ok"), ("fp32", "eager", "serve-server", "ok"),
@@ -43,25 +44,25 @@ def test_each_backend_is_a_line_of_its_own_with_its_artifacts_per_bucket(tmp_pat
     assert all("backend" not in s for m in loaded.measurements if m.backend == "eager" for s in m.repeats)
     facts = loaded.settings["serve"]["modes"]["fp32 @torchscript"]
     artifacts = facts["artifacts"]
-    # buckets 1, 2, 4: one artifact each, built in the isolated build process, each passing parity before serving
-    assert [b["bucket"] for b in artifacts["buckets"]] == [1, 2, 4]
+    # buckets 2 and 4: one artifact each, built in the isolated build process, each passing parity before serving
+    assert [b["bucket"] for b in artifacts["buckets"]] == [2, 4]
     assert all(b["backend"]["built_now"] and b["parity"]["passed"] for b in artifacts["buckets"])
-    assert len({b["backend"]["cache_key"] for b in artifacts["buckets"]}) == 3
+    assert len({b["backend"]["cache_key"] for b in artifacts["buckets"]}) == 2
     assert all(b["parity"]["batch"] == b["bucket"] for b in artifacts["buckets"])
     assert set(artifacts["instance_load_s"]) == {"1"}  # instance 0 runs the builder's loads, instance 1 its own
     assert [e["bucket"] for e in events if e["kind"] == "build"] and \
-        sorted(e["bucket"] for e in events if e["kind"] == "parity") == [1, 2, 4]
+        sorted(e["bucket"] for e in events if e["kind"] == "parity") == [2, 4]
     analysis = analyze_serve(loaded)
     rows = side_by_side(analysis)
     assert [r["line"] for r in rows] == ["fp32", "fp32 @torchscript"]
     assert all(r["offline_samples_s"] and r["offline_samples_s"] > 0 for r in rows)
     text = render_serve(analysis)
     assert "side by side:" in text and "fp32 @torchscript" in text
-    assert "artifacts (torchscript): buckets 1,2,4: 3 built now" in text
+    assert "artifacts (torchscript): buckets 2,4: 2 built now" in text
 
     # A second serve of the same setting takes every artifact from the cache.
-    again = serve(_settings(tmp_path / "cache", backends=("torchscript",), scenarios=("offline",)), None,
-                  execution=NO_ENV)
+    again = serve(_settings(tmp_path / "cache", buckets=(2,), backends=("torchscript",), scenarios=("offline",)),
+                  None, execution=NO_ENV)
     buckets = again.result.settings["serve"]["modes"]["fp32 @torchscript"]["artifacts"]["buckets"]
     assert all(b["backend"]["cache_hit"] and not b["backend"].get("built_now") for b in buckets)
 

@@ -22,7 +22,7 @@ from triton_fixture import MAX_BATCH, MAX_QUEUE_DELAY_US, TritonTestServer, runn
 triton_open = triton_fixture.triton_open  # the module-scoped fixture: one server for the tests that use it
 
 #: The LoadGen minimums of these tests: short runs and few queries (the tiny CPU server answers in a few ms).
-QUICK = ["--min-duration-s", "1", "--min-queries", "200", "--samples", "64", "--max-search-steps", "4",
+QUICK = ["--min-duration-s", "1", "--min-queries", "200", "--samples", "64", "--max-search-steps", "3",
          "--latency-bound-ms", "200", "--start-qps", "40"]
 
 
