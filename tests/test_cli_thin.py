@@ -27,7 +27,7 @@ import pytest
 from clsbench import api
 from clsbench.cli import main
 
-CLI_DIR = Path(api.__file__).parent / "cli"
+CLI_DIR = Path(api.__file__).resolve().parent.parent / "cli"
 
 #: What a cli module may import from clsbench: a module (any name from it: None) or the names it may take.
 ALLOWED_IMPORTS: dict[str, frozenset[str] | None] = {
