@@ -172,3 +172,13 @@ def test_the_layer_table_is_the_documented_one() -> None:
                 continue  # a layer's place for a folder that does not exist yet
             folder = prefix.removeprefix("clsbench").lstrip(".").replace(".", "/") or "clsbench"
             assert f"`{folder}" in text, f"docs/architecture.md does not mention {folder} (layer {name})"
+
+
+#: The most lines a module may hold (issue 34): past it, a module mixes what should be split by what each part does.
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    long = {str(path.relative_to(SRC)): n for path in PACKAGE.rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by what each part does): {long}"
