@@ -20,7 +20,7 @@ import click
 
 from clsbench.cli.common import Progress, emit, fail, handle_errors, reader_went_away, saved
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -97,10 +97,7 @@ def _ints(values: list[str], option: str) -> list[int]:
              help="Inference backend(s); repeat or comma-separate: eager (default), torchscript (legacy: "
                   "deprecated upstream), export (AOTInductor), export-frozen, onnxruntime, tensorrt. Inference "
                   "workloads only.")
-@click.option("--no-cache", is_flag=True,
-              help="Build every backend artifact anew (the new build replaces the cached one).")
-@click.option("--backend-cache", "backend_cache", metavar="DIR",
-              help="Where backend artifacts are cached; default: $CLSBENCH_CACHE, else ~/.cache/clsbench/artifacts.")
+@artifact_cache_options
 @click.option("--resume", "resume_path",
               help="Finish an interrupted run: measure only what FILE lacks, with its settings.")
 @click.option("--retry-failed", is_flag=True, help="With --resume: measure the cells that failed again too.")

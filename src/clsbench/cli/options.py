@@ -67,6 +67,17 @@ def list_option(flag: str, dest: str, *, help: str, default: Sequence[str] = (),
     return decorate
 
 
+def artifact_cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--no-cache`` and ``--backend-cache DIR``, the inference backends' artifact cache, spelt once for every
+    command that builds artifacts (``run``, ``sweep``, ``serve``); the command receives ``no_cache`` and
+    ``backend_cache``."""
+    func = click.option("--backend-cache", "backend_cache", metavar="DIR",
+                        help="Where backend artifacts are cached; default: $CLSBENCH_CACHE, else "
+                             "~/.cache/clsbench/artifacts.")(func)
+    return click.option("--no-cache", is_flag=True,
+                        help="Build every backend artifact anew (the new build replaces the cached one).")(func)
+
+
 def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_text: str | None) -> Any:
     meta = field.metadata
     help_text = help_text or meta["help"]

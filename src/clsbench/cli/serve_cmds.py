@@ -18,7 +18,7 @@ from click.core import ParameterSource
 
 from clsbench import api
 from clsbench.cli.common import saved, start
-from clsbench.cli.options import list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
@@ -154,10 +154,7 @@ def min_duration(given: float | None, mlperf: bool) -> float:
              help="Inference backend(s) each mode is served on; repeat or comma-separate: eager, torchscript (legacy: "
                   "deprecated upstream), export, export-frozen, onnxruntime, tensorrt. An artifact backend serves "
                   "the artifacts `run --backend` builds, one per bucket (static shapes), parity-checked first.")
-@click.option("--no-cache", is_flag=True,
-              help="Build every backend artifact anew (the new build replaces the cached one).")
-@click.option("--backend-cache", "backend_cache", metavar="DIR",
-              help="Where backend artifacts are cached; default: $CLSBENCH_CACHE, else ~/.cache/clsbench/artifacts.")
+@artifact_cache_options
 @click.option("--scenario", "scenarios", multiple=True, default=("offline,single-stream,server",),
               show_default=True, help="Scenarios (comma list): offline, single-stream, multi-stream, server.")
 @click.option("--latency-bound-ms", type=float, default=15.0, show_default=True,

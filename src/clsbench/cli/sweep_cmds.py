@@ -18,7 +18,7 @@ import click
 from clsbench import api
 from clsbench.cli.common import Progress, saved, start
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -40,8 +40,7 @@ from clsbench.version import __version__
 @click.option("--max-batch", type=int, default=4096, show_default=True, help="Largest batch auto may try.")
 @click.option("--backend", default="eager", show_default=True,
               help="Inference backend of every point: eager, torchscript, export, onnxruntime, tensorrt.")
-@click.option("--no-cache", is_flag=True, help="Build every backend artifact anew.")
-@click.option("--backend-cache", "backend_cache", metavar="DIR", help="Where backend artifacts are cached.")
+@artifact_cache_options
 @measure_options(opt_in=("protocol",))
 def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, ...], knee_fraction: float,
                   max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
