@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 #: backend computes in: fp16 and TF32 keep 10 mantissa bits (2^-11 = 4.9e-4 -> 5e-3), bf16 keeps 7 (2^-8 = 3.9e-3
 #: -> 5e-2); fp32 backends and modes differ from fp32 eager only by summation order and folding (batch norm into
 #: the convolution, fused epilogues, compile, channels_last), which stays well below 1e-4. ``clsbench tune`` holds
-#: eager modes to the same table (``OUTPUT_RTOL`` in procedures/tune/settings.py is this dict). Measured on a CPU for eager
-#: modes (torch 2.14, batch 4, 224x224, seeded weights): amp-bf16 4.0e-3 (resnet18), 4.8e-3 (resnet50), 1.25e-2
-#: (mobilenet_v3_large), 1.34e-2 (efficientnet_b0); amp-fp16 5.7e-4 / 7.7e-4 on the ResNets; fp32+cl <= 1.4e-6.
+#: eager modes to the same table (``OUTPUT_RTOL`` in procedures/tune/settings.py is this dict). Measured on a CPU
+#: for eager modes (torch 2.14, batch 4, 224x224, seeded weights): amp-bf16 4.0e-3 (resnet18), 4.8e-3 (resnet50),
+#: 1.25e-2 (mobilenet_v3_large), 1.34e-2 (efficientnet_b0); amp-fp16 5.7e-4 / 7.7e-4 on the ResNets; fp32+cl <= 1.4e-6.
 #: Measured on a CPU for backends (torch 2.14, seed 0, batch 4): the tiny test net through torchscript, export and
 #: onnxruntime in fp32 <= 1.3e-7, in bf16 3.5e-3, in fp16 3.5e-4; eager with weights cast, at 128x128: bf16 5.1e-3
 #: (resnet18), 4.4e-3 (resnet50), 1.2e-2 (mobilenet_v3_large), 1.5e-2 (efficientnet_b0); fp16 3.0e-3 (resnet18),
