@@ -63,6 +63,17 @@ def onnx_libraries_missing() -> str | None:
     return None
 
 
+def onnx_unsupported_reason(request: BackendRequest, bf16_alternative: str) -> str | None:
+    """What every ONNX artifact refuses, whoever builds it (this backend, ``export --triton-repo``): missing
+    libraries, and bf16, which ONNX Runtime cannot convolve; ``bf16_alternative`` ends that line with what to use."""
+    missing = onnx_libraries_missing()
+    if missing:
+        return missing
+    if request.dtype_name == "bfloat16":
+        return f"ONNX Runtime has no bfloat16 convolution kernel (CPU or CUDA provider): {bf16_alternative}"
+    return None
+
+
 def onnx_versions() -> dict[str, str]:
     versions = torch_versions()
     for dist in ("onnx", "onnxscript"):
@@ -246,12 +257,9 @@ class OnnxRuntime:
     build_imports = ("torch.onnx", "onnxscript", "onnx", "onnxruntime")
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
-        missing = onnx_libraries_missing()
-        if missing:
-            return missing
-        if request.dtype_name == "bfloat16":
-            return ("ONNX Runtime has no bfloat16 convolution kernel (CPU or CUDA provider): use fp16 or fp32 "
-                    "with --backend onnxruntime")
+        reason = onnx_unsupported_reason(request, "use fp16 or fp32 with --backend onnxruntime")
+        if reason:
+            return reason
         if request.device_type == "cpu" and request.channels_last:
             return ("+cl: ONNX Runtime's CPU provider chooses its own (blocked) layout at ORT_ENABLE_ALL; "
                     "measure onnxruntime on a CPU without +cl")

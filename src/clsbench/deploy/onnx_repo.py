@@ -26,7 +26,7 @@ from clsbench.backends.ort import (
     INPUT_NAME,
     OUTPUT_NAME,
     export_onnx,
-    onnx_libraries_missing,
+    onnx_unsupported_reason,
 )
 from clsbench.deploy.base import FORMATS, TRITON_TYPES, TensorSpec
 
@@ -94,13 +94,8 @@ class OnnxRepo:
     build_imports = ("torch.onnx", "onnxscript", "onnx", "onnxruntime")
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
-        missing = onnx_libraries_missing()
-        if missing:
-            return missing
-        if request.dtype_name == "bfloat16":
-            return ("ONNX Runtime has no bfloat16 convolution kernel (CPU or CUDA provider): export fp16 or fp32 "
-                    "with --backend onnxruntime, or bf16 with --backend torchscript")
-        return None
+        return onnx_unsupported_reason(request, "export fp16 or fp32 with --backend onnxruntime, or bf16 with "
+                                                "--backend torchscript")
 
     def tensors(self, request: BackendRequest) -> tuple[TensorSpec, TensorSpec]:
         kind = TRITON_TYPES[request.dtype_name]
