@@ -170,7 +170,8 @@ chmod 0777 "$RESULTS"  # the image runs as its own non-root user
 RUN=("${PODMAN[@]}" run --rm "${RUNTIME[@]}" "${ULIMITS[@]}" -v "$RESULTS:/results" -e "CLSBENCH_IMAGE=$IMAGE")
 # What `clsbench env` shows of the container, without importing torch (the result file holds the full environment).
 "${RUN[@]}" --entrypoint python "$IMAGE" -c 'import json
-from clsbench.system.container import container_facts, container_lines
+from clsbench.system.container import container_facts
+from clsbench.system.container_text import container_lines
 facts = container_facts()
 json.dump(facts, open("/results/facts.json", "w"), indent=1)
 for label, value in container_lines(facts):
