@@ -9,6 +9,8 @@ EXIT_INVALID_INPUT = 2  # bad argument or option, unknown name, device not prese
 EXIT_FILE = 3  # a result file is unreadable/foreign/newer, or the output cannot be written / already exists
 EXIT_MEASUREMENT_FAILED = 4  # the run finished and its file was written, but some measurements failed
 EXIT_REGRESSION = 5  # `compare --fail-if-slower`: a significant slowdown beyond the threshold
+EXIT_INCONCLUSIVE = 6  # `compare --fail-if-slower`: the repeats are too noisy to judge the threshold either way
+EXIT_NOTHING_MEASURED = 7  # the command ran to its end but measured nothing (every measurement skipped)
 EXIT_INTERRUPTED = 130  # Ctrl-C: everything finished so far is in the output file
 
 
