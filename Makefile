@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[timm,test,serve,onnx,triton]'
 	touch $(STAMP)
 
+# clsbench lives in $(VENV)/bin, not on PATH: say so after every run, whatever its exit status (which it keeps).
+CALL_HINT := clsbench is installed in $(VENV)/bin, not on PATH: call $(VENV)/bin/clsbench, or run 'source $(VENV)/bin/activate' once per \
+shell for a bare 'clsbench'
+
 run: setup
-	$(VENV)/bin/clsbench run $(ARGS)
+	@$(VENV)/bin/clsbench run $(ARGS); status=$$?; echo; echo "$(CALL_HINT)"; exit $$status
 
 test: setup
 	$(PY) -m pytest -q
