@@ -193,10 +193,29 @@ def test_a_point_timed_too_briefly_for_a_p99_joins_the_curve_with_its_slowest_ba
     short.summary["latency_ms"] = {"p50": 2.0, "p99": None, "max": 7.5, "withheld": {"p99": "needs >= 100"}}
     analysis = analyze_sweep(_result([_m(2, 200.0, p99=3.0), short]))
     curve = {c["batch_size"]: c for c in analysis["latency_throughput_curve"]}
-    assert (curve[4]["latency_p99_ms"], curve[4]["latency_p99_is"]) == (7.5, "max")
-    assert (curve[2]["latency_p99_ms"], curve[2]["latency_p99_is"]) == (3.0, "p99")
+    assert (curve[4]["latency_tail_ms"], curve[4]["latency_tail_is"]) == (7.5, "max")
+    assert (curve[2]["latency_tail_ms"], curve[2]["latency_tail_is"]) == (3.0, "p99")
+    assert curve[4]["latency_p99_ms"] is None  # the p99 itself stays withheld
     assert curve[4]["pareto"] and curve[2]["pareto"]  # more img/s at a higher tail: a trade-off, not dominated
-    assert "7.500 (max)" in render_sweep(analysis)
+    curve_text = render_sweep(analysis).split("latency-throughput curve")[1]
+    assert any(line.split()[:3] == ["4", "max", "7.500"] for line in curve_text.splitlines())
+
+
+def test_the_sweep_table_withholds_a_p99_too_few_batches_support_and_shows_the_slowest_under_max() -> None:
+    short = _m(4, 300.0)
+    short.summary["latency_ms"] = {"p50": 2.0, "p99": None, "max": 911.3, "withheld": {"p99": "needs >= 100"}}
+    ok = _m(2, 200.0, p99=3.0)
+    ok.summary["latency_ms"]["max"] = 3.5
+    text = render_sweep(analyze_sweep(_result([ok, short])))
+    table = text.split("\n\n")[1].splitlines()
+    header = table[0].split()
+    assert header[:6] == ["batch", "img/s", "%", "best", "p50", "ms"] and "max" in header
+    row4 = next(line for line in table if line.split()[0] == "4").split()
+    # batch, img/s, % best, p50, p99, max: the p99 cell is "-", the slowest batch sits under "max ms".
+    assert row4[3:6] == ["2.000", "-", "911.3"]
+    assert "911.3" not in "".join(line for line in text.splitlines() if line.startswith("latency-throughput"))
+    assert "p99 -: batch 4 timed fewer than 100 batches in a repeat" in text
+    assert "p99 -" not in render_sweep(analyze_sweep(_result([ok])))
 
 
 def test_train_sweeps_have_no_latency_curve_and_failed_only_sweeps_have_no_knee() -> None:

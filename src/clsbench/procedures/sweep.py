@@ -343,9 +343,12 @@ def _point(m: Measurement) -> dict[str, Any]:
         "detail": m.detail,
         "throughput_img_s": s.get("throughput_img_s"),
         "latency_p50_ms": latency.get("p50"),
-        # The slowest batch stands in where too few were timed for a p99 (never below the p99 it replaces).
-        "latency_p99_ms": tail,
-        "latency_p99_is": tail_is,
+        # The p99 only where each repeat timed enough batches for one (else None, as the run table shows it).
+        "latency_p99_ms": latency.get("p99"),
+        "latency_max_ms": latency.get("max"),
+        # The curve's tail: the p99, else the slowest batch (never below the p99 it replaces), with its name.
+        "latency_tail_ms": tail,
+        "latency_tail_is": tail_is,
         "latency_kind": s.get("latency_kind"),
         "peak_memory_bytes": memory if memory is not None else None,
         "peak_memory_kind": memory_kind if memory is not None else None,
@@ -382,8 +385,10 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
     Returns a dict with ``points`` (per batch size, ascending: throughput, p50/p99 latency per batch, peak memory,
     power), ``best`` (the highest throughput), ``knee`` (the smallest batch reaching ``knee_fraction`` of it),
     ``largest_fitting_batch`` (the largest batch that ran ok), ``smallest_oom_batch``, and for inference the
-    ``latency_throughput_curve`` (p99 per batch against img/s, each point marked ``pareto`` when no other point has
-    both more img/s and a lower p99). ``knee_fraction`` defaults to the one stored with the sweep.
+    ``latency_throughput_curve`` (the tail latency per batch against img/s: the p99 where each repeat timed enough
+    batches for one, else the slowest batch, named in ``latency_tail_is``; each point marked ``pareto`` when no
+    other point has both more img/s and a lower tail). A point's ``latency_p99_ms`` is None where the p99 was
+    withheld (too few batches timed); its ``latency_max_ms`` is the slowest batch. ``knee_fraction`` defaults to the one stored with the sweep.
     """
     facts, measurements = _series(result)
     fraction = validate_knee_fraction(knee_fraction if knee_fraction is not None else
@@ -426,14 +431,15 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
     if workload in ("infer-throughput", "infer-latency"):
         curve = []
         for p in ok:
-            dominated = p["latency_p99_ms"] is None or any(
-                q is not p and q["latency_p99_ms"] is not None and q["throughput_img_s"] >= p["throughput_img_s"]
-                and q["latency_p99_ms"] <= p["latency_p99_ms"]
-                and (q["throughput_img_s"] > p["throughput_img_s"] or q["latency_p99_ms"] < p["latency_p99_ms"])
+            dominated = p["latency_tail_ms"] is None or any(
+                q is not p and q["latency_tail_ms"] is not None and q["throughput_img_s"] >= p["throughput_img_s"]
+                and q["latency_tail_ms"] <= p["latency_tail_ms"]
+                and (q["throughput_img_s"] > p["throughput_img_s"] or q["latency_tail_ms"] < p["latency_tail_ms"])
                 for q in ok)
             curve.append({"batch_size": p["batch_size"], "throughput_img_s": p["throughput_img_s"],
                           "latency_p50_ms": p["latency_p50_ms"], "latency_p99_ms": p["latency_p99_ms"],
-                          "latency_p99_is": p["latency_p99_is"], "pareto": not dominated})
+                          "latency_max_ms": p["latency_max_ms"], "latency_tail_ms": p["latency_tail_ms"],
+                          "latency_tail_is": p["latency_tail_is"], "pareto": not dominated})
         out["latency_throughput_curve"] = curve
     return out
 
@@ -453,6 +459,16 @@ def _mem(point: dict[str, Any]) -> str:
     return f"{value / (1024 * 1024):,.0f} MiB{suffix}"
 
 
+def _withheld_p99_note(points: list[dict[str, Any]]) -> str:
+    """The footnote under the table when some ``p99 ms`` cell is ``-`` because too few batches were timed."""
+    short = [str(p["batch_size"]) for p in points if p["status"] == Status.OK and p["latency_p99_ms"] is None
+             and p.get("latency_max_ms") is not None]
+    if not short:
+        return ""
+    return (f"p99 -: batch {', '.join(short)} timed fewer than {stats.MIN_SAMPLES['p99']} batches in a repeat, too "
+            "few for a p99 (max ms is the slowest batch); raise --iterations or --min-time for one")
+
+
 _GROWTH_WORDS = {
     "plateau": "throughput stopped rising (< {gain:.0f}% per doubling)",
     "oom": "out of memory",
@@ -464,7 +480,8 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     """The sweep as text: one row per batch size, then the knee, the largest fit and the curve, in words."""
     best = analysis.get("best")
     knee = analysis.get("knee")
-    header = ("batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W", "J/img", "status", "note")
+    header = ("batch", "img/s", "% best", "p50 ms", "p99 ms", "max ms", "peak mem", "avg W", "J/img", "status",
+              "note")
     rows = []
     for p in analysis.get("points", []):
         share = "-"
@@ -481,7 +498,7 @@ def render_sweep(analysis: dict[str, Any]) -> str:
         if p["status"] == Status.OK and p["unstable"]:
             status = "UNSTABLE"
         rows.append((str(p["batch_size"]), fmt_rate(p["throughput_img_s"]), share, fmt_ms(p["latency_p50_ms"]),
-                     fmt_ms(p["latency_p99_ms"]), _mem(p),
+                     fmt_ms(p["latency_p99_ms"]), fmt_ms(p["latency_max_ms"]), _mem(p),
                      "-" if p["power_avg_w"] is None else f"{p['power_avg_w']:.0f}",
                      "-" if p["joules_per_image"] is None else f"{p['joules_per_image']:.4f}", status,
                      ", ".join(notes)))
@@ -491,8 +508,10 @@ def render_sweep(analysis: dict[str, Any]) -> str:
     lines = [title, ""]
     if not rows:
         return "\n".join([*lines, "(no points)"]) + "\n"
-    lines += render_rows(header, rows, {"batch", "img/s", "% best", "p50 ms", "p99 ms", "peak mem", "avg W",
-                                         "J/img"})
+    lines += render_rows(header, rows, {"batch", "img/s", "% best", "p50 ms", "p99 ms", "max ms", "peak mem",
+                                         "avg W", "J/img"})
+    withheld = _withheld_p99_note(analysis.get("points", []))
+    lines += [withheld] if withheld else []
     lines.append("")
     fraction = analysis.get("knee_fraction", DEFAULT_KNEE_FRACTION)
     if knee and best:
@@ -517,13 +536,12 @@ def render_sweep(analysis: dict[str, Any]) -> str:
         lines.append("automatic growth stopped: " + words.format(gain=100 * AUTO_MIN_GAIN, reason=stopped))
     curve = analysis.get("latency_throughput_curve")
     if curve:
-        lines += ["", "latency-throughput curve (p99 latency per batch against img/s; * = Pareto-optimal; "
-                      "(max) = too few batches timed for a p99, the slowest one):", ""]
-        table = render_rows(("batch", "p99 ms", "img/s", "pareto"), [
-            (str(c["batch_size"]), fmt_ms(c["latency_p99_ms"]) + (" (max)" if c.get("latency_p99_is") == "max" else
-                                                                  ""),
+        lines += ["", "latency-throughput curve (tail latency per batch against img/s: the p99, or the slowest "
+                      "batch where too few were timed for a p99; * = Pareto-optimal):", ""]
+        table = render_rows(("batch", "tail", "tail ms", "img/s", "pareto"), [
+            (str(c["batch_size"]), c.get("latency_tail_is") or "p99", fmt_ms(c.get("latency_tail_ms")),
              fmt_rate(c["throughput_img_s"]), "*" if c["pareto"] else "")
-            for c in curve], {"batch", "p99 ms", "img/s"})
+            for c in curve], {"batch", "tail ms", "img/s"})
         lines += ["  " + line for line in table]
     return "\n".join(lines) + "\n"
 
