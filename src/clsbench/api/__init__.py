@@ -407,12 +407,17 @@ def suites(files: Sequence[str] = ()) -> list[Suite]:
 
 
 def describe_environment(device: str = "auto") -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """``clsbench env``: the environment every result records on this machine, and its (label, value) lines."""
+    """``clsbench env``: the environment every result records on this machine, and its (label, value) lines, the
+    last of them where the history index is (not part of the recorded environment; a password in a URL redacted)."""
+    import os
+
     from clsbench.results.facts import environment_lines
     from clsbench.system.container_text import container_lines
+    from clsbench.system.environment_text import history_index_line
 
     facts = environment(resolve_device(device))
-    return facts, environment_lines(facts) + container_lines(facts.get("container"))
+    index = history_index_line(history_index_path(), DB_ENV_VAR, from_env=bool(os.environ.get(DB_ENV_VAR)))
+    return facts, environment_lines(facts) + container_lines(facts.get("container")) + [("history index", index)]
 
 
 def probe(device: str = "cuda", output: str | Path | None = None) -> dict[str, Any]:
