@@ -1,27 +1,26 @@
-"""An embedded SQLite index of result files, for ``clsbench history`` and for naming runs by a short id.
+"""The results store: an index of result files for ``clsbench history`` and for naming runs by a short id, in an
+embedded SQLite file (the default) or shared by a team on a PostgreSQL server.
 
-The JSON result files stay the source of truth: the index holds a copy of each run's key facts and of each
-measurement's headline figures, plus the absolute path of the file they came from, and can always be rebuilt
-by importing the files again (``clsbench import FILE...``). Nothing here ever writes a result file.
+The JSON result files stay the source of truth: the store holds a copy of each run's key facts (with the host and
+GPU that made it), each measurement's headline figures, the whole result JSON (so that a run can be pulled or
+compared on another machine) and the path of the file it came from; it can always be rebuilt by importing the
+files again (``clsbench import FILE...``). Nothing here ever writes a result file but :mod:`store_transfer`'s pull.
 
-Where the index lives (:func:`store_path`): the ``db`` argument if given, else ``$CLSBENCH_DB``, else
-``$XDG_DATA_HOME/clsbench/index.sqlite3``, else ``~/.local/share/clsbench/index.sqlite3``.
+Where the store is (:func:`clsbench.results.store_base.parse_location`): the ``db`` argument if given, else
+``$CLSBENCH_DB``, else ``$XDG_DATA_HOME/clsbench/index.sqlite3``, else ``~/.local/share/clsbench/index.sqlite3``.
+A plain path or ``sqlite:///PATH`` is a SQLite file, ``postgresql://USER@HOST/DB`` a PostgreSQL database (the
+dialects are in ``results/store_backends/``); any other URL is refused, never taken for a file name. A password in
+a URL is never shown: every message and printed location has it as ``***``.
 
 A run is named by :func:`run_id_of`: the random id it was given when it was created (12 hex digits; two runs
 started in the same second on one host get two ids), or for a file from before such ids, 12 hex digits of the
 SHA-256 of its creation time, host name and settings. A resume changes none of these, so importing the same file
-again, or its finished version, updates the run's rows instead of adding a second run.
+again, or its finished version, updates the run's rows instead of adding a second run; so do two machines that
+push the same file.
 
-Every write happens in one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), so a failure leaves the index as
-it was. Every database problem (locked by another process, not a SQLite file, a directory that cannot be
-created) becomes one :class:`StoreError` line with a hint; SQLite waits at most :data:`LOCK_TIMEOUT_S` for a
-lock.
-
-History of :data:`INDEX_SCHEMA_VERSION` (kept in the ``meta`` table):
-
-* 1 (clsbench 0.1): tables ``meta``, ``runs`` and ``measurements``.
-* 2: ``measurements.backend``, the inference backend (``eager`` for every measurement of an older file). An index
-  of format 1 is migrated in place when opened (the column is added with ``eager``), in one transaction.
+Every write happens in one transaction, so a failure (a lost connection included) leaves the store as it was.
+Every database problem becomes one :class:`StoreError` line with a hint; a store waits at most
+:data:`LOCK_TIMEOUT_S` for a lock or a server. The schema and its versions are in :mod:`store_base`.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import hashlib
 import json
 import math
 import os
-import sqlite3
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -40,30 +39,47 @@ from pathlib import Path
 from typing import Any
 
 from clsbench.core.vocab import Status
-from clsbench.errors import EXIT_FILE, ClsbenchError, InvalidInputError, ResultFileError
+from clsbench.errors import ClsbenchError, InvalidInputError, ResultFileError
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
+from clsbench.results.store_base import (
+    DB_ENV_VAR,
+    DOCUMENT_COLUMNS,
+    INDEX_SCHEMA_VERSION,
+    MEASUREMENT_COLUMNS,
+    MIGRATIONS,
+    RUN_COLUMNS,
+    SCHEMA,
+    StoreConnection,
+    StoreError,
+    opened,
+    parse_location,
+)
 
 __all__ = [
     "DB_ENV_VAR",
     "INDEX_SCHEMA_VERSION",
+    "MIGRATIONS",
     "AmbiguousRunError",
     "ImportOutcome",
     "StoreError",
     "UnknownRunError",
+    "describe",
     "history",
     "import_files",
     "index_result",
+    "load_run",
+    "lookup_run",
+    "open_store",
     "resolve_run",
     "run_id_of",
     "store_path",
 ]
 
-INDEX_SCHEMA_VERSION = 2
-DB_ENV_VAR = "CLSBENCH_DB"
-DB_FILE_NAME = "index.sqlite3"
-#: How long SQLite waits for another process's lock before giving up. Writes take milliseconds, so a lock held
-#: longer than this belongs to a stuck or interactive session; saying so beats hanging.
+#: The schema (:data:`clsbench.results.store_base.SCHEMA`), under the name older tests and tools read.
+_SCHEMA = SCHEMA
+#: How long a store waits for another process's lock, or for a server to answer, before giving up. Writes take
+#: milliseconds, so a lock held longer belongs to a stuck or interactive session; saying so beats hanging.
 LOCK_TIMEOUT_S = 2.0
 #: Hex digits in a run id: 48 bits, so a collision needs about 16 million runs in one index (birthday bound).
 RUN_ID_LENGTH = 12
@@ -72,83 +88,22 @@ MIN_PREFIX_LENGTH = 4
 DEFAULT_HISTORY_LIMIT = 50
 
 IMPORTED, UPDATED, ERROR = "imported", "updated", "error"
-#: Errors that come from one file's values rather than from the database: that file fails, the others go on.
-_FILE_ERRORS = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.ProgrammingError, TypeError, ValueError)
-
-_DB_HINT = f"use --db PATH or ${DB_ENV_VAR} for another index; it can be rebuilt with `clsbench import FILE...`"
-
-RUN_COLUMNS: tuple[str, ...] = (
-    "run_id", "path", "created_utc", "hostname", "gpu_name", "cpu_model", "device", "torch", "cuda", "driver",
-    "clsbench_version", "git_commit", "suite", "measurements", "ok", "failed", "skipped", "unstable",
-    "imported_utc",
-)
-MEASUREMENT_COLUMNS: tuple[str, ...] = (
-    "run_id", "ordinal", "model", "workload", "mode", "backend", "batch_size", "device", "input_size", "status",
-    "reason",
-    "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "spread_pct", "unstable",
-    "peak_memory_allocated_bytes", "power_avg_w", "joules_per_image", "mfu_datasheet_pct", "bound_by",
-)
-
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
-    path TEXT NOT NULL,
-    created_utc TEXT NOT NULL,
-    hostname TEXT,
-    gpu_name TEXT,
-    cpu_model TEXT,
-    device TEXT,
-    torch TEXT,
-    cuda TEXT,
-    driver TEXT,
-    clsbench_version TEXT,
-    git_commit TEXT,
-    suite TEXT,
-    measurements INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    skipped INTEGER NOT NULL,
-    unstable INTEGER NOT NULL,
-    imported_utc TEXT NOT NULL
-);
-CREATE TABLE measurements (
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    ordinal INTEGER NOT NULL,
-    model TEXT NOT NULL,
-    workload TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    backend TEXT NOT NULL DEFAULT 'eager',
-    batch_size INTEGER NOT NULL,
-    device TEXT NOT NULL,
-    input_size INTEGER,
-    status TEXT NOT NULL,
-    reason TEXT,
-    throughput_img_s REAL,
-    latency_p50_ms REAL,
-    latency_p99_ms REAL,
-    spread_pct REAL,
-    unstable INTEGER,
-    peak_memory_allocated_bytes INTEGER,
-    power_avg_w REAL,
-    joules_per_image REAL,
-    mfu_datasheet_pct REAL,
-    bound_by TEXT,
-    PRIMARY KEY (run_id, ordinal)
-);
-CREATE INDEX runs_by_created ON runs (created_utc);
-CREATE INDEX measurements_by_model ON measurements (model);
-"""
+#: The columns history reads and returns (the result JSON stays in ``documents``, read only by pull and load).
+_UPSERT_RUN = (f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join(':' + c for c in RUN_COLUMNS)}) "
+               f"ON CONFLICT (run_id) DO UPDATE SET "
+               + ", ".join(f"{c} = excluded.{c}" for c in RUN_COLUMNS if c != "run_id"))
+_UPSERT_DOCUMENT = (f"INSERT INTO documents ({', '.join(DOCUMENT_COLUMNS)}) "
+                    f"VALUES ({', '.join(':' + c for c in DOCUMENT_COLUMNS)}) ON CONFLICT (run_id) DO UPDATE SET "
+                    "sha256 = excluded.sha256, result_json = excluded.result_json")
+_INSERT_MEASUREMENT = (f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
+                       f"VALUES ({', '.join(':' + c for c in MEASUREMENT_COLUMNS)})")
+#: ``--since 7d``, ``12h``, ``30m``: that long before now.
+_AGO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhm])\s*$", re.IGNORECASE)
+_AGO_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
 
 # ----------------------------------------------------------------------------------------------------------
 # errors and outcomes
-
-
-class StoreError(ClsbenchError):
-    """The index cannot be used: locked, not a clsbench index, newer than this clsbench, or not writable."""
-
-    exit_code = EXIT_FILE
 
 
 class UnknownRunError(InvalidInputError):
@@ -192,16 +147,39 @@ class ImportOutcome:
 
 
 def store_path(db: str | Path | None = None) -> Path:
-    """Where the index lives: ``db``, else ``$CLSBENCH_DB``, else the XDG data directory (see the module doc)."""
-    if db is not None and str(db):
-        return Path(db).expanduser()
-    env = os.environ.get(DB_ENV_VAR)
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    # The XDG base directory spec says a relative $XDG_DATA_HOME is invalid and must be ignored.
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
-    return base / "clsbench" / DB_FILE_NAME
+    """The SQLite file of the store named by ``db`` (see the module doc).
+
+    Raises:
+        StoreError: the store is not a SQLite file (a ``postgresql://`` URL), or a URL of an unknown scheme.
+    """
+    location = parse_location(db)
+    if location.scheme != "sqlite":
+        raise StoreError(f"the store {location.shown} is a {location.scheme} database, not a file",
+                         "give a file path or sqlite:///PATH for a file")
+    return Path(location.target)
+
+
+def describe(db: str | Path | None = None) -> str:
+    """The store named by ``db`` as every printed line shows it: a path, or a URL with its password as ``***``.
+    A location that cannot be parsed is shown as given, redacted."""
+    from clsbench.results.store_base import given_location, redact
+
+    try:
+        return parse_location(db).shown
+    except StoreError:
+        return redact(str(given_location(db)))
+
+
+@contextlib.contextmanager
+def open_store(db: str | Path | None = None, *, create: bool = True) -> Iterator[StoreConnection | None]:
+    """A checked connection to the store named by ``db``: created where missing (when ``create``), migrated when
+    older, refused when foreign or newer; None when ``create`` is False and there is no index yet.
+
+    Raises:
+        StoreError: the store cannot be reached, opened, read or created.
+    """
+    with opened(parse_location(db), LOCK_TIMEOUT_S, create=create) as conn:
+        yield conn
 
 
 def run_id_of(result: BenchmarkResult) -> str:
@@ -215,34 +193,36 @@ def run_id_of(result: BenchmarkResult) -> str:
 
 
 def import_files(paths: Iterable[str | Path], db: str | Path | None = None) -> list[ImportOutcome]:
-    """Index result files; a directory stands for the ``*.json`` files directly inside it.
+    """Index result files, each with its whole JSON (``clsbench import`` and ``clsbench store push``); a directory
+    stands for the ``*.json`` files directly inside it.
 
-    A file that cannot be read, or whose values the index refuses, is reported in its outcome and never stops
-    the others. All files are written in one transaction: on a database problem (locked, disk full) none is.
+    A file that cannot be read, or whose values the store refuses, is reported in its outcome and never stops
+    the others. All files are written in one transaction: on a database problem (locked, disk full, the connection
+    lost) none is.
 
     Raises:
-        StoreError: the index cannot be opened or written (then nothing was written).
+        StoreError: the store cannot be opened or written (then nothing was written).
     """
-    path = store_path(db)
-    with _open(path) as conn:
-        loaded: list[tuple[Path, BenchmarkResult | None, str]] = []
-        for given in _expand(paths):
-            try:
-                loaded.append((given, result_io.load(given), ""))
-            except ClsbenchError as exc:
-                loaded.append((given, None, exc.message))
+    loaded: list[tuple[Path, BenchmarkResult | None, str]] = []
+    for given in _expand(paths):
+        try:
+            loaded.append((given, result_io.load(given), ""))
+        except ClsbenchError as exc:
+            loaded.append((given, None, exc.message))
+    with open_store(db) as conn:
+        assert conn is not None  # created
         outcomes = []
-        with _errors(path), _transaction(conn):
+        with conn.errors(), conn.transaction():
             for given, result, reason in loaded:
                 if result is None:
                     outcomes.append(ImportOutcome(given, ERROR, None, reason))
                     continue
-                # A file whose values the index refuses (a model that is null, a figure that is an object)
+                # A file whose values the store refuses (a model that is null, a figure that is an object)
                 # is one error; the savepoint undoes its rows only. Database errors end the whole import.
                 conn.execute("SAVEPOINT one_file")
                 try:
                     outcomes.append(_write_run(conn, given, result))
-                except _FILE_ERRORS as exc:
+                except (*conn.file_errors, TypeError, ValueError) as exc:
                     conn.execute("ROLLBACK TO one_file")
                     detail = " ".join(str(exc).split())
                     outcomes.append(ImportOutcome(given, ERROR, None, f"{given} cannot be indexed: {detail}"))
@@ -254,25 +234,30 @@ def index_result(path: str | Path, result: BenchmarkResult, db: str | Path | Non
     """Index a result just saved to ``path`` (``clsbench run`` calls this after writing the file).
 
     Raises:
-        StoreError: the index cannot be opened or written (the result file itself is untouched).
+        StoreError: the store cannot be opened or written (the result file itself is untouched).
     """
-    index = store_path(db)
-    with _open(index) as conn:
-        with _errors(index), _transaction(conn):
+    with open_store(db) as conn:
+        assert conn is not None  # created
+        with conn.errors(), conn.transaction():
             return _write_run(conn, Path(path), result)
 
 
 def history(db: str | Path | None = None, *, model: str | None = None, gpu: str | None = None,
+            since: str | None = None, commit: str | None = None,
             limit: int | None = DEFAULT_HISTORY_LIMIT) -> list[dict[str, Any]]:
-    """The indexed runs, newest first, each a dict of the ``runs`` columns plus ``models`` and ``headline``.
+    """The indexed runs of every host that wrote to the store, newest first, each a dict of the ``runs`` columns
+    (``hostname`` and ``gpu_name`` among them) plus ``models`` and ``headline``.
 
     Args:
-        db: the index (see :func:`store_path`).
+        db: the store (see the module doc).
         model: only runs that measured a model matching this ``fnmatch`` pattern (whole name, any case), the
             way ``clsbench models`` matches: ``resnet*``, ``timm/vit_*``.
         gpu: only runs on matching hardware: the GPU name, or for a CPU run the device (``cpu``) or CPU model.
             Any case; a pattern without wildcards matches anywhere in the name (``h200`` finds
             ``NVIDIA H200``), one with wildcards must match the whole name.
+        since: only runs created at or after this: an ISO date or time (UTC unless it says otherwise), or a time
+            before now (``7d``, ``12h``, ``30m``).
+        commit: only runs of a clsbench commit starting with these hex digits.
         limit: at most this many runs; None for all.
 
     ``headline`` is the first ok measurement in file order (of a matching model when ``model`` is given): a dict
@@ -280,37 +265,40 @@ def history(db: str | Path | None = None, *, model: str | None = None, gpu: str 
     models in file order.
 
     Raises:
-        InvalidInputError: ``limit`` below 1.
-        StoreError: the index cannot be read.
+        InvalidInputError: ``limit`` below 1, a ``since`` or ``commit`` that is not one.
+        StoreError: the store cannot be read.
     """
     if limit is not None and limit < 1:
         raise InvalidInputError(f"--limit must be at least 1, not {limit}", "e.g. --limit 20")
-    path = store_path(db)
-    if not _exists(path):
-        return []
-    with _open(path) as conn:
-        query = "SELECT * FROM runs WHERE 1"
-        params: dict[str, Any] = {"model": model, "gpu": gpu, "limit": -1 if limit is None else limit}
-        if model is not None:
-            query += (" AND EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id"
-                      " AND clsbench_match(:model, m.model, 0))")
-        if gpu is not None:
-            query += (" AND (clsbench_match(:gpu, gpu_name, 1) OR (gpu_name IS NULL"
-                      " AND (clsbench_match(:gpu, device, 1) OR clsbench_match(:gpu, cpu_model, 1))))")
-        query += " ORDER BY created_utc DESC, imported_utc DESC, run_id LIMIT :limit"
-        with _errors(path):
-            runs = [dict(row) for row in conn.execute(query, params)]
-            for run in runs:
-                rows = [dict(r) for r in conn.execute(
-                    "SELECT * FROM measurements WHERE run_id = ? ORDER BY ordinal", (run["run_id"],))]
+    where, params, exact = _filters(model, gpu, since, commit)
+    query = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE {' AND '.join(where) or '1 = 1'} " \
+            "ORDER BY created_utc DESC, imported_utc DESC, run_id"
+    if exact and limit is not None:
+        query += f" LIMIT {int(limit)}"
+    found: list[dict[str, Any]] = []
+    with open_store(db, create=False) as conn:
+        if conn is None:
+            return []
+        with conn.errors():
+            for run in conn.execute(query, params):
+                if limit is not None and len(found) >= limit:
+                    break
+                if not exact and not _matches(run, gpu):
+                    continue
+                rows = conn.execute("SELECT * FROM measurements WHERE run_id = :run_id ORDER BY ordinal",
+                                    {"run_id": run["run_id"]})
+                if not exact and model is not None and not any(_match(model, r["model"], False) for r in rows):
+                    continue
                 run["models"] = list(dict.fromkeys(r["model"] for r in rows))
                 run["headline"] = next((_public(r) for r in rows if r["status"] == Status.OK
                                         and (model is None or _match(model, r["model"], False))), None)
-    return runs
+                found.append(run)
+    return found
 
 
 def resolve_run(ref: str, db: str | Path | None = None) -> Path:
-    """The result file named by ``ref``: an existing file path, or a run id (or a prefix of at least 4 digits).
+    """The result file named by ``ref``: an existing file path, or a run id (or a prefix of at least 4 digits)
+    whose file is on this machine. :func:`load_run` also loads a run from the store's copy.
 
     An existing file wins over a run id of the same spelling.
 
@@ -319,8 +307,52 @@ def resolve_run(ref: str, db: str | Path | None = None) -> Path:
         UnknownRunError: no file and no indexed run of that id.
         AmbiguousRunError: the prefix matches several runs.
         InvalidInputError: a prefix shorter than :data:`MIN_PREFIX_LENGTH`.
-        StoreError: the index cannot be read.
+        StoreError: the store cannot be read.
     """
+    found = lookup_run(ref, db, with_document=False)
+    if isinstance(found, Path):
+        return found
+    path = Path(found["path"])
+    if not path.is_file():
+        raise ResultFileError(f"run {found['run_id']} was indexed from {path}, which no longer exists",
+                              "if the file moved, index it again with `clsbench import FILE`")
+    return path
+
+
+def load_run(ref: str, db: str | Path | None = None) -> BenchmarkResult:
+    """The run named by ``ref`` (see :func:`resolve_run`): from its file when that is on this machine and still
+    holds the run, else from the copy the store keeps (a run another machine wrote).
+
+    Raises:
+        the errors of :func:`resolve_run`; ResultFileError: neither the file nor a stored copy.
+    """
+    found = lookup_run(ref, db, with_document=True)
+    if isinstance(found, Path):
+        return result_io.load(found)
+    path = Path(found["path"])
+    if path.is_file():
+        with contextlib.suppress(ClsbenchError):
+            local = result_io.load(path)
+            if run_id_of(local) == found["run_id"]:
+                return local
+    if found.get("result_json") is None:
+        raise ResultFileError(f"run {found['run_id']} was indexed from {path} on {found['hostname'] or 'a host'}, "
+                              "and the store has no copy of it",
+                              f"push the file there with `clsbench store push {path}`")
+    return result_from_json(found["result_json"], f"run {found['run_id']} in {describe(db)}")
+
+
+def result_from_json(text: str, source: str) -> BenchmarkResult:
+    """A result from the JSON text a store keeps (the errors name ``source``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultFileError(f"{source} is not valid JSON ({exc.msg})", "push its file again") from None
+    return BenchmarkResult.from_dict(data, source=source)
+
+
+def lookup_run(ref: str, db: str | Path | None, *, with_document: bool) -> Path | dict[str, Any]:
+    """An existing file (a Path), or the one store row of the run id prefix ``ref`` (a dict)."""
     candidate = Path(ref).expanduser()
     if candidate.is_file():
         return candidate
@@ -332,49 +364,58 @@ def resolve_run(ref: str, db: str | Path | None = None) -> Path:
     if len(prefix) < MIN_PREFIX_LENGTH:
         raise InvalidInputError(f"run id prefix {ref!r} is too short (at least {MIN_PREFIX_LENGTH} characters)",
                                 "copy the id from `clsbench history`")
-    path = store_path(db)
-    if not _exists(path):
-        raise UnknownRunError(f"no file and no run named {ref!r}",
-                              f"there is no index at {path} yet; add files with `clsbench import FILE...`")
-    with _open(path) as conn:
-        with _errors(path):
+    shown = describe(db)
+    document = ", d.result_json" if with_document else ""
+    with open_store(db, create=False) as conn:
+        if conn is None:
+            raise UnknownRunError(f"no file and no run named {ref!r}",
+                                  f"there is no index at {shown} yet; add files with `clsbench import FILE...`")
+        with conn.errors():
             # The prefix is plain hex (checked above), so it holds no LIKE wildcards.
-            rows = conn.execute("SELECT run_id, path FROM runs WHERE run_id LIKE ? ORDER BY run_id",
-                                (prefix + "%",)).fetchall()
+            rows = conn.execute(f"SELECT r.run_id, r.path, r.hostname{document} FROM runs r "
+                                "LEFT JOIN documents d ON d.run_id = r.run_id WHERE r.run_id LIKE :prefix "
+                                "ORDER BY r.run_id", {"prefix": prefix + "%"})
     if not rows:
-        raise UnknownRunError(f"no file and no run named {ref!r}", f"see `clsbench history` (index: {path})")
+        raise UnknownRunError(f"no file and no run named {ref!r}", f"see `clsbench history` (index: {shown})")
     if len(rows) > 1:
         raise AmbiguousRunError(ref, [row["run_id"] for row in rows])
-    found = Path(rows[0]["path"])
-    if not found.is_file():
-        raise ResultFileError(f"run {rows[0]['run_id']} was indexed from {found}, which no longer exists",
-                              "if the file moved, index it again with `clsbench import FILE`")
-    return found
+    return rows[0]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # rows
 
 
-def _write_run(conn: sqlite3.Connection, given: Path, result: BenchmarkResult) -> ImportOutcome:
-    """Insert or replace one run and its measurements; the caller holds the transaction."""
+def _write_run(conn: StoreConnection, given: Path, result: BenchmarkResult) -> ImportOutcome:
+    """Insert or replace one run, its measurements and its whole JSON; the caller holds the transaction."""
     run_id = run_id_of(result)
     absolute = given.expanduser().resolve()
-    previous = conn.execute("SELECT path FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    previous = conn.execute("SELECT path FROM runs WHERE run_id = :run_id", {"run_id": run_id})
     run = _run_row(run_id, absolute, result)
-    conn.execute(f"INSERT OR REPLACE INTO runs ({', '.join(RUN_COLUMNS)}) "
-                 f"VALUES ({', '.join(':' + c for c in RUN_COLUMNS)})", run)
-    # INSERT OR REPLACE deletes the old runs row, but cascades only fire with foreign keys on; be explicit.
-    conn.execute("DELETE FROM measurements WHERE run_id = ?", (run_id,))
-    conn.executemany(f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
-                     f"VALUES ({', '.join(':' + c for c in MEASUREMENT_COLUMNS)})",
-                     [_measurement_row(run_id, i, m) for i, m in enumerate(result.measurements)])
+    conn.execute(_UPSERT_RUN, run)
+    conn.execute("DELETE FROM measurements WHERE run_id = :run_id", {"run_id": run_id})
+    conn.executemany(_INSERT_MEASUREMENT, [_measurement_row(run_id, i, m) for i, m in enumerate(result.measurements)])
+    text = _document(given, result)
+    conn.execute(_UPSERT_DOCUMENT, {"run_id": run_id, "result_json": text,
+                                    "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()})
     counts = f"{run['measurements']} measurement(s): {run['ok']} ok, {run['failed']} failed, " \
              f"{run['skipped']} skipped, {run['unstable']} unstable"
-    if previous is None:
+    if not previous:
         return ImportOutcome(given, IMPORTED, run_id, counts)
-    moved = f"; was indexed from {previous['path']}" if previous["path"] != str(absolute) else ""
+    was = previous[0]["path"]
+    moved = f"; was indexed from {was}" if was != str(absolute) else ""
     return ImportOutcome(given, UPDATED, run_id, counts + moved)
+
+
+def _document(given: Path, result: BenchmarkResult) -> str:
+    """The whole result JSON: the file as written (so nothing a newer clsbench added is lost), else as
+    :func:`clsbench.results.io.save` writes ``result``."""
+    try:
+        text = given.read_text(encoding="utf-8")
+        json.loads(text)
+        return text
+    except (OSError, UnicodeDecodeError, ValueError):
+        return json.dumps(result_io.jsonable(result.to_dict()), indent=1, allow_nan=False) + "\n"
 
 
 def _run_row(run_id: str, path: Path, result: BenchmarkResult) -> dict[str, Any]:
@@ -491,126 +532,93 @@ def _match(pattern: str | None, value: str | None, substring: bool) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the database
+# filters
 
 
-@contextlib.contextmanager
-def _open(path: Path) -> Iterator[sqlite3.Connection]:
-    """A checked connection to the index at ``path``, creating its directory, file and tables where missing.
+def _filters(model: str | None, gpu: str | None, since: str | None,
+             commit: str | None) -> tuple[list[str], dict[str, Any], bool]:
+    """The WHERE clauses and parameters of history's filters, and whether they are exact (a pattern with a
+    ``[...]`` class is matched loosely in SQL, then exactly in Python)."""
+    where: list[str] = []
+    params: dict[str, Any] = {}
+    exact = True
+    if model is not None:
+        params["model"], precise = _like(model, substring=False)
+        exact &= precise
+        where.append("EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = runs.run_id "
+                     "AND lower(m.model) LIKE :model ESCAPE '!')")
+    if gpu is not None:
+        params["gpu"], precise = _like(gpu, substring=True)
+        exact &= precise
+        where.append("(lower(gpu_name) LIKE :gpu ESCAPE '!' OR (gpu_name IS NULL AND "
+                     "(lower(device) LIKE :gpu ESCAPE '!' OR lower(cpu_model) LIKE :gpu ESCAPE '!')))")
+    if since is not None:
+        params["since"] = since_utc(since)
+        where.append("created_utc >= :since")
+    if commit is not None:
+        text = commit.strip().lower()
+        if not _is_hex(text):
+            raise InvalidInputError(f"--commit {commit!r} is not a commit id", "give hex digits, e.g. --commit 4e65182")
+        params["commit"] = text + "%"
+        where.append("lower(git_commit) LIKE :commit")
+    return where, params, exact
 
-    Readers call it only when the file exists (see :func:`_exists`), so that reading never creates an index.
-    """
-    if path.is_dir():
-        raise StoreError(f"index path {path} is a directory", f"give a file name; {_DB_HINT}")
-    if not path.exists():
+
+def since_utc(text: str, now: _dt.datetime | None = None) -> str:
+    """``--since``: an ISO date or time (UTC unless it names a zone), or ``7d`` / ``12h`` / ``30m`` before ``now``,
+    as the ISO text result files hold (``2026-12-01T08:00:00+00:00``), which sorts as time does."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    ago = _AGO.match(text)
+    if ago:
+        moment = now - _dt.timedelta(**{_AGO_UNITS[ago.group(2).lower()]: float(ago.group(1))})
+    else:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create directory {path.parent} for the index: {exc.strerror or exc}",
-                             _DB_HINT) from None
-    with _errors(path):
-        conn = sqlite3.connect(str(path), timeout=LOCK_TIMEOUT_S, isolation_level=None)
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.create_function("clsbench_match", 3, lambda p, v, s: _match(p, v, bool(s)), deterministic=True)
-        with _errors(path):
-            _check_schema(conn, path)
-        yield conn
-    finally:
-        conn.close()
+            moment = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidInputError(f"--since {text!r} is neither a date nor a time ago",
+                                    "e.g. --since 2026-12-01, --since 2026-12-01T08:00, --since 7d") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return moment.astimezone(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _exists(path: Path) -> bool:
-    """Whether there is an index to read at ``path`` (a directory there is an error, not an empty index)."""
-    if path.is_dir():
-        raise StoreError(f"index path {path} is a directory", f"give a file name; {_DB_HINT}")
-    return path.exists()
+def _like(pattern: str, *, substring: bool) -> tuple[str, bool]:
+    """An ``fnmatch`` pattern as a lower-case SQL ``LIKE`` pattern with ``!`` as the escape, and whether it is
+    exact (a ``[...]`` class becomes any one character)."""
+    text = pattern.lower()
+    wild = any(c in text for c in "*?[")
+    out, exact, i = [], True, 0
+    while i < len(text):
+        c = text[i]
+        # fnmatch: a ']' right after '[' or '[!' is a member of the class, not its end.
+        end = text.find("]", i + (3 if text[i + 1:i + 2] == "!" else 2)) if c == "[" else -1
+        if c == "*":
+            out.append("%")
+        elif c == "?":
+            out.append("_")
+        elif end > 0:
+            out.append("_")
+            exact, i = False, end
+        elif c in "%_!":
+            out.append("!" + c)
+        else:
+            out.append(c)
+        i += 1
+    like = "".join(out)
+    return (f"%{like}%" if substring and not wild else like), exact
 
 
-def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in an empty database; refuse a foreign, newer or older one."""
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not tables:
-        with _transaction(conn):
-            # Another process may have created the tables while this one waited for the write lock.
-            if conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'meta'").fetchone()[0] == 0:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                             (str(INDEX_SCHEMA_VERSION),))
-        return
-    if "meta" not in tables:
-        raise StoreError(f"{path} is a SQLite database but not a clsbench index", _DB_HINT)
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    try:
-        version = int(row[0]) if row is not None else None
-    except (TypeError, ValueError):
-        version = None
-    if version is None:
-        raise StoreError(f"{path} is not a clsbench index (no schema version)", _DB_HINT)
-    if version > INDEX_SCHEMA_VERSION:
-        raise StoreError(f"index {path} has format {version}, newer than this clsbench reads "
-                         f"(<= {INDEX_SCHEMA_VERSION})", f"upgrade clsbench, or {_DB_HINT}")
-    if version < INDEX_SCHEMA_VERSION:
-        _migrate(conn, path, version)
+def _matches(run: dict[str, Any], gpu: str | None) -> bool:
+    """The GPU filter in Python, exactly (the model filter is checked against the measurements by the caller)."""
+    if gpu is None:
+        return True
+    if run.get("gpu_name"):
+        return _match(gpu, run["gpu_name"], True)
+    return _match(gpu, run.get("device"), True) or _match(gpu, run.get("cpu_model"), True)
 
 
-#: Statements that bring an index from the format of the key to the next one (:data:`INDEX_SCHEMA_VERSION`).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: ("ALTER TABLE measurements ADD COLUMN backend TEXT NOT NULL DEFAULT 'eager'",),
-}
-
-
-def _migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
-    """Bring an older index up to :data:`INDEX_SCHEMA_VERSION`, one format at a time, in one transaction; an index
-    another process migrated meanwhile is left as it is."""
-    with _transaction(conn):
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        current = int(row[0])
-        while current < INDEX_SCHEMA_VERSION:
-            steps = MIGRATIONS.get(current)
-            if steps is None:
-                raise StoreError(f"index {path} has the old format {current}, which this clsbench cannot migrate",
-                                 "delete it and import the result files again with `clsbench import FILE...`")
-            for statement in steps:
-                conn.execute(statement)
-            current += 1
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(current),))
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction; IMMEDIATE takes the write lock up front, so a locked index fails before any work."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:  # SQLite may already have rolled back (e.g. after a full disk)
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-@contextlib.contextmanager
-def _errors(path: Path) -> Iterator[None]:
-    """Turn SQLite's exceptions into one StoreError line each."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        text = str(exc)
-        lower = text.lower()
-        if "locked" in lower or "busy" in lower:
-            raise StoreError(f"index {path} is locked by another process (waited {LOCK_TIMEOUT_S:g} s)",
-                             f"wait for the other clsbench command to finish, or {_DB_HINT}") from None
-        if "not a database" in lower or "malformed" in lower or "encrypted" in lower:
-            raise StoreError(f"{path} is not a clsbench index (not a SQLite database, or damaged)",
-                             f"move it away, or {_DB_HINT}") from None
-        if "readonly" in lower or "read-only" in lower:
-            raise StoreError(f"index {path} is read-only", f"check its permissions, or {_DB_HINT}") from None
-        if "unable to open" in lower:
-            raise StoreError(f"cannot open index {path}", f"check the directory's permissions, or {_DB_HINT}") from None
-        raise StoreError(f"index {path}: {text}", _DB_HINT) from None
+# ----------------------------------------------------------------------------------------------------------
+# files
 
 
 def _expand(paths: Iterable[str | Path]) -> list[Path]:

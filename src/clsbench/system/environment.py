@@ -64,6 +64,7 @@ ENV_VAR_PREFIXES: tuple[str, ...] = ("NCCL_", "TORCHINDUCTOR_")
 _GIT_EXECUTABLE = "git"
 _GIT_TIMEOUT_S = 5.0  # a `git status` on a cold, large checkout can take a few seconds; never hang the run
 _GIT_COMMIT_ENV = "CLSBENCH_GIT_COMMIT"
+HOSTNAME_ENV = "CLSBENCH_HOSTNAME"
 
 
 def collect_environment(device: str = "cpu") -> dict:
@@ -201,8 +202,14 @@ def _collect_os(c: FactCollector) -> dict[str, Any]:
     c.read(section, "os.system", platform.system)
     c.read(section, "os.kernel_release", platform.release)
     c.read(section, "os.distribution", _os_distribution)
-    c.read(section, "os.hostname", socket.gethostname)
+    c.read(section, "os.hostname", _hostname)
     return section
+
+
+def _hostname() -> str:
+    """The host's name, or ``$CLSBENCH_HOSTNAME`` where set: the name a shared store files this machine's runs
+    under (a CI runner or container whose own name changes every time)."""
+    return os.environ.get(HOSTNAME_ENV, "").strip() or socket.gethostname()
 
 
 def _os_distribution() -> str:
