@@ -21,7 +21,7 @@ from clsbench.cli.common import saved, start
 from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
-from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
+from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED, InvalidInputError
 from clsbench.version import __version__
 
 MLPERF_MIN_DURATION_S = api.MLPERF_MIN_DURATION_S
@@ -108,6 +108,17 @@ def check_target_options(target: str | None, model: str | None) -> None:
         flags = ", ".join(p.opts[0] for p in given)
         raise click.UsageError(f"{flags}: with --target the server's model config decides this; drop it (or drop "
                                "--target to serve with clsbench's own server)")
+
+
+def check_one_model(model: str | None) -> None:
+    """``serve`` serves one model: a comma list in ``--model`` is one error line that says how to serve several."""
+    names = [name.strip() for name in (model or "").split(",")]
+    if len(names) > 1:
+        listed = [name for name in names if name]
+        raise InvalidInputError(
+            f"serve takes one model, got {len(listed)} in --model {model}",
+            "serve each with its own command, one after the other, e.g. " + "; ".join(
+                f"clsbench serve --model {name}" for name in listed[:2]))
 
 
 def target_model(target: str | None) -> str:
@@ -204,6 +215,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
     Every LoadGen run lasts at least 10 s by default (a quick look: a plain serve ends in minutes); --mlperf holds
     each to MLPerf's 600 s.
     """
+    check_one_model(model)
     check_target_options(target, model)
     settings = api.ServeSettings.with_options(
         measure, model=model or target_model(target), modes=api.parse_list(modes, str, "--mode", "e.g. --mode bf16+cl"),

@@ -82,6 +82,11 @@ class MeasureOptions:
         if self.protocol not in PROTOCOLS:
             raise InvalidInputError(f"unknown protocol {self.protocol!r}",
                                     "use --protocol " + " or --protocol ".join(PROTOCOL_NAMES))
+        if self.min_time is not None and self.max_time is not None and self.max_time < self.min_time:
+            raise InvalidInputError(f"--max-time {self.max_time:g} is below --min-time {self.min_time:g}: every "
+                                    "repeat would stop before its minimum time",
+                                    f"raise --max-time to {self.min_time:g} or more, or lower --min-time to "
+                                    f"{self.max_time:g} or less")
         if self.input_size is not None and not 16 <= self.input_size <= 4096:
             raise InvalidInputError(f"input size {self.input_size} is out of range",
                                     "use 16..4096, e.g. --input-size 224")

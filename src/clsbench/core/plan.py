@@ -48,6 +48,10 @@ class StopRule:
             raise InvalidInputError("max iterations is below min iterations", "lower --iterations")
         if self.max_seconds is not None and self.max_seconds <= 0:
             raise InvalidInputError("max time must be > 0 seconds", "e.g. --max-time 60")
+        if self.max_seconds is not None and self.max_seconds < self.min_seconds:
+            raise InvalidInputError(f"the stop rule's maximum time ({self.max_seconds:g} s) is below its minimum "
+                                    f"({self.min_seconds:g} s): every repeat would stop before its minimum",
+                                    f"raise --max-time to {self.min_seconds:g} or more, or lower --min-time")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -55,13 +59,29 @@ class StopRule:
     def with_overrides(self, **overrides: Any) -> StopRule:
         """This rule with some fields replaced, as ``--warmup``/``--iterations``/``--min-time``/``--max-time`` do.
 
-        A maximum below a raised minimum time is dropped unless it was given too (then validation refuses the
-        pair), and no warm-up iterations means no warm-up time either.
+        A maximum below a raised minimum time is dropped unless it was given too: a given maximum below the minimum
+        (given or the rule's own) is refused, naming both options, since every repeat would stop before its minimum.
+        No warm-up iterations means no warm-up time either.
+
+        Raises:
+            InvalidInputError: ``max_seconds`` given below the minimum time.
         """
         given = {k: v for k, v in overrides.items() if v is not None}
         updated = dataclasses.replace(self, **given)
-        if updated.max_seconds is not None and updated.max_seconds < updated.min_seconds and "max_seconds" not in given:
-            updated = dataclasses.replace(updated, max_seconds=None)
+        if updated.max_seconds is not None and updated.max_seconds < updated.min_seconds:
+            if "max_seconds" not in given:
+                updated = dataclasses.replace(updated, max_seconds=None)
+            elif "min_seconds" in given:
+                raise InvalidInputError(
+                    f"--max-time {updated.max_seconds:g} is below --min-time {updated.min_seconds:g}: every repeat "
+                    "would stop before its minimum time", f"raise --max-time to {updated.min_seconds:g} or more, or "
+                    f"lower --min-time to {updated.max_seconds:g} or less")
+            else:
+                raise InvalidInputError(
+                    f"--max-time {updated.max_seconds:g} is below the {updated.min_seconds:g} s every repeat is timed "
+                    "at least (the workload's stop rule): every repeat would stop before its minimum time",
+                    f"raise --max-time to {updated.min_seconds:g} or more, or give --min-time "
+                    f"{updated.max_seconds:g} (or less) with it")
         if updated.warmup == 0:
             updated = dataclasses.replace(updated, warmup_seconds=0.0)
         return updated

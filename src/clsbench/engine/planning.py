@@ -65,13 +65,15 @@ def plan_run(
     base = get_suite(suite) if suite else get_suite(default_suite_name(resolved_device))
     models = expand_models(models)
     for name in models:
-        check_model(name, options.input_size)  # fail fast, once, before any worker: unknown names, bad builders
+        get_model_spec(name)  # fail fast on a name no source knows, before the other axes are read
     chosen_models = tuple(models) or (base.models if suite else ())
     chosen_workloads = _choose_workloads(workloads, base, suite, data)
     chosen_modes = _choose_modes(modes, base, suite, environment, resolved_device)
     for size in batch_sizes:
         validate_batch_size(size)
     chosen_backends, chosen_workloads = _choose_backends(backends, workloads, chosen_workloads, data)
+    for name in dict.fromkeys(chosen_models):  # once per model, before any worker: what a worker would only meet
+        check_model(name, options.input_size, train="train" in chosen_workloads)
     refused = refused_pairs(chosen_modes, chosen_workloads, explicit=bool(workloads))
     cells = [cell for cell in _cells(chosen_models, chosen_workloads, chosen_modes, batch_sizes, chosen_backends,
                                      base, resolved_device, options.input_size)
@@ -221,28 +223,184 @@ def expand_models(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def check_model(name: str, input_size: int | None = None) -> None:
-    """Refuse, in one line and before anything runs, a name no source knows, and a custom builder that breaks the
-    contract in docs/run.md: it must take ``num_classes`` and return an ``nn.Module``.
+def get_model_spec(name: str) -> Any:
+    """The model's spec (:func:`clsbench.models.get_model_spec`): one error line for a name no source knows."""
+    from clsbench.models import get_model_spec as spec_of
 
-    A custom model is built on the meta device (shapes only: no memory, no arithmetic). Its forward is never called
-    here: it may crash or hang, which is for a worker to meet and record. A builder that fails on the meta device
-    for another reason is likewise left for the worker to judge.
+    return spec_of(name)
+
+
+def check_model(name: str, input_size: int | None = None, *, train: bool = False) -> None:
+    """Refuse, in one line and before anything runs, what a worker would otherwise meet only after starting
+    (docs/run.md, "Checked before timing"):
+
+    - a name no source knows;
+    - a builder that raises (its own message), or that breaks the contract of a custom model: it must take
+      ``num_classes`` and return an ``nn.Module``;
+    - with ``train``, a custom network whose head has another number of classes than the labels the train workload
+      draws (:data:`NUM_CLASSES`): :func:`check_head`;
+    - an ``input_size`` other than the model's own that its layers cannot take (``inception_v3`` at 32 px):
+      :func:`check_input_size`.
+
+    The network is built on the meta device (shapes only: no memory, no arithmetic); a builder that fails there is
+    built once for real, and refused only if it fails there too. A custom network's forward is never called here:
+    it may crash or hang, which is for a worker to meet and record. A zoo model at its own input size is only
+    resolved: it builds and runs at that size.
+    """
+    spec = get_model_spec(name)
+    custom = spec.source == "custom"
+    if not custom and (input_size is None or input_size == spec.input_size):
+        return
+    model = _build_checked(spec, input_size)
+    if custom:
+        if train:
+            check_head(name, model)
+        return
+    check_input_size(spec, model, input_size or spec.input_size)
+
+
+#: Characters of an exception's first line quoted in an error line.
+QUOTED_ERROR_CHARS = 200
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    line = line if len(line) <= QUOTED_ERROR_CHARS else line[:QUOTED_ERROR_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _build_checked(spec: Any, input_size: int | None) -> Any:
+    """The network of ``spec`` built on the meta device, else (its builder needs real tensors) on the CPU.
+
+    Raises:
+        InvalidInputError: the builder breaks the contract, or raises on the CPU too (its message quoted).
     """
     import torch
 
-    from clsbench.models import get_model_spec
-
-    spec = get_model_spec(name)
-    if spec.source != "custom":
-        return
     try:
         with torch.device("meta"):
-            spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
+            return spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
     except InvalidInputError:
         raise
-    except Exception:  # noqa: BLE001 - not a contract violation we can tell on the meta device: the worker will say
+    except Exception:  # noqa: BLE001 - the meta device alone cannot tell: a real build decides below
+        pass
+    try:
+        return spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size)
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the builder is the model's, said in one line
+        raise InvalidInputError(f"model {spec.name!r} cannot be built: its builder raised {_first_line(exc)}",
+                                "fix the builder; it is called as builder(num_classes=1000), with input_size= when "
+                                "it takes one (docs/run.md: your own model)") from None
+
+
+def check_head(name: str, model: Any, num_classes: int = NUM_CLASSES) -> None:
+    """Refuse a network whose head gives another number of classes than ``num_classes``, the range the train
+    workload draws its synthetic labels from (training would stop with ``Target 845 is out of bounds``).
+
+    The head is read from the layers, not from a forward pass: the last ``nn.Linear``'s ``out_features``. A network
+    with any layer of ``num_classes`` outputs (a Linear or a convolution, as SqueezeNet's head is) passes, as does one
+    without a Linear layer: the structure alone cannot tell, and the worker records what happens.
+    """
+    import torch
+
+    linear = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    outputs = {getattr(m, "out_features", getattr(m, "out_channels", None)) for m in model.modules()}
+    if not linear or num_classes in outputs:
         return
+    raise InvalidInputError(
+        f"model {name!r} has a head of {linear[-1]} classes (its last Linear layer), but the train workload draws "
+        f"labels from {num_classes} classes, so training would fail",
+        f"size its head with the num_classes argument its builder is given ({num_classes}), or measure inference "
+        "only: --workload infer-latency,infer-throughput")
+
+
+def _forward_error(model: Any, input_size: int, device: str) -> BaseException | None:
+    """The error a batch-1 forward at ``input_size`` raises on ``device``, or None."""
+    import torch
+
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, 3, input_size, input_size, device=device))
+    except Exception as exc:  # noqa: BLE001 - whatever it raises, it is reported as the model's
+        return exc
+    return None
+
+
+def _meta_gap(error: BaseException) -> bool:
+    """Whether a meta-device forward failed for want of a meta kernel (an operator the meta device cannot run),
+    not for the input's shape."""
+    return isinstance(error, NotImplementedError) or "meta" in str(error).lower()
+
+
+def check_input_size(spec: Any, model: Any, input_size: int) -> None:
+    """Refuse an input size a zoo network cannot take, with the smallest side its layers take.
+
+    A batch-1 forward on the meta device (shapes only: about 0.1 s for a ResNet-50 on a busy 2-core host) finds
+    it, and a bisection of such forwards the smallest side (about 2 s for inception_v3, on the refusing path only).
+    A failure for want of a meta kernel is confirmed by a real batch-1 forward on the CPU before anything is refused,
+    so that a gap in the meta kernels never refuses a size the network takes.
+    """
+    import torch
+
+    on_meta = next(iter(model.parameters()), torch.empty(0)).device.type == "meta"
+    error = _forward_error(model, input_size, "meta") if on_meta else None
+    if on_meta and error is None:
+        return
+    if error is None or _meta_gap(error):
+        error = _forward_error(spec.build(seed=0, num_classes=NUM_CLASSES, input_size=input_size), input_size, "cpu")
+        if error is None:
+            return
+    smallest = _smallest_input_size(spec, input_size)
+    hint = f"use --input-size {smallest} or more (the smallest side its layers take; its own is {spec.input_size})" \
+        if smallest is not None else f"use a larger --input-size (its own is {spec.input_size})"
+    raise InvalidInputError(f"{spec.name} cannot take {input_size}x{input_size} inputs: {_first_line(error)}", hint)
+
+
+def _smallest_input_size(spec: Any, failing: int) -> int | None:
+    """The smallest side between ``failing`` and the model's own that a meta-device forward takes (bisection: about
+    ten shape checks), or None when the model's own side does not pass there either (the meta device cannot
+    tell) or ``failing`` is above it."""
+    import torch
+
+    def passes(size: int) -> bool:
+        try:
+            with torch.device("meta"):
+                model = spec.build(seed=0, num_classes=NUM_CLASSES, input_size=size)
+        except Exception:  # noqa: BLE001 - a builder refusing the size: it does not take it
+            return False
+        error = _forward_error(model, size, "meta")
+        return error is None or _meta_gap(error)
+
+    low, high = failing, spec.input_size
+    if low >= high or not passes(high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if passes(middle) else (middle, high)
+    return high
+
+
+def resume_counts(result: Any, *, retry_failed: bool = False) -> tuple[int, int, int] | None:
+    """What ``run --resume`` of ``result`` would do: (cells to measure, measurements finished, of them failed); None
+    for a file whose plan ``run --resume`` does not continue (a ``scale`` result, a budgeted ``tune`` search, no
+    usable plan: :func:`clsbench.engine.runner.resume` says why). With ``retry_failed`` the failed cells count as
+    to measure."""
+    from clsbench.core.vocab import Status
+
+    tune = result.settings.get("tune")
+    if "scale" in result.settings or (isinstance(tune, dict) and (tune.get("format") or 1) >= 2):
+        return None
+    try:
+        plan = RunPlan.from_dict(result.settings)
+    except (KeyError, TypeError, ValueError):
+        return None
+    failed = sum(1 for m in result.measurements if m.status == Status.FAILED)
+    todo = [cell for cell in plan.cells if (m := result.find(cell.key)) is None
+            or (retry_failed and m.status == Status.FAILED)]
+    return len(todo), len(result.measurements), failed
 
 
 def data_preflight(facts: dict[str, Any], cells: Any) -> dict[str, Any]:

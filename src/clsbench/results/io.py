@@ -34,11 +34,12 @@ def jsonable(value: Any) -> Any:
 
 def check_writable(path: Path, *, overwrite: bool = False,
                    exists_hint: str = "choose another --output, or finish it with --resume") -> None:
-    """Fail early, before any work, if ``path`` exists (unless ``overwrite``) or cannot be written."""
+    """Fail early, before any work, if ``path`` is a folder, exists (unless ``overwrite``) or cannot be written."""
+    if path.is_dir():
+        raise ResultFileError(f"{path} is a folder, and the output is one file",
+                              f"name a file inside it, e.g. -o {path / 'result.json'}")
     if path.exists() and not overwrite:
         raise ResultFileError(f"{path} already exists; clsbench never overwrites a file silently", exists_hint)
-    if path.exists() and path.is_dir():
-        raise ResultFileError(f"{path} is a directory", "give a file name such as results/run.json")
     parent = path.parent if str(path.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ The clock is injectable (:class:`Budget`): the search never reads the wall clock
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clsbench.core.durations import parse_duration
+from clsbench.core.plan import StopRule
+from clsbench.errors import InvalidInputError
 
 #: The budget when none is given, per device type: 10 minutes on a GPU (one device call), 3 minutes on a CPU.
 DEFAULT_BUDGET_S = {"cuda": 600.0, "cpu": 180.0}
@@ -49,6 +52,9 @@ TRAIN_STEP_BUILD_S = {"cuda": 35.0, "cpu": 20.0}
 WARM_BUILD_FRACTION = 0.3
 #: Seconds per iteration assumed when nothing is known about a mode yet (only the stop rule's minimum time counts).
 UNKNOWN_ITERATION_S = 0.0
+#: The screening rule's share of the full rule's timed minima (iterations and seconds); warm-up is kept whole, so
+#: that cuDNN's autotuning and clock ramp-up stay out of the timed region.
+SCREEN_FRACTION = 0.25
 
 
 def parse_budget(value: str | float | int | None) -> float | None:
@@ -58,6 +64,36 @@ def parse_budget(value: str | float | int | None) -> float | None:
         InvalidInputError: not a duration, or not > 0.
     """
     return None if value is None else parse_duration(value, "--budget", "budget")
+
+
+def screen_rule(rule: StopRule) -> StopRule:
+    """The screening rung's stop rule: :data:`SCREEN_FRACTION` of the timed minima, the same warm-up and cap."""
+    return dataclasses.replace(rule, min_iterations=max(1, math.ceil(rule.min_iterations * SCREEN_FRACTION)),
+                               min_seconds=rule.min_seconds * SCREEN_FRACTION)
+
+
+def smallest_budget_s(device: str, rule: StopRule) -> float:
+    """Seconds the first measurement of a search costs before anything was observed on this machine: one fresh eager
+    worker (:data:`PROCESS_S`) for one repeat under ``rule`` (the screening rule; the full one for an exhaustive
+    search), with the iteration time unknown. A budget below it cannot start a single candidate."""
+    return CostModel(device, {}).estimate_s("eager", Window.of(rule), 1)
+
+
+def check_budget(budget_s: float, device: str, rule: StopRule) -> None:
+    """Refuse, before a search starts, a budget too small for its first measurement (:func:`smallest_budget_s`).
+
+    Raises:
+        InvalidInputError: naming the smallest budget that fits, in whole seconds.
+    """
+    need = smallest_budget_s(device, rule)
+    if budget_s >= need:
+        return
+    fits = math.ceil(need)
+    raise InvalidInputError(
+        f"--budget {format_seconds(budget_s)} is too small for one screening measurement on {device_type(device)} "
+        f"(about {need:.1f} s: a fresh worker and its warm-up and timed minimum), so nothing would be measured",
+        f"give --budget {fits}s or more (the default on {device_type(device)} is "
+        f"{format_seconds(default_budget(device))})")
 
 
 def device_type(device: str) -> str:
@@ -214,8 +250,12 @@ __all__ = [
     "TRAIN_STEP_BUILD_S",
     "Budget",
     "CostModel",
+    "SCREEN_FRACTION",
     "Window",
+    "check_budget",
     "default_budget",
     "format_seconds",
     "parse_budget",
+    "screen_rule",
+    "smallest_budget_s",
 ]

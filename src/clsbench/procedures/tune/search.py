@@ -31,15 +31,14 @@ is given. Limits, the correctness guard and the confirmation of the best :data:`
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from clsbench.core.plan import Cell, StopRule
+from clsbench.core.plan import Cell
 from clsbench.core.vocab import Status
 from clsbench.engine.incremental import IncrementalRun
-from clsbench.procedures.tune.budget import Budget, CostModel, Window, format_seconds
+from clsbench.procedures.tune.budget import SCREEN_FRACTION, Budget, CostModel, Window, format_seconds, screen_rule
 from clsbench.procedures.tune.figures import candidate_figures, limit_violations, parity_verdict
 from clsbench.procedures.tune.kinds import PRIORITY, CandidateKind, Stage, build_key, cost_key, kinds
 from clsbench.procedures.tune.settings import PRUNE_LOSS_FRACTION, TuneSettings, variant_of
@@ -51,20 +50,11 @@ RUNGS = ("screen", "longer", "confirm")
 HALVING_ETA = 3
 #: How many candidates get the full protocol (``--repeats`` fresh repeats), and pass the guard first.
 CONFIRM_TOP = 2
-#: The screening rule's share of the full rule's timed minima (iterations and seconds); warm-up is kept whole, so
-#: that cuDNN's autotuning and clock ramp-up stay out of the timed region.
-SCREEN_FRACTION = 0.25
 
 
 def rung_level(rung: str | None) -> int:
     """0 for screen, 1 for longer, 2 for confirm; -1 for no rung (a file written before rungs existed)."""
     return RUNGS.index(rung) if rung in RUNGS else -1
-
-
-def screen_rule(rule: StopRule) -> StopRule:
-    """The screening rung's stop rule: :data:`SCREEN_FRACTION` of the timed minima, the same warm-up and cap."""
-    return dataclasses.replace(rule, min_iterations=max(1, math.ceil(rule.min_iterations * SCREEN_FRACTION)),
-                               min_seconds=rule.min_seconds * SCREEN_FRACTION)
 
 
 def trial_key(entry: Mapping[str, Any]) -> tuple[str, int, str, str | None, str]:

@@ -25,7 +25,7 @@ from clsbench.core.data_settings import DataSettings
 from clsbench.core.options import MeasureOptions
 from clsbench.errors import InvalidInputError
 from clsbench.procedures.sweep import parse_batch_sizes
-from clsbench.procedures.tune.budget import default_budget, parse_budget
+from clsbench.procedures.tune.budget import check_budget, default_budget, parse_budget, screen_rule
 from clsbench.results.schema import DEFAULT_BACKEND
 
 #: Precisions explored for every workload, each with and without ``+cl``.
@@ -333,8 +333,23 @@ class TuneSettings:
 
     def budget_s(self, device: str) -> float:
         """The budget in seconds on ``device``: the given one, else the device type's default; infinite (no budget)
-        for an exhaustive search without one."""
-        return parse_budget(self.budget) or (math.inf if self.exhaustive else default_budget(device))
+        for an exhaustive search without one.
+
+        Raises:
+            InvalidInputError: a given budget too small for the search's first measurement (one fresh worker under
+                the screening rule, the full rule when exhaustive: :func:`clsbench.procedures.tune.budget.
+                check_budget`), naming the smallest that fits; refused before anything starts.
+        """
+        given = parse_budget(self.budget)
+        if given is None:
+            return math.inf if self.exhaustive else default_budget(device)
+        from clsbench.core.plan import default_stop_rules
+
+        rule = default_stop_rules(device, self.options.protocol).get(self.workload)
+        if rule is not None:
+            rule = rule.with_overrides(**self.options.stop_overrides())
+            check_budget(given, device, rule if self.exhaustive else screen_rule(rule))
+        return given
 
     def resolve(self) -> TuneSettings:
         """These settings with what the machine decides made concrete: the device resolved, and the modes, batch
