@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.clsbench-installed
 ARGS ?=
 
-.PHONY: setup run test test-fast test-gpu lint clean
+.PHONY: setup run test test-fast test-gpu lint clean mutation
 
 setup: $(STAMP)
 
@@ -34,6 +34,12 @@ test-gpu: setup
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# Mutation testing of analysis/ and the server-QPS search (tools/mutation.toml; docs/development.md says how to read
+# it). Installs the pinned mutmut into the venv on first use; MODULES="stats knee" limits it to some modules.
+MODULES ?=
+mutation: setup
+	nice -n 10 $(PY) tools/mutation.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

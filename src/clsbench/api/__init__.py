@@ -46,6 +46,7 @@ from clsbench.api.helpers import (
     require_loadgen,
     result_table,
     result_warnings,
+    resume_counts,
     scale_text,
     serve_step_facts,
     serve_text,
@@ -192,6 +193,7 @@ __all__ = [
     "result_table",
     "result_warnings",
     "resume",
+    "resume_counts",
     "resume_tune",
     "run",
     "scale",
@@ -625,6 +627,7 @@ HELPERS = frozenset({
     "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",
     "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "preflight_warnings",
     "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table", "result_warnings",
+    "resume_counts",
     "scale_text", "serve_step_facts", "serve_text", "soak_text", "split_list", "sweep_text", "target_model",
     "tune_text", "validate_knee_fraction", "window_facts", "write_text",
 })

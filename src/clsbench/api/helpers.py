@@ -31,6 +31,16 @@ def load_result(ref: str, db: str | None = None) -> BenchmarkResult:
     return result_io.load(resolve_run(ref, db))
 
 
+def resume_counts(path: str | Path, *, retry_failed: bool = False) -> tuple[int, int, int] | None:
+    """What ``run --resume FILE`` would do, read from the file before anything starts: (cells to measure,
+    measurements finished, of them failed), or None for a file ``run --resume`` refuses (:func:`clsbench.resume`
+    says why). ResultFileError when the file cannot be read."""
+    from clsbench.engine.planning import resume_counts as counts_of
+    from clsbench.results import io as result_io
+
+    return counts_of(result_io.load(path), retry_failed=retry_failed)
+
+
 def index_result(path: str | Path, result: BenchmarkResult) -> None:
     """Add a finished result file to the history index (ClsbenchError on a problem with the index)."""
     from clsbench.results import store

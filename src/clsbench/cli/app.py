@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from clsbench.cli.common import Progress, emit, fail, handle_errors, reader_went_away, saved
 from clsbench.cli.data_options import data_options
@@ -124,14 +125,15 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     if resume_path and stored_flags:
         raise click.UsageError(f"--resume uses the backend and profile settings stored in the file; drop "
                                f"{stored_flags[0]}")
+    check_resume_options(resume_path, output)
     data = None if resume_path else data_settings(**data_opts)
     progress = Progress(quiet)
     execution = dataclasses.replace(execution, progress=progress)
     try:
         if resume_path:
-            if output:
-                raise click.UsageError("--resume writes to the file it resumes; drop --output")
             path = resume_path
+            if nothing_to_resume(path, retry_failed):
+                return
             click.echo(f"resuming {path}", err=True)
             result = api.resume(path, execution=execution, retry_failed=retry_failed)
         else:
@@ -166,6 +168,47 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     saved(path, result)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+
+
+#: What ``run --resume`` takes besides the file: how to show progress and where the repeats run (debugging and
+#: tests), never what is measured, which the file holds.
+RESUME_OPTIONS = frozenset({"resume_path", "retry_failed", "quiet", "isolation", "clock", "output"})
+
+
+def check_resume_options(path: str | None, output: str | None) -> None:
+    """``run --resume FILE`` measures what FILE lacks with the settings stored in it: any option that says what or
+    how to measure (a model, mode, workload, batch size, suite, device, stop rule, repeats, order...) would be
+    ignored, so it is one error line instead; and it writes to FILE, so ``--output`` is one too. Nothing to check
+    without ``--resume``."""
+    if not path:
+        return
+    if output:
+        raise click.UsageError("--resume writes to the file it resumes; drop --output")
+    ctx = click.get_current_context()
+    given = [param for param in ctx.command.params if param.name not in RESUME_OPTIONS
+             and ctx.get_parameter_source(param.name or "") in (ParameterSource.COMMANDLINE,
+                                                              ParameterSource.ENVIRONMENT)]
+    if given:
+        flags = ", ".join("/".join(param.opts + param.secondary_opts) for param in given)
+        raise InvalidInputError(
+            f"--resume measures what {path} lacks with the settings stored in it (models, workloads, modes, batch "
+            f"sizes, device, stop rules, repeats, order), so {flags} would be ignored",
+            "drop it; to measure something else, start a new run with another -o")
+
+
+def nothing_to_resume(path: str, retry_failed: bool) -> bool:
+    """Say so, and return True, when every measurement ``path`` plans is in it (``run --resume`` then changes
+    nothing and exits 0)."""
+    from clsbench import api
+
+    counts = api.resume_counts(path, retry_failed=retry_failed)
+    if counts is None or counts[0] > 0:
+        return False
+    _, finished, failed = counts
+    note = f"; {failed} failed (--retry-failed measures them again)" if failed else ""
+    click.echo(f"nothing to resume: all {finished} measurement(s) of {path} are finished{note}; "
+               f"`clsbench show {path}` prints them", err=True)
+    return True
 
 
 @main.command()
