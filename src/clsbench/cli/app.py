@@ -193,7 +193,7 @@ def check_resume_options(path: str | None, output: str | None) -> None:
         raise InvalidInputError(
             f"--resume measures what {path} lacks with the settings stored in it (models, workloads, modes, batch "
             f"sizes, device, stop rules, repeats, order), so {flags} would be ignored",
-            "drop it; to measure something else, start a new run with another -o")
+            f"drop {flags}; to measure something else, start a new run with another -o")
 
 
 def nothing_to_resume(path: str, retry_failed: bool) -> bool:
