@@ -48,6 +48,8 @@ from clsbench.api.helpers import (
     result_warnings,
     resume_counts,
     scale_text,
+    select_inputs,
+    select_text,
     serve_step_facts,
     serve_text,
     soak_text,
@@ -79,6 +81,7 @@ from clsbench.procedures.profile import (
     CellProfileSettings,
 )
 from clsbench.procedures.scale.plan import SCALE_OPTIONS
+from clsbench.procedures.select import SelectSettings
 from clsbench.procedures.serve import ServeInterrupted
 from clsbench.procedures.soak import SoakSettings
 from clsbench.procedures.sweep import SweepSettings
@@ -132,6 +135,7 @@ __all__ = [
     "SUMMARY_FILE",
     "ServeInterrupted",
     "ServeSettings",
+    "SelectSettings",
     "SoakSettings",
     "Suite",
     "SweepSettings",
@@ -203,6 +207,9 @@ __all__ = [
     "serve_text",
     "show",
     "soak",
+    "select",
+    "select_inputs",
+    "select_text",
     "soak_text",
     "split_list",
     "suites",
@@ -569,6 +576,17 @@ def soak(settings: SoakSettings, output: str | Path | None = None, *, options: M
     return soak_cell(settings, output, options=options, execution=execution)
 
 
+def select(settings: SelectSettings, output: str | Path | None = None) -> Any:
+    """``clsbench select``: which card, how many, at what cost, from the results :func:`select_inputs` reads
+    (:func:`clsbench.procedures.select.select`); the answer is written to ``output`` (never over a file). Returns
+    its ``SelectOutcome``; RequirementNotMetError (exit 2) when no card meets the requirement."""
+    from clsbench.procedures.select import select as select_cards
+
+    loaded, skipped = select_inputs(settings.inputs, history_model=settings.model if settings.from_history else None,
+                                    db=settings.db)
+    return select_cards(settings, loaded, output, skipped=skipped)
+
+
 def make_dataset(directory: str | Path, spec: MakeSpec, *, jobs: int | None = None,
                  progress: Callable[[int, int], None] | None = None) -> Any:
     """``clsbench data make``: a realistic JPEG dataset in ``directory`` (:func:`clsbench.data.make.make_dataset`);
@@ -627,7 +645,7 @@ HELPERS = frozenset({
     "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",
     "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "preflight_warnings",
     "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table", "result_warnings",
-    "resume_counts",
+    "resume_counts", "select_inputs", "select_text",
     "scale_text", "serve_step_facts", "serve_text", "soak_text", "split_list", "sweep_text", "target_model",
     "tune_text", "validate_knee_fraction", "window_facts", "write_text",
 })

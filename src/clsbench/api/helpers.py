@@ -302,3 +302,48 @@ def tune_text(analysis: dict[str, Any]) -> str:
     from clsbench.procedures.tune import render_tune
 
     return render_tune(analysis)
+
+
+def select_inputs(refs: Sequence[str], *, history_model: str | None = None,
+                  db: str | None = None) -> tuple[list[tuple[str, BenchmarkResult]], list[str]]:
+    """The results ``clsbench select`` reads, as (name, result), and a note per file left out: each ref a result
+    file or run id (:func:`load_result`), or a directory (every clsbench result file under it; other JSON files are
+    left out with a note); with ``history_model``, also every run of that model the history index holds (by run id,
+    through :func:`load_result`, so a run on another host comes from the store's copy).
+
+    Raises:
+        ResultFileError: a named file or run id that cannot be read.
+    """
+    from clsbench.errors import ResultFileError
+    from clsbench.results import io as result_io
+    from clsbench.results.store import history
+
+    loaded: list[tuple[str, BenchmarkResult]] = []
+    skipped: list[str] = []
+    for ref in refs:
+        if not Path(ref).is_dir():
+            loaded.append((ref, load_result(ref, db)))
+            continue
+        foreign = 0
+        for path in sorted(p for p in Path(ref).rglob("*.json")
+                           if not any(x.startswith(".") for x in p.relative_to(ref).parts)):
+            try:
+                loaded.append((str(path), result_io.load(path)))
+            except ResultFileError:
+                foreign += 1
+        if foreign:
+            skipped.append(f"{ref}: {foreign} JSON file{'s' if foreign > 1 else ''} under it "
+                           f"{'are' if foreign > 1 else 'is'} not clsbench results; left out")
+    if history_model is not None:
+        seen = {result.run_id for _, result in loaded if result.run_id}
+        for row in history(db, model=history_model, limit=None):
+            if row["run_id"] not in seen:
+                loaded.append((row["run_id"], load_result(row["run_id"], db)))
+    return loaded, skipped
+
+
+def select_text(facts: dict[str, Any]) -> str:
+    """A selection as text: what was asked, the ranked table, the excluded cards, the notes and the verdict."""
+    from clsbench.procedures.select import render_select
+
+    return render_select(facts)

@@ -15,6 +15,7 @@ from clsbench.cli import (
     profile_cmds,
     report_cmds,
     scale_cmds,
+    select_cmds,
     serve_cmds,
     soak_cmds,
     store_cmds,
@@ -23,7 +24,7 @@ from clsbench.cli import (
 from clsbench.cli.app import main
 
 for _module in (store_cmds, compare_cmds, report_cmds, sweep_cmds, data_cmds, diagnose_cmds, scale_cmds, serve_cmds,
-                profile_cmds, soak_cmds, export_cmds):
+                profile_cmds, soak_cmds, export_cmds, select_cmds):
     _module.register(main)
 
 __all__ = ["main"]
