@@ -448,14 +448,16 @@ def test_cli_history_table(db: Path, fixture_file: Path):
     result = cli("history", "--db", str(db))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        "run id        date        device       torch         suite  ok/fail/unst        figure  first ok measurement",
-        "------------  ----------  -----------  ------------  -----  ------------  ------------  " + "-" * 32,
-        f"{fixture_id}  2026-11-30  NVIDIA H200  2.11.0+cu130  -             3/1/1  p50 6.396 ms  "
-        "resnet50 infer-latency fp32 bs1",
-        f"{telemetry_id}  2026-11-30  NVIDIA H200  2.11.0+cu130  -             2/0/0  15,574 img/s  "
-        "resnet50 infer-throughput amp-..",
-        f"{seed_id}  2026-11-30  NVIDIA H200  2.11.0+cu130  seed        30/0/13     836 img/s  "
-        "resnet50 train fp32 bs32",
+        "run id        date        host        device       torch         suite  ok/fail/unst        figure  "
+        "first ok measurement",
+        "------------  ----------  ----------  -----------  ------------  -----  ------------  ------------  "
+        + "-" * 20,
+        f"{fixture_id}  2026-11-30  fixture-..  NVIDIA H200  2.11.0+cu130  -             3/1/1  p50 6.396 ms  "
+        "resnet50 infer-lat..",
+        f"{telemetry_id}  2026-11-30  vm          NVIDIA H200  2.11.0+cu130  -             2/0/0  15,574 img/s  "
+        "resnet50 infer-thr..",
+        f"{seed_id}  2026-11-30  vm          NVIDIA H200  2.11.0+cu130  seed        30/0/13     836 img/s  "
+        "resnet50 train fp3..",
     ]
     assert all(len(line) <= TABLE_WIDTH for line in result.stdout.splitlines())
     assert result.stderr == f"3 run(s); index: {db}\n"
@@ -465,7 +467,8 @@ def test_cli_history_shows_a_cpu_run_and_says_when_more_exist(db: Path, indexed:
     result = cli("history", "--db", str(db), "--limit", "2")
     assert result.exit_code == 0, result.output
     rows = result.stdout.splitlines()[2:]
-    assert len(rows) == 2 and rows[0].startswith(f"{indexed['cpu-run.json']}  2026-12-01  cpu Intel(R) Xeon(R)..")
+    assert len(rows) == 2 and rows[0].startswith(f"{indexed['cpu-run.json']}  2026-12-01  fixture-..  "
+                                                 "cpu Intel(R) Xeon(R)..")
     assert "the newest 2 run(s) shown; --limit N for more" in result.stderr
 
 

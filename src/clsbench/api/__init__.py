@@ -22,6 +22,7 @@ from clsbench.api.helpers import (
     check_data_settings,
     check_output,
     check_profile_directory,
+    check_store,
     communication_env,
     dataset_warnings,
     diagnose_text,
@@ -151,6 +152,7 @@ __all__ = [
     "check_dataset",
     "check_output",
     "check_profile_directory",
+    "check_store",
     "communication_env",
     "compare",
     "data_preflight",
@@ -165,6 +167,9 @@ __all__ = [
     "history",
     "history_index_path",
     "import_results",
+    "store_migrate",
+    "store_pull",
+    "store_push",
     "index_result",
     "launch_commands",
     "list_models",
@@ -503,24 +508,48 @@ def import_results(files: Iterable[str], *, db: str | None = None) -> list[Any]:
     return store.import_files(files, db=db)
 
 
-def history(*, db: str | None = None, model: str | None = None, gpu: str | None = None,
-            limit: int = DEFAULT_HISTORY_LIMIT) -> list[dict[str, Any]]:
-    """``clsbench history``: indexed runs, newest first, at most ``limit`` (see
-    :func:`clsbench.results.store.history`)."""
+def history(*, db: str | None = None, model: str | None = None, gpu: str | None = None, since: str | None = None,
+            commit: str | None = None, limit: int = DEFAULT_HISTORY_LIMIT) -> list[dict[str, Any]]:
+    """``clsbench history``: indexed runs of every host that wrote to the store, newest first, at most ``limit``
+    (see :func:`clsbench.results.store.history`)."""
     from clsbench.results import store
 
-    return store.history(db, model=model, gpu=gpu, limit=limit)
+    return store.history(db, model=model, gpu=gpu, since=since, commit=commit, limit=limit)
 
 
-def report(refs: Sequence[str], output: str | Path, *, force: bool = False) -> int:
-    """``clsbench report``: one self-contained HTML report of result files, written atomically to ``output`` (an
-    existing file only with ``force``; checked before anything is read). Returns the bytes written."""
+def store_push(files: Iterable[str], *, db: str | None = None) -> list[Any]:
+    """``clsbench store push``: result files into the store, each with its whole JSON (as ``import`` does)."""
+    from clsbench.results import store
+
+    return store.import_files(files, db=db)
+
+
+def store_pull(ref: str, output: str | Path, *, db: str | None = None) -> tuple[str, Path]:
+    """``clsbench store pull``: the run ``ref`` from the store's copy into the new file ``output``; (run id,
+    path). An existing file is never overwritten."""
+    from clsbench.results.store_transfer import pull
+
+    return pull(ref, output, db)
+
+
+def store_migrate(source: str, destination: str) -> Any:
+    """``clsbench store migrate``: every run of one store copied into another, checked by a checksum; a
+    :class:`clsbench.results.store_transfer.MigrateOutcome`."""
+    from clsbench.results.store_transfer import migrate
+
+    return migrate(source, destination)
+
+
+def report(refs: Sequence[str], output: str | Path, *, force: bool = False, db: str | None = None) -> int:
+    """``clsbench report``: one self-contained HTML report of result files or run ids (from the store ``db``),
+    written atomically to ``output`` (an existing file only with ``force``; checked before anything is read).
+    Returns the bytes written."""
     from clsbench.report.export import check_output as check_report_output
     from clsbench.report.html import render_report
 
     path = Path(output)
     check_report_output(path, force=force)
-    results = [result_io.load(name) for name in refs]
+    results = [load_result(name, db) for name in refs]
     return result_io.write_text_atomic(path, render_report(results, list(refs)))
 
 
@@ -639,7 +668,7 @@ def record_nsys(outcome: Any) -> int:
 #: changing it, render results as text, write a printed text to a file, or index a finished file). Every other
 #: public function here does one command's work; ``tests/test_cli_thin.py`` holds each command to exactly one.
 HELPERS = frozenset({
-    "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory",
+    "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory", "check_store",
     "communication_env", "data_preflight", "dataset_warnings", "default_output_path", "diagnose_text", "environment",
     "get_suite", "history_index_path", "index_result", "launch_commands", "list_models", "load", "load_result",
     "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",

@@ -12,7 +12,6 @@ from typing import Any
 
 from clsbench.core.data_settings import DataSettings
 from clsbench.errors import InvalidInputError
-from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
 
 
@@ -25,10 +24,11 @@ def check_compare(refs: Sequence[str], alpha: float) -> None:
 
 
 def load_result(ref: str, db: str | None = None) -> BenchmarkResult:
-    """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id."""
-    from clsbench.results.store import resolve_run
+    """A run by result-file path or by run id (``clsbench history``); an existing file wins over a run id, and a
+    run whose file is on another machine is read from the store's copy."""
+    from clsbench.results.store import load_run
 
-    return result_io.load(resolve_run(ref, db))
+    return load_run(ref, db)
 
 
 def resume_counts(path: str | Path, *, retry_failed: bool = False) -> tuple[int, int, int] | None:
@@ -41,18 +41,29 @@ def resume_counts(path: str | Path, *, retry_failed: bool = False) -> tuple[int,
     return counts_of(result_io.load(path), retry_failed=retry_failed)
 
 
-def index_result(path: str | Path, result: BenchmarkResult) -> None:
-    """Add a finished result file to the history index (ClsbenchError on a problem with the index)."""
+def index_result(path: str | Path, result: BenchmarkResult, db: str | None = None) -> None:
+    """Add a finished result file to the history store (``db``, else ``$CLSBENCH_DB``, else the user's data
+    directory); StoreError on a problem with the store (the file is untouched)."""
     from clsbench.results import store
 
-    store.index_result(path, result)
+    store.index_result(path, result, db)
 
 
-def history_index_path(db: str | None = None) -> Path:
-    """Where the history index is (``--db``, else ``$CLSBENCH_DB``, else the user's data directory)."""
+def history_index_path(db: str | None = None) -> str:
+    """Where the history store is (``--db``, else ``$CLSBENCH_DB``, else the user's data directory), as every
+    printed line shows it: a path, or a URL with any password as ``***``."""
     from clsbench.results import store
 
-    return store.store_path(db)
+    return store.describe(db)
+
+
+def check_store(db: str | None = None) -> None:
+    """Before any work: StoreError unless ``db`` (else ``$CLSBENCH_DB``) names a store this clsbench can use: a
+    path, ``sqlite:///PATH``, or ``postgresql://`` with psycopg installed. Does not connect."""
+    from clsbench.results.store_base import BACKENDS, parse_location
+
+    location = parse_location(db)
+    BACKENDS.get(location.scheme).check(location)
 
 
 def check_output(path: str | Path, *, force: bool = False) -> None:

@@ -105,16 +105,21 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--profile", "with_profile", is_flag=True,
               help="After the first repeat's timed region, profile a few steps (torch.profiler) and attach where "
                    "the step's time goes to the measurement (`clsbench profile` writes the trace too).")
+@click.option("--db", metavar="PATH|URL",
+              help="The store the finished run is indexed in: a path, sqlite:///PATH or postgresql://USER@HOST/DB "
+                   "(default: $CLSBENCH_DB, else the user's data directory); checked before measuring.")
 @measure_options(opt_in=("protocol",))
 @data_options
 @handle_errors
 def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], modes: tuple[str, ...],
         batch_sizes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool, backend_cache: str | None,
-        resume_path: str | None, retry_failed: bool, with_profile: bool, measure: MeasureOptions,
+        resume_path: str | None, retry_failed: bool, with_profile: bool, db: str | None, measure: MeasureOptions,
         execution: Execution, device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
     """Measure models x workloads x modes x batch sizes x backends; save a result file and print the table."""
     from clsbench import api
     from clsbench.cli.data_options import data_settings, given
+
+    api.check_store(db)
 
     if resume_path and given(data_opts):
         raise click.UsageError(f"--resume uses the data settings stored in the file; drop {given(data_opts)[0]}")
@@ -165,7 +170,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     click.echo(api.result_table(result), nl=False)
     if result.settings.get("profile"):
         click.echo("\n" + api.profile_section(result), nl=False)
-    saved(path, result)
+    saved(path, result, db)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
 
@@ -219,8 +224,9 @@ def nothing_to_resume(path: str, retry_failed: bool) -> bool:
 @click.option("--output", "-o", default="-", show_default=True,
               help="Write here instead of stdout ('-'); an existing file is not overwritten without --force.")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
-@click.option("--db", metavar="PATH",
-              help="The run index for run ids (default: $CLSBENCH_DB, else the user's data directory).")
+@click.option("--db", metavar="PATH|URL",
+              help="The store for run ids: a path, sqlite:///PATH or postgresql://USER@HOST/DB (default: "
+                   "$CLSBENCH_DB, else the user's data directory).")
 @handle_errors
 def show(files: tuple[str, ...], fmt: str, output: str, force: bool, db: str | None) -> None:
     """Print the results of FILE(S) (result files or run ids from `clsbench history`), from the files alone."""

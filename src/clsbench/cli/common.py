@@ -136,21 +136,25 @@ def start(device: str, output: str | None) -> tuple[str, dict[str, Any], str]:
     return resolved, env, path
 
 
-def index(path: str, result: Any) -> None:
-    """Add the finished run to the history index; a problem there is a warning, never a failed run."""
+def index(path: str, result: Any, db: str | None = None) -> None:
+    """Add the finished run to the history store. The file is saved by now: a store that cannot take it (down,
+    refusing the login, newer, the connection lost) ends the command with its one line and exit code, and says
+    how to add the saved file later."""
     from clsbench import api
 
     try:
-        api.index_result(path, result)
+        api.index_result(path, result, db)
     except ClsbenchError as exc:
-        click.echo(f"warning: not indexed in the history ({exc.message}); `clsbench import {path}` adds it later",
-                   err=True)
+        exc.message = f"{exc.message} (the result is saved in {path}, not in the store)"
+        later = f"`clsbench store push {path}` adds it"
+        exc.hint = f"{exc.hint}; then {later}" if exc.hint else later
+        raise
 
 
-def saved(path: str, result: Any) -> None:
-    """Say where the file is and add it to the history index."""
+def saved(path: str, result: Any, db: str | None = None) -> None:
+    """Say where the file is and add it to the history store (``db``, else ``$CLSBENCH_DB``)."""
     click.echo(f"\nsaved: {path}", err=True)
-    index(path, result)
+    index(path, result, db)
 
 
 def load_result(ref: str, db: str | None = None) -> Any:

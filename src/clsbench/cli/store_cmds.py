@@ -1,13 +1,13 @@
-"""``clsbench import`` and ``clsbench history``: the SQLite index of result files (see :mod:`clsbench.results.store`).
+"""``clsbench import``, ``clsbench history`` and ``clsbench store push|pull|migrate``: the results store (a SQLite
+file, or a PostgreSQL database a team shares; see :mod:`clsbench.results.store` and docs/store.md).
 
-Parse, call :func:`clsbench.api.import_results` or :func:`clsbench.api.history`, print. The history table fits in
-:data:`TABLE_WIDTH` columns: the measurement description, its last column, is cut at its end when needed, never the
-figures.
+Parse, call one :mod:`clsbench.api` function, print. The history table fits in :data:`TABLE_WIDTH` columns: the
+measurement description, its last column, is cut at its end when needed, never the figures.
 
-History columns: run id; the day the run started (UTC); the GPU's name, or ``cpu`` and the CPU model; torch; the
-named suite; counts of ok, failed and unstable measurements; the headline figure (p50 latency for infer-latency,
-qps for serve's server scenario, img/s otherwise, median over repeats) of the first ok measurement, and which
-measurement that is.
+History columns: run id; the day the run started (UTC); the host that ran it; the GPU's name, or ``cpu`` and the
+CPU model; torch; the named suite; counts of ok, failed and unstable measurements; the headline figure (p50
+latency for infer-latency, qps for serve's server scenario, img/s otherwise, median over repeats) of the first ok
+measurement, and which measurement that is.
 """
 
 from __future__ import annotations
@@ -26,27 +26,36 @@ from clsbench.errors import InvalidInputError, ResultFileError
 TABLE_WIDTH = 120
 #: The GPU/device column is cut to this width; GPU names are short, CPU model strings can run to 50 characters.
 DEVICE_WIDTH = 22
+#: The host column is cut to this width (a store shared by many machines names each run's host).
+HOST_WIDTH = 10
 #: The measurement description is never cut below this width, even if the line then runs past TABLE_WIDTH.
 MIN_DESCRIPTION_WIDTH = 16
-HISTORY_HEADER = ("run id", "date", "device", "torch", "suite", "ok/fail/unst", "figure", "first ok measurement")
+HISTORY_HEADER = ("run id", "date", "host", "device", "torch", "suite", "ok/fail/unst", "figure",
+                  "first ok measurement")
 RIGHT_ALIGNED = {"ok/fail/unst", "figure"}
 
-_DB_HELP = f"The index (default: ${api.DB_ENV_VAR}, else the user's data directory)."
+_DB_HELP = (f"The store: a file path, sqlite:///PATH or postgresql://USER@HOST/DB (default: ${api.DB_ENV_VAR}, "
+            "else the user's data directory). Keep passwords out of it: PGPASSWORD or ~/.pgpass.")
 
 
 def register(group: click.Group) -> None:
-    """Add ``import`` and ``history`` to ``group`` (the lead wires this into cli.main)."""
+    """Add ``import``, ``history`` and the ``store`` group to ``group`` (the lead wires this into cli.main)."""
     group.add_command(import_command)
     group.add_command(history_command)
+    group.add_command(store_group)
 
 
 @click.command("import")
 @click.argument("files", nargs=-1, required=True)
-@click.option("--db", metavar="PATH", help=_DB_HELP)
+@click.option("--db", metavar="PATH|URL", help=_DB_HELP)
 @handle_errors
 def import_command(files: tuple[str, ...], db: str | None) -> None:
     """Index result FILE(S) (or every *.json in a directory) so `history` lists them; importing again updates."""
-    outcomes = api.import_results(files, db=db)
+    _print_outcomes(api.import_results(files, db=db), db)
+
+
+def _print_outcomes(outcomes: Sequence[Any], db: str | None) -> None:
+    """One line per file, a count, and exit 3 when a file failed (the others are in the store)."""
     for o in outcomes:
         if o.ok:
             click.echo(f"{o.status:<8}  {o.run_id}  {o.path}  ({o.message})")
@@ -65,24 +74,30 @@ def import_command(files: tuple[str, ...], db: str | None) -> None:
 @click.option("--model", metavar="PATTERN", help="Only runs that measured a matching model (wildcards: 'resnet*').")
 @click.option("--gpu", metavar="PATTERN",
               help="Only runs on matching hardware: 'h200' (anywhere in the name), '*A100*', 'cpu'.")
+@click.option("--since", metavar="WHEN",
+              help="Only runs started since: a date or time (UTC), or '7d', '12h', '30m' ago.")
+@click.option("--commit", metavar="HEX", help="Only runs of a clsbench git commit starting with these digits.")
 @click.option("--limit", type=int, metavar="N", default=api.DEFAULT_HISTORY_LIMIT, show_default=True,
               help="Show at most this many runs, newest first.")
-@click.option("--db", metavar="PATH", help=_DB_HELP)
+@click.option("--db", metavar="PATH|URL", help=_DB_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="json: every column of the index, the full headline measurement and the run's models.")
 @handle_errors
-def history_command(model: str | None, gpu: str | None, limit: int, db: str | None, fmt: str) -> None:
-    """List indexed runs, newest first, with their key figures (add runs with `clsbench import`)."""
+def history_command(model: str | None, gpu: str | None, since: str | None, commit: str | None, limit: int,
+                    db: str | None, fmt: str) -> None:
+    """List the runs of every host that wrote to the store, newest first, with their key figures (add runs with
+    `clsbench import`)."""
     if limit < 1:
         raise InvalidInputError(f"--limit must be at least 1, not {limit}", "e.g. --limit 20")
-    runs = api.history(db=db, model=model, gpu=gpu, limit=limit + 1)  # one more, to tell whether there are more
+    # One more than shown, to tell whether there are more.
+    runs = api.history(db=db, model=model, gpu=gpu, since=since, commit=commit, limit=limit + 1)
     more, runs = len(runs) > limit, runs[:limit]
     if fmt == "json":
         click.echo(json.dumps(runs, indent=1))
         return
     index = api.history_index_path(db)
     if not runs:
-        what = "match the filters" if model or gpu else "indexed"
+        what = "match the filters" if model or gpu or since or commit else "indexed"
         click.echo(f"no runs {what} (index: {index}); add result files with `clsbench import FILE...`", err=True)
         return
     for line in render_history(runs):
@@ -117,6 +132,7 @@ def _history_row(run: dict[str, Any]) -> tuple[str, ...]:
     return (
         run["run_id"],
         date,
+        cut(run.get("hostname") or "-", HOST_WIDTH),
         cut(hardware, DEVICE_WIDTH),
         run.get("torch") or "-",
         run.get("suite") or "-",
@@ -140,3 +156,40 @@ def _figure(head: dict[str, Any]) -> str:
 
 
 
+
+
+@click.group("store")
+def store_group() -> None:
+    """Move result files into and out of the store, or copy a whole history to another store (docs/store.md)."""
+
+
+@store_group.command("push")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--db", metavar="PATH|URL", help=_DB_HELP)
+@handle_errors
+def push_command(files: tuple[str, ...], db: str | None) -> None:
+    """Put result FILE(S) (or every *.json in a directory) into the store, whole, so any machine can pull them."""
+    _print_outcomes(api.store_push(files, db=db), db)
+
+
+@store_group.command("pull")
+@click.argument("run_id")
+@click.option("-o", "--output", required=True, metavar="FILE", help="The result file to write (never overwritten).")
+@click.option("--db", metavar="PATH|URL", help=_DB_HELP)
+@handle_errors
+def pull_command(run_id: str, output: str, db: str | None) -> None:
+    """Write the run RUN_ID (or an id prefix, from `clsbench history`) from the store to a new result file."""
+    found, path = api.store_pull(run_id, output, db=db)
+    click.echo(f"pulled {found} -> {path} (from {api.history_index_path(db)})")
+
+
+@store_group.command("migrate")
+@click.option("--from", "source", required=True, metavar="PATH|URL", help="The store to copy from.")
+@click.option("--to", "destination", required=True, metavar="PATH|URL", help="The store to copy into.")
+@handle_errors
+def migrate_command(source: str, destination: str) -> None:
+    """Copy every run of one store into another (runs already there are replaced), checked by a checksum."""
+    outcome = api.store_migrate(source, destination)
+    click.echo(f"copied {outcome.runs} run(s), {outcome.measurements} measurement(s), {outcome.documents} result "
+               f"document(s) from {outcome.source} to {outcome.destination}")
+    click.echo(f"checksum sha256:{outcome.checksum} (source and copy agree)")
