@@ -144,6 +144,13 @@ def target_model(target: str) -> str:
     return parse_target(str(target)).model
 
 
+def literal_header_names(headers: Sequence[tuple[str, str]]) -> list[str]:
+    """The ``serve --target-header`` names whose value was given itself, not read from ``env:VAR`` or ``@PATH``."""
+    from clsbench.serving.triton_headers import literal_header_names as names
+
+    return names(headers)
+
+
 def require_loadgen() -> None:
     """InvalidInputError with the install command when MLPerf LoadGen is not installed."""
     from clsbench.serving.loadgen import import_loadgen
@@ -153,12 +160,15 @@ def require_loadgen() -> None:
 
 def serve_step_facts(step: dict[str, Any]) -> dict[str, Any]:
     """The figures ``serve``'s progress line shows of one step record: its batching setting's label, target QPS,
-    whether LoadGen called it VALID and why not, p99 latency (ms), completed rate and batch statistics."""
+    whether LoadGen called it VALID and why not, p99 latency (ms; None where too few samples support one, then
+    ``max_ms`` and ``samples`` say what there is), completed rate and batch statistics."""
     from clsbench.serving import records
+    from clsbench.serving.serve_rows import percentiles_ms, sample_count
 
     return {"setting": records.setting_label(step.get("setting") or {}), "target_qps": records.target_qps(step),
             "valid": records.is_valid(step), "reason": records.reason(step),
-            "p99_ms": records.latency_ms(step, "p99"),
+            "p99_ms": percentiles_ms(step)["p99"], "max_ms": records.latency_ms(step, "max"),
+            "samples": sample_count(step),
             "rate": records.loadgen_figure(step, "completed_qps") or records.loadgen_figure(step,
                                                                                              "samples_per_second"),
             "batch_stats": records.batch_stats(step)}

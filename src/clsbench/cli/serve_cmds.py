@@ -79,7 +79,12 @@ def progress_line(event: dict[str, Any]) -> str:
     if step.get("error") and not step.get("loadgen"):
         return f"{head}: {step['error']}"
     verdict = "VALID" if facts["valid"] else f"INVALID ({facts['reason']})"
-    parts = [f"p99 {facts['p99_ms'] or 0:.2f} ms"]
+    if facts["p99_ms"] is not None:
+        parts = [f"p99 {facts['p99_ms']:.2f} ms"]
+    elif facts["max_ms"] is not None:
+        parts = [f"p99 - ({facts['samples']} samples), max {facts['max_ms']:.2f} ms"]
+    else:
+        parts = ["p99 -"]
     rate = facts["rate"]
     if rate:
         parts.append(f"done {rate:,.0f}/s")
@@ -127,14 +132,21 @@ def target_model(target: str | None) -> str:
 
 
 def parse_headers(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """``'NAME: VALUE'`` strings as pairs (``NAME=VALUE`` also accepted); one usage error for anything else."""
+    """``'NAME: VALUE'`` strings as pairs (``NAME=VALUE`` also accepted, split at whichever comes first); one usage
+    error for anything else, which names the header but never echoes its value. A value given itself (not
+    ``env:VAR`` or ``@PATH``) gets a warning: other users of the machine can read a command line."""
     pairs = []
     for value in values:
-        sep = ":" if ":" in value else "="
-        name, found, text = value.partition(sep)
-        if not found or not name.strip():
-            raise click.UsageError(f"--target-header {value!r}: expected 'NAME: VALUE'")
+        cut = min((i for i in (value.find(":"), value.find("=")) if i >= 0), default=-1)
+        name, text = (value[:cut], value[cut + 1:]) if cut >= 0 else (value, "")
+        if cut < 0 or not name.strip():
+            shown = name.strip() if cut >= 0 else "(no name)"
+            raise click.UsageError(f"--target-header {shown}: expected 'NAME: VALUE', 'NAME: env:VAR' or "
+                                   "'NAME: @FILE'")
         pairs.append((name.strip(), text.strip()))
+    for name in api.literal_header_names(pairs):
+        click.echo(f"warning: --target-header {name}: its value is on the command line, where other users of this "
+                   f"machine can read it (ps); give it as '{name}: env:VAR' or '{name}: @FILE'", err=True)
     return tuple(pairs)
 
 
@@ -156,7 +168,8 @@ def min_duration(given: float | None, mlperf: bool) -> float:
                    "(gRPC) or triton+http://... Its model config decides precision, backend and batching.")
 @click.option("--target-header", "target_headers", multiple=True, metavar="'NAME: VALUE'",
               help="A header sent with every call to --target (repeatable), e.g. Triton's access token for its "
-                   "restricted statistics; only the name is stored.")
+                   "restricted statistics; only the name is stored. Keep a secret off the command line: "
+                   "'NAME: env:VAR' reads the environment variable VAR, 'NAME: @FILE' the file FILE.")
 @click.option("--max-in-flight", type=int, default=api.TARGET_MAX_IN_FLIGHT, show_default=True,
               help="--target: batch-1 requests outstanding at once (the rest wait in the client's queue).")
 @list_option("--mode", "modes", default=("fp32",),

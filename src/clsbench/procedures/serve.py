@@ -274,7 +274,8 @@ class _Run:
             if status == Status.OK and steps and all(step.get("error") for step in steps):
                 status = Status.FAILED
                 reason, detail = failure_of(str(steps[0]["error"]).removeprefix("not run: "))
-            summary = scenario_summary(scenario, steps, self.facts["settings"]) if status == Status.OK else {}
+            summary = scenario_summary(scenario, steps, self.facts["settings"], searches=self.facts["searches"],
+                                       line=line) if status == Status.OK else {}
             batch = FIXED_BATCH.get(scenario, self.max_batch.get(line, max(self.settings.max_batches)))
             measurements.append(Measurement(
                 model=self.settings.model, workload=WORKLOAD_PREFIX + scenario, mode=mode, batch_size=batch,
@@ -597,7 +598,8 @@ def _flat_row(label: str, name: str, row: dict[str, Any], slower: float | None) 
     flat = {"run": name, "run_label": label, "mode": row["mode"], "scenario": row["scenario"],
             "input_size": row.get("input_size"), "answer": row["label"], "unit": row["unit"], "baseline": row["a"],
             "value": row["b"], "ratio": row["ratio"], "slowdown_pct": slower, "baseline_p99_ms": row["a_p99_ms"],
-            "p99_ms": row["b_p99_ms"]}
+            "p99_ms": row["b_p99_ms"], "baseline_converged": not row.get("a_bound"),
+            "converged": not row.get("b_bound")}
     for test_name, test in (row.get("tests") or {}).items():
         flat[f"{test_name}_p"] = test.get("p")
         flat[f"{test_name}_significant"] = test.get("significant") if test.get("p") is not None else None

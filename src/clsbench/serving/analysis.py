@@ -18,13 +18,22 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.core.text_table import fmt_ms, fmt_rate, text_table
 from clsbench.core.vocab import Status
 from clsbench.results.schema import BenchmarkResult, Measurement, backend_suffix
 from clsbench.serving import records
 from clsbench.serving.counters import STAGES
+from clsbench.serving.search import bound_text, unfinished
 from clsbench.serving.serve_charts import batch_histogram_svg, latency_chart_svg
-from clsbench.serving.serve_rows import per_setting, scenario_headline, step_row
+from clsbench.serving.serve_rows import (
+    PERCENTILES,
+    per_setting,
+    percentiles_ms,
+    sample_count,
+    scenario_headline,
+    step_row,
+)
 from clsbench.serving.serve_text import (
     LOCAL_SPLIT_HEADER,
     TARGET_SPLIT_HEADER,
@@ -61,11 +70,60 @@ def line_of(m: Measurement) -> str:
     return m.mode + backend_suffix(m.backend)
 
 
-def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+def _search_of(searches: list[dict[str, Any]], line: str, scenario: str,
+               setting: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stored search outcome of one (line, scenario, batching setting); None when none was stored."""
+    if setting is None:
+        return None
+    key = records.setting_key(setting)
+    found = [s.get("search") for s in searches if isinstance(s, dict) and s.get("mode") == line
+             and s.get("scenario") == scenario and records.setting_key(s.get("setting") or {}) == key]
+    return found[-1] if found and isinstance(found[-1], dict) else None
+
+
+def answer_bound(searches: list[dict[str, Any]], line: str, scenario: str, steps: list[dict[str, Any]],
+                 figure: float | None, answer_setting: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Whether a scenario's answer is only a lower bound: the search of the answer's setting stopped before its
+    resolution, or another setting's did with its bracket open above the answer (that setting might beat it).
+
+    Returns the unfinished search's state (:func:`clsbench.serving.search.unfinished`, with ``setting``: its label),
+    the answer's own first; None when the answer stands (every search that matters converged, or none was stored).
+    """
+    if figure is None:
+        return None
+    seen: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for step in steps:
+        seen.setdefault(records.setting_key(step.get("setting") or {}), step.get("setting") or {})
+    if answer_setting is not None:
+        seen = {records.setting_key(answer_setting): answer_setting, **seen}
+    for index, setting in enumerate(seen.values()):
+        state = unfinished(_search_of(searches, line, scenario, setting) or {"converged": True})
+        if state is None:
+            continue
+        if index == 0 and answer_setting is not None or state["hi_qps"] is None or state["hi_qps"] > figure:
+            return {**state, "setting": records.setting_label(setting),
+                    "answer_setting": index == 0 and answer_setting is not None}
+    return None
+
+
+def answer_text(entry: dict[str, Any]) -> str:
+    """A scenario's answer with its unit, or, where its search did not converge, the bound it gives
+    (:func:`clsbench.serving.search.bound_text`)."""
+    state = entry.get("unfinished")
+    if not state:
+        return figure_text(entry.get("figure"), entry.get("unit") or "")
+    text = bound_text({**state, "best_qps": entry["figure"]})
+    return text if state.get("answer_setting") else text + f" (of setting {state['setting']})"
+
+
+def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[str, Any], *,
+                     searches: list[dict[str, Any]] | None = None, line: str | None = None) -> dict[str, Any]:
     """A serve measurement's summary, in the keys the generic table and the history index read.
 
     ``throughput_img_s`` is the scenario's rate answer (offline samples/s, server QPS), ``latency_ms`` the LoadGen
-    latencies of the run the answer comes from, ``serve`` the answer itself (figure, unit, label, note, setting).
+    latencies of the run the answer comes from, ``serve`` the answer itself (figure, unit, label, note, setting, and
+    ``converged``: False with ``bound`` where a search stopped before its resolution, :func:`answer_bound`, given the
+    serve facts' ``searches`` and the measurement's ``line``).
     """
     head = scenario_headline(scenario, steps, settings)
     if head is None:
@@ -76,13 +134,23 @@ def scenario_summary(scenario: str, steps: list[dict[str, Any]], settings: dict[
         "note": head.get("note") or "", "setting": records.setting_label(step.get("setting") or {}) if step else None,
         "step_index": step.get("index") if step else None, "runs": len(steps),
         "valid_runs": sum(1 for s in steps if records.is_valid(s))}}
+    if searches and line is not None:
+        bound = answer_bound(searches, line, scenario, steps, head.get("figure"),
+                             (step.get("setting") or {}) if step else None)
+        summary["serve"]["converged"] = bound is None
+        if bound is not None:
+            summary["serve"]["bound"] = bound
     if head.get("unit") in ("samples/s", "qps") and head.get("figure") is not None:
         summary["throughput_img_s"] = head["figure"]
     if step and head.get("figure") is not None:
-        latency = {name: records.latency_ms(step, name) for name in ("p50", "p90", "p99", "p99.9", "mean")}
-        count = records.loadgen_figure(step, "query_count")
+        latency = {**percentiles_ms(step), "mean": records.latency_ms(step, "mean"),
+                   "max": records.latency_ms(step, "max")}
+        count = sample_count(step)
+        withheld = {name: f"needs >= {MIN_SAMPLES[key]} samples; the run had {count}"
+                    for name, key in PERCENTILES.items() if count is not None and count < MIN_SAMPLES[key]
+                    and records.latency_ms(step, name) is not None}
         summary["latency_ms"] = {**{k: v for k, v in latency.items() if v is not None},
-                                 **({"n": int(count)} if count else {})}
+                                 **({"n": count} if count else {}), **({"withheld": withheld} if withheld else {})}
     return summary
 
 
@@ -105,7 +173,14 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
         answer_setting = records.setting_label(best.get("setting") or {}) if best else None
         winner, why = winner_and_why(scenario, rows, higher, answer_setting) if higher else (
             (rows[0]["setting"] if rows and rows[0]["figure"] is not None else None), "")
+        searches = facts.get("searches") or []
+        for row in rows:
+            state = unfinished(_search_of(searches, line_of(m), scenario, ((row["best"] or {}).get("setting_facts")))
+                               or {"converged": True})
+            row["unfinished"] = {**state, "answer_setting": True} if state else None
         entry = {"scenario": scenario, "status": m.status, "reason": m.detail or m.reason, "reason_code": m.reason,
+                 "unfinished": answer_bound(searches, line_of(m), scenario, steps, head.get("figure"),
+                                            (best.get("setting") or {}) if best else None),
                  "figure": head.get("figure"), "unit": head.get("unit"), "label": head.get("label"),
                  "note": head.get("note") or "", "best": step_row(best) if best else None,
                  "settings": rows, "best_setting": winner, "why": why,
@@ -121,6 +196,7 @@ def analyze_serve(result: BenchmarkResult) -> dict[str, Any]:
         if offline and server and offline["figure"] and server["figure"] is not None:
             ratio = server["figure"] / offline["figure"]
             mode["goal"] = {"server_qps": server["figure"], "offline_qps": offline["figure"], "ratio": ratio,
+                            "server_is_bound": bool(server.get("unfinished")),
                             "goal_fraction": SERVER_GOAL_FRACTION, "met": ratio >= SERVER_GOAL_FRACTION}
     return {
         "model": (result.measurements[0].model if result.measurements else settings.get("model")),
@@ -184,6 +260,7 @@ def side_by_side(analysis: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = (mode.get("goal") or {}).get("ratio")
         rows.append({"line": mode["mode"], "backend": mode.get("backend") or "eager",
                      "offline_samples_s": offline.get("figure"), "server_qps": server.get("figure"),
+                     "server_is_bound": bool(server.get("unfinished")),
                      "server_p99_ms": (server.get("best") or {}).get("p99_ms") if server.get("figure") is not None
                      else None,
                      "server_setting": server.get("best_setting"), "server_over_offline": ratio, "status": status})
@@ -197,11 +274,25 @@ def _side_by_side_text(analysis: dict[str, Any]) -> list[str]:
     rows = side_by_side(analysis)
     if len(rows) < 2:
         return []
-    table = [(r["line"], fmt_rate(r["offline_samples_s"]), fmt_rate(r["server_qps"]), fmt_ms(r["server_p99_ms"]),
-              "-" if r["server_over_offline"] is None else f"{r['server_over_offline'] * 100:.1f}%",
+    bound = {True: ">= ", False: ""}
+    table = [(r["line"], fmt_rate(r["offline_samples_s"]), bound[r["server_is_bound"]] + fmt_rate(r["server_qps"]),
+              fmt_ms(r["server_p99_ms"]), "-" if r["server_over_offline"] is None else
+              f"{bound[r['server_is_bound']]}{r['server_over_offline'] * 100:.1f}%",
               r["server_setting"] or "-", r["status"] or "") for r in rows]
     header = ("mode @backend", "offline samples/s", "server qps", "server p99", "server/offline", "setting", "")
     return ["", "side by side:", *("  " + line for line in text_table(header, table, right={1, 2, 3, 4}))]
+
+
+def _withheld_text(steps: list[dict[str, Any]]) -> str:
+    """The footnote when some run's percentile reads ``-``: too few samples for it (as the run table withholds)."""
+    short = [r for r in steps if r.get("samples") is not None and r.get("max_ms") is not None
+             and any(r.get(f"{name}_ms") is None for name in PERCENTILES)]
+    if not short:
+        return ""
+    fewest = min(r["samples"] for r in short)
+    return (f"p90/p99/p99.9 -: {len(short)} LoadGen run(s) covered too few samples for that percentile (the fewest: "
+            f"{fewest}; p90 needs {MIN_SAMPLES['p90']}, p99 {MIN_SAMPLES['p99']}, p99.9 {MIN_SAMPLES['p999']}); "
+            "max is the slowest sample; more samples: --min-queries or --min-duration-s")
 
 
 def render_serve(analysis: dict[str, Any]) -> str:
@@ -225,7 +316,7 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 rows.append((e["scenario"], "-", f"{e['status'].upper()}: {e['reason']}", "", ""))
                 continue
             best = e["best"] or {}
-            answer = f"{e['label']}: {figure_text(e['figure'], e['unit'] or '')}"
+            answer = f"{e['label']}: {answer_text(e)}"
             lat = "  ".join(f"{name} {fmt_ms(best.get(name + '_ms'))}" for name in ("p50", "p90", "p99", "p99.9")) \
                 if best else ""
             verdict = "VALID" if best.get("valid") else ("INVALID: " + (e["note"] or best.get("reason") or "")) \
@@ -235,8 +326,11 @@ def render_serve(analysis: dict[str, Any]) -> str:
         out += ["  " + line for line in text_table(header, rows)]
         goal = mode.get("goal")
         if goal:
-            out.append(f"  server / offline: {goal['ratio'] * 100:.1f}% (goal >= {goal['goal_fraction'] * 100:.0f}%: "
-                       f"{'met' if goal['met'] else 'not met'})")
+            bound = goal.get("server_is_bound")
+            verdict = "met" if goal["met"] else \
+                "not known: the server search did not converge" if bound else "not met"
+            out.append(f"  server / offline: {'>= ' if bound else ''}{goal['ratio'] * 100:.1f}% "
+                       f"(goal >= {goal['goal_fraction'] * 100:.0f}%: {verdict})")
         for e in mode["scenarios"]:
             if len(e["settings"]) > 1:
                 out += ["", f"  {e['scenario']} per batching setting:"]
@@ -244,7 +338,7 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 for s in e["settings"]:
                     b = s["best"] or {}
                     split = b.get("split_ms") or {}
-                    rows.append((s["setting"], figure_text(s["figure"], s["unit"] or ""), fmt_ms(b.get("p99_ms")),
+                    rows.append((s["setting"], answer_text(s), fmt_ms(b.get("p99_ms")),
                                  "-" if b.get("mean_batch") is None else f"{b['mean_batch']:.1f}",
                                  *(fmt_ms(split.get(c)) if split else "-" for c in ("queue", *STAGES)),
                                  f"{s['valid_runs']}/{s['runs']}"))
@@ -264,13 +358,16 @@ def render_serve(analysis: dict[str, Any]) -> str:
                 rows.append((str(r["index"]), r["scenario"], r["setting"], r["role"] or "", fmt_rate(rate),
                              fmt_rate(r["samples_per_second"] if r["completed_qps"] is None else r["completed_qps"]),
                              fmt_ms(r["p50_ms"]), fmt_ms(r["p90_ms"]), fmt_ms(r["p99_ms"]), fmt_ms(r["p99.9_ms"]),
+                             fmt_ms(r.get("max_ms")),
                              "-" if r["mean_batch"] is None else f"{r['mean_batch']:.1f}",
                              fmt_ms(split.get("queue")) if split else "-",
                              fmt_ms(split.get("compute")) if split else "-",
                              "VALID" if r["valid"] else f"INVALID: {r['reason']}"))
             header = ("#", "scenario", "setting", "role", "target/s", "done/s", "p50", "p90", "p99", "p99.9",
-                      "batch", "queue", "compute", "result")
-            out += ["    " + line for line in text_table(header, rows, right={0, 4, 5, 6, 7, 8, 9, 10, 11, 12})]
+                      "max", "batch", "queue", "compute", "result")
+            out += ["    " + line for line in text_table(header, rows, right={0, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})]
+    note = _withheld_text(analysis.get("steps") or [])
+    out += ["", note] if note else []
     return "\n".join(out) + "\n"
 
 
@@ -351,7 +448,9 @@ def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05
                                "unit": x["unit"] or y["unit"], "a": x["figure"], "b": y["figure"],
                                "a_p99_ms": (x["best"] or {}).get("p99_ms"), "b_p99_ms": (y["best"] or {}).get("p99_ms"),
                                "ratio": (y["figure"] / x["figure"]) if x["figure"] and y["figure"] is not None
-                               else None}
+                               else None,
+                               # A search that stopped before its resolution gives a lower bound, not an answer.
+                               "a_bound": x.get("unfinished"), "b_bound": y.get("unfinished")}
         tests = {}
         for name, field in (("completed_qps", "completed_qps"), ("p99_ms", "p99_ms")):
             sa, sb = _answer_samples(x, field), _answer_samples(y, field)
@@ -388,9 +487,16 @@ def render_serve_compare(comparison: dict[str, Any]) -> str:
             else:
                 verdicts.append(f"{name}: {'significant' if t['significant'] else 'not significant'} (p={t['p']:.3g}, "
                                 f"n={t['n_a']}/{t['n_b']})")
-        out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {figure_text(r['a'], unit)} -> "
-                   f"{figure_text(r['b'], unit)} ({ratio}); p99 {fmt_ms(r['a_p99_ms'])} -> {fmt_ms(r['b_p99_ms'])} ms")
+        marks = {side: ">= " if r.get(f"{side}_bound") else "" for side in ("a", "b")}
+        out.append(f"{r['mode']} {r['scenario']}: {r['label']}: {marks['a']}{figure_text(r['a'], unit)} -> "
+                   f"{marks['b']}{figure_text(r['b'], unit)} ({ratio}); p99 {fmt_ms(r['a_p99_ms'])} -> "
+                   f"{fmt_ms(r['b_p99_ms'])} ms")
         out += ["  " + v for v in verdicts]
+        for side, name in (("a", "baseline"), ("b", "this run")):
+            state = r.get(f"{side}_bound")
+            if state:
+                out.append(f"  {name}'s answer is a lower bound, not an answer: "
+                           f"{answer_text({'unfinished': state, 'figure': r[side]})}; the ratio is not the change")
     return "\n".join(out) + ("\n" if out else "no (mode, scenario) in common\n")
 
 
@@ -433,7 +539,8 @@ def csv_rows(analysis: dict[str, Any]) -> list[dict[str, Any]]:
     """Every LoadGen run as one flat row, units in the column names (the time split as ``<part>_ms``)."""
     rows = []
     for r in analysis.get("steps") or []:
-        row = {k: v for k, v in r.items() if k not in ("histogram", "split_ms", "per_batch_ms", "busy_pct")}
+        row = {k: v for k, v in r.items() if k not in ("histogram", "split_ms", "per_batch_ms", "busy_pct",
+                                                       "setting_facts")}
         for part, ms in (r.get("split_ms") or {}).items():
             row[f"{part}_ms"] = ms
         busy = r.get("busy_pct") or []

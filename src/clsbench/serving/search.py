@@ -12,6 +12,9 @@ server of known capacity. A step whose record carries an ``error`` (the model fa
 search. The answer is the highest VALID target seen; when a VALID run lies above an INVALID one (noise at the
 boundary), the outcome says so.
 
+The search *converged* only when it stopped on the resolution; stopped any other way (``max_steps``, ``error``)
+with a VALID target, its answer is a lower bound: :func:`unfinished` says so, with the bracket the runs left.
+
 Going down stops early when the caller's ``hopeless(record)`` says a run proves that no lower target can be VALID
 (for the Server scenario: the latency bound was missed while the server sat mostly idle, so the bound is below what
 one request costs, not a matter of load).
@@ -48,8 +51,8 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
     Returns:
         ``best_qps`` (None if no run was VALID), the final bracket ``lo_qps`` / ``hi_qps`` (None where not found),
         ``steps``, ``stopped_by`` (``resolution``, ``floor``, ``hopeless``, ``max_steps`` or ``error``),
-        ``monotonic`` (False when
-        a VALID target lay above an INVALID one) and the search parameters.
+        ``converged`` (True only when stopped by the resolution), ``monotonic`` (False when a VALID target lay above
+        an INVALID one) and the search parameters.
     """
     lo: float | None = None  # highest VALID target of the bracket
     hi: float | None = None  # lowest INVALID target of the bracket
@@ -102,8 +105,50 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
         "hi_qps": hi,
         "steps": len(seen),
         "stopped_by": stopped_by,
+        "converged": stopped_by == "resolution",
         "monotonic": not (valid_targets and invalid_targets and max(valid_targets) > min(invalid_targets)),
         "start_qps": float(start_qps),
         "resolution": resolution,
         "growth": growth,
     }
+
+
+def converged(outcome: dict[str, Any]) -> bool:
+    """Whether a stored search outcome converged to its resolution; files written before ``converged`` was stored
+    are read from ``stopped_by``."""
+    if "converged" in outcome:
+        return bool(outcome["converged"])
+    return outcome.get("stopped_by") == "resolution"
+
+
+def unfinished(outcome: dict[str, Any]) -> dict[str, Any] | None:
+    """What a search that found a VALID target but did not converge leaves: its answer is a lower bound.
+
+    Returns None when it converged or found no VALID target (then there is no answer to bound); else ``best_qps``,
+    ``steps``, ``stopped_by``, ``lo_qps`` and ``hi_qps`` (None: no INVALID target above was seen), the bracket's
+    ``width`` relative to its lower end (None without an upper end) and the ``resolution`` asked for.
+    """
+    best = outcome.get("best_qps")
+    if best is None or converged(outcome):
+        return None
+    lo, hi = outcome.get("lo_qps"), outcome.get("hi_qps")
+    lo = best if lo is None else lo
+    return {"best_qps": best, "steps": outcome.get("steps"), "stopped_by": outcome.get("stopped_by"),
+            "lo_qps": lo, "hi_qps": hi, "width": (hi - lo) / lo if hi is not None and lo else None,
+            "resolution": outcome.get("resolution")}
+
+
+def bound_text(state: dict[str, Any]) -> str:
+    """An unfinished search's answer in words: ``>= 830 qps; search stopped after 4 steps, bracket 830-968 (17% wide,
+    resolution 2%)``."""
+    why = {"max_steps": f"search stopped after {state['steps']} steps",
+           "error": f"search ended by a failed run after {state['steps']} steps"}.get(
+        state.get("stopped_by") or "", f"search stopped ({state.get('stopped_by')}) after {state['steps']} steps")
+    if state.get("hi_qps") is None:
+        bracket = "no INVALID target above it yet"
+    else:
+        bracket = f"bracket {state['lo_qps']:,.0f}-{state['hi_qps']:,.0f}"
+        if state.get("width") is not None:
+            bracket += f" ({state['width'] * 100:.0f}% wide"
+            bracket += f", resolution {state['resolution'] * 100:g}%)" if state.get("resolution") else ")"
+    return f">= {state['best_qps']:,.0f} qps; {why}, {bracket}"
