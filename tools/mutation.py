@@ -69,7 +69,10 @@ def prepare(name: str, module: dict) -> Path:
         "[mutmut]\nsource_paths = src\n"
         f"only_mutate = {module['source']}\n"
         f"pytest_add_cli_args_test_selection =\n{tests}\n"
-        "pytest_add_cli_args = -p no:cacheprovider\n",
+        # Tests marked slow run whole sweeps in worker processes: minutes per mutant, and no edge they pin.
+        "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -m\n    not slow\n"
+        # The tests import torch, whose thread pools can deadlock a plain fork of a process that ran tests.
+        "process_isolation = forkserver\n",
         encoding="utf-8",
     )
     return work

@@ -1,0 +1,159 @@
+"""The edges of analysis/summary.py that mutation testing found unpinned: a spread of exactly the UNSTABLE limit,
+repeats that differ (which peak memory, which compile time, how telemetry of throttled and steady repeats
+combines), and what a measurement with failed or skipped repeats says. Records come from
+:func:`test_results_io.ok_record`; times are exact binary fractions so the percentages are exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clsbench.analysis import stats
+from clsbench.analysis.summary import build_measurement, combine_telemetry, summarize
+from clsbench.core.plan import Cell
+from clsbench.results.telemetry import SERIES, make_record
+from test_results_io import ok_record
+
+TRAIN = Cell("clsbench_testmodels:tiny", "train", "fp32", 4, "cpu")
+SW_POWER_CAP, HW_THERMAL, GPU_IDLE = 0x004, 0x040, 0x001
+
+
+def train_records(*iteration_ms: float, count: int = 4) -> list[dict[str, Any]]:
+    """One record per figure: ``count`` iterations of that many ms (throughput = 4 images / that time)."""
+    return [ok_record([ms] * count, workload="train", batch=4, pid=100 + i) for i, ms in enumerate(iteration_ms)]
+
+
+# ------------------------------------------------------------------------------------- the UNSTABLE limit
+def test_a_spread_of_exactly_the_limit_is_stable_and_just_above_it_is_not() -> None:
+    assert stats.UNSTABLE_SPREAD_PCT == 10.0
+    # Throughputs 3800, 4000, 4200 img/s (4 images in 1/950, 1/1000, 1/1050 s): (4200 - 3800) / 4000 = 10% exactly.
+    at, validity = summarize(train_records(4 / 3.8, 1.0, 4 / 4.2), "train", "cpu")
+    assert at["spread_pct"] == pytest.approx(10.0)
+    assert at["unstable"] is False and validity["stable"] is True and "advice" not in validity
+    above, validity = summarize(train_records(4 / 3.79, 1.0, 4 / 4.2), "train", "cpu")
+    assert above["spread_pct"] > 10.0
+    assert above["unstable"] is True and validity["stable"] is False
+    assert validity["advice"].startswith("results moved by more than 10% between fresh processes")
+
+
+def test_one_repeat_has_no_spread_and_is_not_unstable() -> None:
+    summary, validity = summarize(train_records(1.0), "train", "cpu")
+    assert summary["spread_pct"] is None and summary["unstable"] is False and validity["stable"] is True
+    assert summary["repeats"] == 1 and summary["throughput_img_s"] == 4000.0
+
+
+# ------------------------------------------------------------------------------------- repeats that differ
+def test_peak_memory_is_the_largest_of_any_repeat_and_a_repeat_that_read_none_is_skipped() -> None:
+    records = train_records(1.0, 1.0, 1.0)
+    readings = [(300, 700, None), (900, None, None), (None, 500, None)]
+    for record, (allocated, reserved, used) in zip(records, readings, strict=True):
+        record["memory"] = {"peak_memory_allocated_bytes": allocated, "peak_memory_reserved_bytes": reserved,
+                            "device_memory_used_bytes": used, "host_peak_rss_bytes": 10}
+    summary, _ = summarize(records, "train", "cpu")
+    assert summary["peak_memory_allocated_bytes"] == 900
+    assert summary["peak_memory_reserved_bytes"] == 700
+    assert summary["device_memory_used_bytes"] is None
+    assert summary["host_peak_rss_bytes"] == 10
+
+
+def test_compile_time_is_the_first_repeats_and_the_warm_ones_are_the_median_of_the_rest() -> None:
+    records = train_records(1.0, 1.0, 1.0, 1.0)
+    for record, compile_s in zip(records, (40.0, 3.0, 5.0, 100.0), strict=True):
+        record["timings"]["compile_s"] = compile_s
+    summary, _ = summarize(records, "train", "cpu")
+    assert summary["compile_s"] == 40.0
+    assert summary["compile_s_warm"] == 5.0
+    assert summary["prepare_s"] == 0.125  # every other timing is the median over repeats
+
+
+def test_without_compile_there_is_no_compile_time() -> None:
+    summary, _ = summarize(train_records(1.0, 1.0), "train", "cpu")
+    assert summary["compile_s"] is None and "compile_s_warm" not in summary
+
+
+def test_a_repeat_that_missed_its_stop_rule_makes_the_measurement_invalid() -> None:
+    records = train_records(1.0, 1.0)
+    records[1]["validity"]["stop_rule_met"] = False
+    _, validity = summarize(records, "train", "cpu")
+    assert validity["valid"] is False and validity["stop_rule_met"] is False
+    assert validity["repeats_ok"] == validity["repeats_run"] == 2
+
+
+# ------------------------------------------------------------------------------------- telemetry of repeats
+def telemetry(*, reasons: list[int] | None, power: list[float], temperature: list[float]) -> dict[str, Any]:
+    samples: dict[str, list[Any]] = {key: [None] * len(power) for key in SERIES}
+    samples.update(t_s=[0.5 * i for i in range(len(power))], power_w=power, temperature_c=temperature,
+                   clock_event_reasons=reasons if reasons is not None else [None] * len(power))
+    return make_record("nvml", 0.5, samples=samples)
+
+
+def with_telemetry(*records_telemetry: dict[str, Any]) -> list[dict[str, Any]]:
+    records = train_records(*([1.0] * len(records_telemetry)))
+    for record, record_telemetry in zip(records, records_telemetry, strict=True):
+        record["telemetry"] = record_telemetry
+    return records
+
+
+def test_a_throttled_repeat_is_not_averaged_away_by_steady_ones() -> None:
+    steady = telemetry(reasons=[0, 0, 0, 0], power=[100.0, 100.0, 100.0, 100.0], temperature=[50.0, 51, 52, 53])
+    capped = telemetry(reasons=[SW_POWER_CAP, SW_POWER_CAP, 0, 0], power=[300.0, 320, 310, 300],
+                       temperature=[60.0, 70, 80, 75])
+    thermal = telemetry(reasons=[HW_THERMAL, 0, 0, 0], power=[200.0, 200, 200, 200], temperature=[55.0, 56, 57, 58])
+    combined = combine_telemetry(with_telemetry(steady, thermal, capped))
+    assert combined["throttled"] is True
+    assert combined["throttle_reasons"] == {"sw_power_cap": 0.5}  # the most throttled repeat's, not the first's
+    assert combined["throttle_summary"] == "power cap 50% of samples"
+    assert combined["power_peak_w"] == 320.0 and combined["temperature_max_c"] == 80.0  # peaks: the largest
+    assert combined["power_avg_w"] == 200.0  # averages: the median repeat's
+    assert combined["temperature_start_c"] == 55.0
+
+
+def test_idle_time_is_not_throttling_when_picking_the_worst_repeat() -> None:
+    idle = telemetry(reasons=[GPU_IDLE, GPU_IDLE, GPU_IDLE, GPU_IDLE], power=[50.0] * 4, temperature=[40.0] * 4)
+    capped = telemetry(reasons=[SW_POWER_CAP, 0, 0, 0], power=[300.0] * 4, temperature=[60.0] * 4)
+    combined = combine_telemetry(with_telemetry(idle, capped))
+    assert combined["throttle_reasons"] == {"sw_power_cap": 0.25}
+    assert combined["throttled"] is True
+
+
+def test_the_thinnest_repeat_gives_the_sample_count() -> None:
+    long = telemetry(reasons=[0] * 6, power=[100.0] * 6, temperature=[50.0] * 6)
+    short = telemetry(reasons=[0] * 3, power=[100.0] * 3, temperature=[50.0] * 3)
+    assert combine_telemetry(with_telemetry(long, short, long))["samples_n"] == 3
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ((None, None), None),    # no repeat could read its clock-event reasons: unknown
+    ((None, False), False),  # one read them and saw none
+    ((False, True), True),
+])
+def test_throttled_is_unknown_only_when_no_repeat_could_tell(flags: tuple[bool | None, ...],
+                                                             expected: bool | None) -> None:
+    records = []
+    for flag in flags:
+        reasons = None if flag is None else ([SW_POWER_CAP] * 4 if flag else [0] * 4)
+        records.append(telemetry(reasons=reasons, power=[100.0] * 4, temperature=[50.0] * 4))
+    assert combine_telemetry(with_telemetry(*records))["throttled"] is expected
+
+
+def test_no_repeats_no_telemetry() -> None:
+    assert combine_telemetry([]) == {}
+
+
+# ------------------------------------------------------------------------------------- failed and skipped repeats
+def test_a_failed_repeat_sets_the_status_and_names_which_repeat() -> None:
+    records = train_records(1.0, 1.0) + [{"status": "failed", "reason": "oom", "detail": "out of memory"}]
+    measurement = build_measurement(TRAIN, records)
+    assert measurement.status == "failed" and measurement.reason == "oom"
+    assert measurement.detail == "out of memory (repeat 3/3)"
+    assert measurement.validity["valid"] is False
+    assert measurement.validity["repeats_ok"] == 2 and measurement.validity["repeats_run"] == 3
+    assert measurement.summary["throughput_img_s"] == 4000.0
+
+
+def test_a_skipped_cell_keeps_its_reason_without_a_repeat_number() -> None:
+    measurement = build_measurement(TRAIN, [{"status": "skipped", "reason": "unsupported_mode", "detail": None}])
+    assert measurement.status == "skipped" and measurement.detail == "unsupported_mode"
+    assert measurement.summary == {}
+    assert measurement.validity == {"valid": False, "repeats_ok": 0, "repeats_run": 1}
