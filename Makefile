@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[timm,test,serve,onnx,triton]'
+	$(PY) -m pip install -q -e '.[timm,test,serve,onnx,triton,postgres]'
 	touch $(STAMP)
 
 # clsbench lives in $(VENV)/bin, not on PATH: say so after every run, whatever its exit status (which it keeps).
