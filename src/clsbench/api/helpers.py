@@ -151,6 +151,13 @@ def literal_header_names(headers: Sequence[tuple[str, str]]) -> list[str]:
     return names(headers)
 
 
+def literal_header_names(headers: Sequence[tuple[str, str]]) -> list[str]:
+    """The ``serve --target-header`` names whose value was given itself, not read from ``env:VAR`` or ``@PATH``."""
+    from clsbench.serving.triton_headers import literal_header_names as names
+
+    return names(headers)
+
+
 def require_loadgen() -> None:
     """InvalidInputError with the install command when MLPerf LoadGen is not installed."""
     from clsbench.serving.loadgen import import_loadgen

@@ -49,6 +49,7 @@ from clsbench.measure.clock import NS_PER_S, Clock, WallClock
 from clsbench.serving.counters import STAGES
 from clsbench.serving.server import Sink, block_sigint
 from clsbench.serving.triton_clients import GrpcClient, HttpClient
+from clsbench.serving.triton_headers import resolve_headers
 from clsbench.serving.triton_model import (
     TargetError,
     check_model_ready,
@@ -203,7 +204,9 @@ class TritonTarget:
         endpoint: where the model is served (:func:`parse_target`).
         headers: sent with every call, e.g. Triton's access token for its restricted endpoints
             (``{"triton-grpc-protocol-triton-access-token": TOKEN}`` over gRPC, ``{"triton-access-token": TOKEN}``
-            over HTTP, as the server's ``--grpc-restricted-protocol`` / ``--http-restricted-api`` name it).
+            over HTTP, as the server's ``--grpc-restricted-protocol`` / ``--http-restricted-api`` name it); a
+            value may name where the secret is instead, ``env:VAR`` or ``@PATH``
+            (:func:`clsbench.serving.triton_headers.resolve_headers`).
         request_timeout_s: one request (or metadata call) taking longer fails the target (``timeout``).
         max_in_flight: requests outstanding at once; the rest wait in the client queue (its wait is measured).
         clock: the clock of the client stages (the wall clock unless a test injects one).
@@ -217,7 +220,8 @@ class TritonTarget:
         if request_timeout_s <= 0:
             raise InvalidInputError(f"the request timeout must be positive, not {request_timeout_s:g} s")
         self.endpoint = endpoint
-        self.headers = dict(headers) if headers else None
+        # A value may name where the secret is (env:VAR, @PATH): read here, kept in memory only, sent with each call.
+        self.headers = resolve_headers(headers) or None
         self.request_timeout_s = float(request_timeout_s)
         self.max_in_flight = int(max_in_flight)
         self.clock = clock or WallClock()
