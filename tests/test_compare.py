@@ -21,7 +21,7 @@ from clsbench.analysis.compare import compare, regressions
 from clsbench.analysis.compare_types import (
     VERDICT_FASTER,
     VERDICT_NA,
-    VERDICT_NOT_SIGNIFICANT,
+    VERDICT_NO_CHANGE,
     VERDICT_NOT_TESTABLE,
     VERDICT_SLOWER,
     Comparison,
@@ -255,7 +255,7 @@ def test_verdicts_faster_slower_and_inside_the_noise(runs: list[BenchmarkResult]
     assert slow.ratios[0].speedup == pytest.approx(0.8)
     assert slow.ratios[0].verdict == VERDICT_SLOWER
     assert slow.ratios[0].slowdown_pct == pytest.approx(25.0)  # 100 -> 80 img/s: 1.25x the time per image
-    assert noisy.ratios[0].verdict == VERDICT_NOT_SIGNIFICANT
+    assert noisy.ratios[0].verdict == VERDICT_NO_CHANGE
     assert noisy.ratios[0].test.p > 0.05
     assert fast.cells[0].values == pytest.approx(tuple(BASE))
 
@@ -375,7 +375,7 @@ def test_regressions_are_significant_slowdowns_beyond_the_threshold(runs: list[B
 def test_three_runs_each_against_the_first(runs: list[BenchmarkResult]):
     c = compare([runs[0], runs[1], runs[0]], ["a", "b", "a-again"])
     fast = find(c, "fast", "train")
-    assert [r.verdict for r in fast.ratios] == [VERDICT_FASTER, VERDICT_NOT_SIGNIFICANT]
+    assert [r.verdict for r in fast.ratios] == [VERDICT_FASTER, VERDICT_NO_CHANGE]
     assert fast.ratios[1].speedup == pytest.approx(1.0)
 
 
@@ -384,9 +384,9 @@ def test_a_real_file_compared_with_itself_is_all_inside_the_noise(data_dir: Path
     c = compare([fixture, fixture], ["x", "y"])
     verdicts = {r.label(): r.ratios[0].verdict for r in c.rows()}
     assert verdicts == {
-        "resnet50 infer-latency fp32 bs1": VERDICT_NOT_SIGNIFICANT,
-        "resnet50 infer-throughput fp32 bs256": VERDICT_NOT_SIGNIFICANT,
-        "resnet50 train amp-bf16+cl bs32": VERDICT_NOT_SIGNIFICANT,
+        "resnet50 infer-latency fp32 bs1": VERDICT_NO_CHANGE,
+        "resnet50 infer-throughput fp32 bs256": VERDICT_NO_CHANGE,
+        "resnet50 train amp-bf16+cl bs32": VERDICT_NO_CHANGE,
         "resnet152 train fp32 bs1024": VERDICT_NA,
         "resnet50 train bf16 bs32": VERDICT_NA,
     }
@@ -567,7 +567,7 @@ def test_compare_prints_environment_tables_cross_view_and_legend(files: tuple[st
     for title in ("infer-latency: p50 latency in ms", "train: img/s", "cross-GPU view"):
         assert title in text
     assert text.index("infer-latency: p50") < text.index("train: img/s") < text.index("cross-GPU view")
-    assert "faster (p<0.0001)" in text and "slower (p<0.0001)" in text and "not significant (p=0.8714)" in text
+    assert "faster (p<0.0001)" in text and "slower (p<0.0001)" in text and "no change > 9.9% (p=0.8714)" in text
     assert "Welch's t-test (two-sided)" in text and "alpha = 0.05" in text
     assert "> 1 means faster" in text and "inverted" in text
 
@@ -582,17 +582,18 @@ def test_gate_exits_5_and_lists_each_significant_slowdown(files: tuple[str, str]
         assert "note: 1 measurement(s) ok in A are missing from B" in out.stderr
     passed = invoke(*files, "--fail-if-slower", "30%")
     assert passed.exit_code == 0, passed.output
-    assert "no significant slowdown beyond 30%" in passed.stderr
+    assert "regression gate: passed: no change beyond 30% in 1 figure(s), faster in 2, slower within 30% in 1" \
+        in passed.stderr
 
 
-def test_gate_passes_when_the_slowdown_is_inside_the_noise(tmp_path: Path):
+def test_gate_is_inconclusive_when_the_slowdown_is_inside_the_noise(tmp_path: Path):
     a = result([measurement("m", "train", throughput_records([100.0, 80.0, 120.0]))])
     b = result([measurement("m", "train", throughput_records([90.0, 70.0, 110.0]))])
     result_io.save(a, tmp_path / "a.json")
     result_io.save(b, tmp_path / "b.json")
     out = invoke(str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-if-slower", "1")
-    assert out.exit_code == 0, out.output
-    assert "not significant" in out.stdout
+    assert out.exit_code == 6, out.output
+    assert "inconclusive (detects" in out.stdout and "INCONCLUSIVE m train fp32 bs32" in out.stderr
 
 
 @pytest.mark.parametrize("args", [["--fail-if-slower", "fast"], ["--fail-if-slower", "-5%"], ["--alpha", "2"]])

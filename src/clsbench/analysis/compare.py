@@ -26,9 +26,14 @@ comparison can be redone from files alone on any machine.
   For throughput it is ``other / first``; for latency it is inverted, ``first / other``, so that ``> 1`` still
   means faster.
 * **The verdict** comes from :func:`clsbench.analysis.significance.welch_t_test` (Welch's two-sided t-test on the
-  per-repeat values, level ``alpha``, default 0.05): ``faster``, ``slower``, or ``not significant`` when the
-  difference is inside the repeat-to-repeat noise; ``not testable`` with fewer than two repeats on a side; ``n/a``
-  when either cell has no figure (failed, skipped or missing).
+  per-repeat values, level ``alpha``, default 0.05) and from what that test could have found
+  (:func:`clsbench.analysis.significance.detectable_difference`, at 80% power): ``faster`` or ``slower`` when
+  p < alpha; otherwise ``no change`` when the repeats could have detected a change of the *reference* size (the
+  gate's threshold, ``compare --fail-if-slower``; without one, the smallest change they could detect) and the
+  point estimate stays within it, else ``inconclusive`` (:func:`verdict_of`). ``not testable`` with fewer than two
+  repeats on a side; ``n/a`` when either cell has no figure (failed, skipped or missing). Detectable changes are
+  slowdowns as :attr:`Ratio.slowdown_pct` counts them: a difference of means ``d`` is ``d / (mean_A - d)`` more
+  time per image for throughput (infinite when ``d`` reaches A's mean) and ``d / mean_A`` more latency.
 * **Protocols.** Runs measured under different stop-rule protocols (``run --protocol``; a file from before
   protocols reads as ``thorough (before protocols)``, the rules it ran under) are not compared silently: when a
   later run's protocol differs from the first's and the stop rules the two files store differ for a workload both
@@ -51,8 +56,9 @@ from clsbench.analysis.compare_types import (
     LATENCY_WORKLOADS,
     RUN_LABELS,
     VERDICT_FASTER,
+    VERDICT_INCONCLUSIVE,
     VERDICT_NA,
-    VERDICT_NOT_SIGNIFICANT,
+    VERDICT_NO_CHANGE,
     VERDICT_NOT_TESTABLE,
     VERDICT_SLOWER,
     CellValue,
@@ -64,9 +70,16 @@ from clsbench.analysis.compare_types import (
     Regression,
     Row,
     RunInfo,
+    Undecided,
     WorkloadTable,
 )
-from clsbench.analysis.significance import DEFAULT_ALPHA, welch_t_test
+from clsbench.analysis.significance import (
+    DEFAULT_ALPHA,
+    TestResult,
+    detectable_difference,
+    repeats_needed,
+    welch_t_test,
+)
 from clsbench.core.plan import PRE_PROTOCOL_EQUIVALENT, PRE_PROTOCOL_LABEL, WORKLOADS, protocol_of
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError
@@ -128,19 +141,65 @@ def cell_of(m: Measurement | None) -> CellValue:
                      unstable=bool(m.summary.get("unstable")), device=m.device)
 
 
-def ratio_of(base: CellValue, other: CellValue, higher_is_better: bool, alpha: float) -> Ratio:
-    """Speed-up of ``other`` against ``base`` and its verdict (see the module docstring)."""
+def slowdown_of_difference(difference: float, base_mean: float, higher_is_better: bool) -> float:
+    """A difference of means as a slowdown in percent, as :attr:`Ratio.slowdown_pct` counts it: throughput falling
+    by ``difference`` img/s from ``base_mean`` (``inf`` once it reaches the whole figure), or latency rising by
+    ``difference`` ms."""
+    if higher_is_better:
+        return difference / (base_mean - difference) * 100.0 if difference < base_mean else math.inf
+    return difference / base_mean * 100.0
+
+
+def difference_of_slowdown(slowdown_pct: float, base_mean: float, higher_is_better: bool) -> float:
+    """The inverse of :func:`slowdown_of_difference`: the difference of means a slowdown of ``slowdown_pct`` is."""
+    if higher_is_better:
+        return base_mean * slowdown_pct / (100.0 + slowdown_pct)
+    return base_mean * slowdown_pct / 100.0
+
+
+def verdict_of(test: TestResult, higher_is_better: bool, slowdown_pct: float, detectable_pct: float,
+               threshold_pct: float | None) -> str:
+    """The verdict of a tested difference (see the module docstring).
+
+    Args:
+        test: Welch's test of the later run (a) against the first (b).
+        higher_is_better: the figure is a throughput (a larger mean is faster).
+        slowdown_pct: the point estimate, by the medians (> 0: slower).
+        detectable_pct: the smallest slowdown these repeats would detect at 80% power (``inf``: none).
+        threshold_pct: the gate's threshold; None: judge ``no change`` against ``detectable_pct``.
+    """
+    if test.significant:
+        # The test is about means: its sign sets the direction (t > 0: a's figure is larger).
+        larger = test.t is not None and test.t > 0
+        return VERDICT_FASTER if larger == higher_is_better else VERDICT_SLOWER
+    reference = detectable_pct if threshold_pct is None else threshold_pct
+    # A change the repeats could not have seen, or a point estimate beyond the reference, is never "no change".
+    if math.isinf(detectable_pct) or detectable_pct > reference or abs(slowdown_pct) > reference:
+        return VERDICT_INCONCLUSIVE
+    return VERDICT_NO_CHANGE
+
+
+def ratio_of(base: CellValue, other: CellValue, higher_is_better: bool, alpha: float,
+             threshold_pct: float | None = None) -> Ratio:
+    """Speed-up of ``other`` against ``base`` and its verdict (see the module docstring); with ``threshold_pct``
+    (the gate's), an inconclusive verdict also says how many repeats would detect that slowdown."""
     if base.status != Status.OK or other.status != Status.OK or not base.value or not other.value:
         return Ratio(None, VERDICT_NA)
     speedup = other.value / base.value if higher_is_better else base.value / other.value
     test = welch_t_test(other.values, base.values, alpha)
     if not test.testable:
-        return Ratio(speedup, VERDICT_NOT_TESTABLE, test)
-    if not test.significant:
-        return Ratio(speedup, VERDICT_NOT_SIGNIFICANT, test)
-    # The test is about means: its sign sets the direction (t > 0: other's figure is larger).
-    larger = test.t is not None and test.t > 0
-    return Ratio(speedup, VERDICT_FASTER if larger == higher_is_better else VERDICT_SLOWER, test)
+        return Ratio(speedup, VERDICT_NOT_TESTABLE, test, threshold_pct=threshold_pct)
+    base_mean = stats.mean(base.values)
+    difference = detectable_difference(other.values, base.values, alpha)
+    detectable = slowdown_of_difference(difference, base_mean, higher_is_better)
+    slowdown = (1.0 / speedup - 1.0) * 100.0
+    verdict = verdict_of(test, higher_is_better, slowdown, detectable, threshold_pct)
+    needed = None
+    if verdict == VERDICT_INCONCLUSIVE and threshold_pct is not None:
+        target = difference_of_slowdown(threshold_pct, base_mean, higher_is_better)
+        needed = repeats_needed(other.values, base.values, target, alpha)
+    return Ratio(speedup, verdict, test, detectable_pct=detectable, detectable_difference=difference,
+                 threshold_pct=threshold_pct, repeats_needed=needed)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -315,14 +374,14 @@ def _check_common(indexes: Sequence[dict[Key, Measurement]], names: Sequence[str
 
 
 def _tables(keys: Sequence[Key], indexes: Sequence[dict[Key, Measurement]], defaults: dict[str, int],
-            alpha: float) -> list[WorkloadTable]:
+            alpha: float, threshold_pct: float | None) -> list[WorkloadTable]:
     tables = []
     for workload in sorted({k[1] for k in keys}, key=_workload_order):
         metric, higher = metric_of(workload)
         rows = []
         for key in (k for k in keys if k[1] == workload):
             cells = tuple(cell_of(index.get(key)) for index in indexes)
-            ratios = tuple(ratio_of(cells[0], cell, higher, alpha) for cell in cells[1:])
+            ratios = tuple(ratio_of(cells[0], cell, higher, alpha, threshold_pct) for cell in cells[1:])
             rows.append(Row(key[0], key[1], key[2], key[3], cells, ratios, backend=key[4], input_size=key[5],
                             input_size_is_default=key[5] is not None and key[5] == defaults.get(key[0]),
                             data=key[6], world_size=key[7]))
@@ -331,7 +390,7 @@ def _tables(keys: Sequence[Key], indexes: Sequence[dict[Key, Measurement]], defa
 
 
 def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: float = DEFAULT_ALPHA, *,
-            allow_protocol_mix: bool = False) -> Comparison:
+            allow_protocol_mix: bool = False, threshold_pct: float | None = None) -> Comparison:
     """Match the measurements of ``results`` and compare every run against the first.
 
     Args:
@@ -339,12 +398,14 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         names: one name per run (file path or run id), shown in the legend.
         alpha: significance level of Welch's t-test (p < alpha is significant).
         allow_protocol_mix: compare runs of different protocols anyway (:func:`check_protocols`), with a warning.
+        threshold_pct: the regression gate's threshold (``--fail-if-slower``): ``no change`` and ``inconclusive``
+            are judged against it, and an inconclusive verdict says how many repeats would detect it.
 
     Returns:
         The comparison as data (see :class:`Comparison`).
 
     Raises:
-        InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha``, runs of
+        InvalidInputError: fewer than two runs, names that do not match the runs, a bad ``alpha`` or threshold, runs of
             different protocols without ``allow_protocol_mix``, or a run that has no measurement in common with the
             first (naming the input size, data pipeline or world size that kept the same cells apart, if one did).
     """
@@ -356,6 +417,8 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         raise InvalidInputError(f"compare takes at most {len(RUN_LABELS)} runs, got {len(results)}")
     if not 0.0 < alpha < 1.0:
         raise InvalidInputError(f"alpha must lie between 0 and 1, got {alpha:g}", "e.g. --alpha 0.05")
+    if threshold_pct is not None:
+        _check_threshold(threshold_pct)
     labels = [RUN_LABELS[i] for i in range(len(results))]
     warnings: list[str] = check_protocols(results, names, allow_mix=allow_protocol_mix)
     defaults = default_input_sizes(results)
@@ -367,7 +430,7 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         keys.extend(k for k in index if k not in keys)
     first_seen = {cell: i for i, cell in enumerate(dict.fromkeys(k[:5] for k in keys))}
     keys.sort(key=lambda k: first_seen[k[:5]])  # rows of one cell that did not pair up stand together
-    tables = _tables(keys, indexes, defaults, alpha)
+    tables = _tables(keys, indexes, defaults, alpha, threshold_pct)
 
     runs = tuple(_run_info(r, n, label) for r, n, label in zip(results, names, labels, strict=True))
     warnings.extend(same_hardware_warnings(results, labels))
@@ -378,6 +441,7 @@ def compare(results: Sequence[BenchmarkResult], names: Sequence[str], alpha: flo
         warnings=tuple(warnings),
         tables=tuple(tables),
         cross=tuple(cross_gpu_rows(tables, indexes)),
+        threshold_pct=threshold_pct,
     )
 
 
@@ -451,15 +515,21 @@ def _power(m: Measurement | None) -> float | None:
     return (m.summary.get("telemetry") or {}).get("power_avg_w")
 
 
+def _check_threshold(threshold_pct: float) -> None:
+    if not 0 <= threshold_pct < math.inf:
+        raise InvalidInputError(f"the slowdown threshold must be a percentage >= 0, got {threshold_pct:g}%",
+                                "e.g. 5%")
+
+
 def regressions(comparison: Comparison, threshold_pct: float) -> list[Regression]:
-    """The significant slowdowns beyond ``threshold_pct``: the regression gate of ``compare --fail-if-slower``.
+    """The significant slowdowns beyond ``threshold_pct``: the regression gate of ``compare --fail-if-slower``
+    (exit 5).
 
     A row counts when a later run's verdict against the first is ``slower`` (Welch's t-test, p < alpha) and
-    its :attr:`Ratio.slowdown_pct` exceeds ``threshold_pct``. Differences inside the noise, untestable ones and
+    its :attr:`Ratio.slowdown_pct` exceeds ``threshold_pct``. What the test cannot tell is :func:`undecided`;
     cells without a figure never count.
     """
-    if threshold_pct < 0:
-        raise InvalidInputError(f"the slowdown threshold must be >= 0%, got {threshold_pct:g}%", "e.g. 5%")
+    _check_threshold(threshold_pct)
     out = []
     for row in comparison.rows():
         for run, ratio in zip(comparison.runs[1:], row.ratios, strict=True):
@@ -467,6 +537,50 @@ def regressions(comparison: Comparison, threshold_pct: float) -> list[Regression
             if ratio.verdict == VERDICT_SLOWER and slowdown is not None and slowdown > threshold_pct:
                 out.append(Regression(row, run, ratio, baseline=comparison.runs[0].label))
     return out
+
+
+def _gate_threshold(comparison: Comparison) -> float:
+    if comparison.threshold_pct is None:
+        raise ValueError("the comparison was built without a threshold: compare(..., threshold_pct=...)")
+    return comparison.threshold_pct
+
+
+def undecided(comparison: Comparison) -> list[Undecided]:
+    """The figures the regression gate cannot judge against the threshold ``comparison`` was built with (exit 6
+    when there is no regression): verdicts ``inconclusive`` (noise too large for the threshold, or a point
+    estimate beyond it that is not significant) and ``not testable`` (fewer than two repeats on a side).
+
+    Raises:
+        ValueError: ``comparison`` was built without a threshold (its verdicts judge no gate).
+    """
+    _gate_threshold(comparison)
+    out = []
+    for row in comparison.rows():
+        for index, (run, ratio) in enumerate(zip(comparison.runs[1:], row.ratios, strict=True), start=1):
+            if ratio.verdict in (VERDICT_INCONCLUSIVE, VERDICT_NOT_TESTABLE):
+                out.append(Undecided(row, run, ratio, baseline=comparison.runs[0].label, index=index))
+    return out
+
+
+def gate_passed(comparison: Comparison) -> str:
+    """What a passed gate judged, in words: ``no change beyond 5% in 3 figure(s), faster in 1, slower within 5% in
+    1`` (the verdicts of every compared figure; cells without a figure are listed apart, as notes).
+
+    Raises:
+        ValueError: ``comparison`` was built without a threshold.
+    """
+    threshold = _gate_threshold(comparison)
+    counts = dict.fromkeys((VERDICT_NO_CHANGE, VERDICT_FASTER, VERDICT_SLOWER), 0)
+    for row in comparison.rows():
+        for ratio in row.ratios:
+            if ratio.verdict in counts:
+                counts[ratio.verdict] += 1
+    parts = [f"no change beyond {threshold:g}% in {counts[VERDICT_NO_CHANGE]} figure(s)"]
+    if counts[VERDICT_FASTER]:
+        parts.append(f"faster in {counts[VERDICT_FASTER]}")
+    if counts[VERDICT_SLOWER]:
+        parts.append(f"slower within {threshold:g}% in {counts[VERDICT_SLOWER]}")
+    return ", ".join(parts)
 
 
 def lost_measurements(comparison: Comparison) -> list[str]:

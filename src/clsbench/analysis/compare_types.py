@@ -12,7 +12,15 @@ from typing import Any
 
 from clsbench.analysis import stats
 from clsbench.analysis.compare_keys import SYNTHETIC, Key, key_text
-from clsbench.analysis.significance import TEST_NAME, TestResult
+from clsbench.analysis.significance import (
+    DEFAULT_POWER,
+    MAX_REPEATS_SEARCHED,
+    MIN_SAMPLES,
+    POWER_METHOD,
+    TEST_NAME,
+    TestResult,
+    format_p,
+)
 from clsbench.results.schema import DEFAULT_BACKEND
 
 #: Workloads whose figure is a latency (lower is better); every other workload is compared by throughput.
@@ -22,7 +30,11 @@ RUN_LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 VERDICT_FASTER = "faster"
 VERDICT_SLOWER = "slower"
-VERDICT_NOT_SIGNIFICANT = "not significant"
+#: Not significant, and the repeats could have shown a change of the reference size (the gate's threshold, else the
+#: smallest change they could detect): there is no change beyond it.
+VERDICT_NO_CHANGE = "no change"
+#: Not significant, but the noise is too large to tell a change of the reference size from none.
+VERDICT_INCONCLUSIVE = "inconclusive"
 VERDICT_NOT_TESTABLE = "not testable"
 VERDICT_NA = "n/a"
 
@@ -79,13 +91,25 @@ class Ratio:
 
     Attributes:
         speedup: > 1 means faster than the first run (latency inverted); None when either figure is missing.
-        verdict: ``faster``, ``slower``, ``not significant``, ``not testable`` or ``n/a``.
+        verdict: ``faster``, ``slower``, ``no change``, ``inconclusive``, ``not testable`` or ``n/a``.
         test: the Welch's t-test behind the verdict (None when there was nothing to test).
+        detectable_pct: the smallest slowdown, in percent as :attr:`slowdown_pct` counts it, that these repeats
+            would find significant 4 times out of 5 at their noise (power of the same test); ``inf`` when not even
+            a loss of the whole figure would be; None when not tested.
+        detectable_difference: the same as a difference of means, in the figure's unit (img/s or ms).
+        threshold_pct: the change the verdict was judged against (``compare --fail-if-slower``); None: none given,
+            and ``no change`` is then judged against ``detectable_pct``.
+        repeats_needed: repeats per run that would detect a ``threshold_pct`` slowdown at this noise, for an
+            inconclusive verdict against a threshold; None otherwise, or when more than the search looks at.
     """
 
     speedup: float | None
     verdict: str
     test: TestResult | None = None
+    detectable_pct: float | None = None
+    detectable_difference: float | None = None
+    threshold_pct: float | None = None
+    repeats_needed: int | None = None
 
     @property
     def slowdown_pct(self) -> float | None:
@@ -99,8 +123,12 @@ class Ratio:
         return (1.0 / self.speedup - 1.0) * 100.0
 
     def to_dict(self) -> dict[str, Any]:
+        detectable = self.detectable_pct
         return {"speedup": self.speedup, "slowdown_pct": self.slowdown_pct, "verdict": self.verdict,
-                "test": self.test.to_dict() if self.test else None}
+                "test": self.test.to_dict() if self.test else None,
+                "detectable_slowdown_pct": "inf" if detectable == float("inf") else detectable,
+                "detectable_difference": self.detectable_difference,
+                "threshold_pct": self.threshold_pct, "repeats_needed": self.repeats_needed}
 
 
 @dataclass(frozen=True)
@@ -220,6 +248,7 @@ class Comparison:
     tables: tuple[WorkloadTable, ...]
     cross: tuple[CrossRow, ...]
     test: str = TEST_NAME
+    threshold_pct: float | None = None  # the change the verdicts were judged against (--fail-if-slower)
 
     def rows(self) -> list[Row]:
         return [row for table in self.tables for row in table.rows]
@@ -228,6 +257,9 @@ class Comparison:
         return {
             "test": self.test,
             "alpha": self.alpha,
+            "power": DEFAULT_POWER,
+            "detectable": f"smallest slowdown detected at {DEFAULT_POWER:.0%} {POWER_METHOD}",
+            "threshold_pct": self.threshold_pct,
             "ratio": "speed-up against the first run: > 1 is faster (latency inverted: first / other)",
             "runs": [dataclasses.asdict(r) for r in self.runs],
             "env_differences": [d.to_dict() for d in self.env_differences],
@@ -254,6 +286,76 @@ class Regression:
         significance = f"; {test.describe()}" if test else ""
         return (f"{self.row.label()}: {self.run.label} ({self.run.name}) is {self.ratio.slowdown_pct:.1f}% slower "
                 f"than {self.baseline} ({format_ratio(1 / self.ratio.speedup)} the {unit}{significance})")
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """A figure the regression gate cannot judge against its threshold: an ``inconclusive`` or ``not testable``
+    verdict."""
+
+    row: Row
+    run: RunInfo
+    ratio: Ratio
+    baseline: str = "the baseline"
+    index: int = 1  # the run's position in the comparison (its cell in ``row.cells``)
+
+    def describe(self) -> tuple[str, ...]:
+        """The figure, its point estimate and p, then what these repeats could detect and the repeats needed; e.g.
+        ``resnet18 infer-throughput fp32 bs2: B (slow.json) is 200.0% slower than A by the medians (3.00x the time
+        per image), not significant (p=0.4051)``."""
+        ratio, test = self.ratio, self.ratio.test
+        unit = "latency" if self.row.workload in LATENCY_WORKLOADS else "time per image"
+        first = f"{self.row.label()}: {self.run.label} ({self.run.name})"
+        slowdown = ratio.slowdown_pct
+        if slowdown is not None:
+            way = f"{slowdown:.1f}% slower than" if slowdown >= 0 else "faster than"
+            first += f" is {way} {self.baseline} by the medians ({format_ratio(1 / ratio.speedup)} the {unit})"
+        threshold = ratio.threshold_pct
+        if test is None or not test.testable:
+            fewest = min(test.n_a, test.n_b) if test else 0
+            return (first + f", not testable: {fewest} repeat(s) on a side, and the noise needs {MIN_SAMPLES} to be "
+                            "estimated",
+                    f"repeats needed: at least {MIN_SAMPLES} per run before the noise is known; compare again then for "
+                    "the count that detects " + (f"a {threshold:g}% slowdown" if threshold is not None else "one"))
+        lines = [first + f", not significant ({format_p(test.p or 0.0)})"]
+        base, other = self.row.cells[0], self.row.cells[self.index]
+        noise = f"±{_pct(base.cv_pct)} in {self.baseline}, ±{_pct(other.cv_pct)} in {self.run.label}"
+        detectable = detectable_text(ratio.detectable_pct)
+        if ratio.detectable_pct == float("inf") and ratio.detectable_difference is not None and base.values:
+            share = ratio.detectable_difference / stats.mean(base.values) * 100.0
+            detectable = (f"none: it would take a fall of {_pct(share)} of {self.baseline}'s mean, more than the "
+                          "whole figure")
+        lines.append(f"smallest slowdown {test.n_b} + {test.n_a} repeats could detect at this noise ({noise}): "
+                     f"{detectable} ({DEFAULT_POWER:.0%} {POWER_METHOD}, alpha {test.alpha:g})")
+        if threshold is not None:
+            lines.append(f"repeats needed to detect a {threshold:g}% slowdown at this noise: "
+                         f"{repeats_text(ratio.repeats_needed, threshold)}")
+        return tuple(lines)
+
+
+def _pct(value: float | None) -> str:
+    """A percentage as the comparison tables print a spread: ``0.83%``, ``41.2%``, ``1,250%``."""
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}%" if value < 1 else f"{value:.1f}%" if value < 100 else f"{value:,.0f}%"
+
+
+def detectable_text(pct: float | None) -> str:
+    """The smallest detectable slowdown in words: ``2.1%``, or that none is (noise beyond the whole figure)."""
+    if pct is None:
+        return "n/a"
+    if pct == float("inf"):
+        return "none: the noise is larger than the figure itself"
+    return f"{pct:.1f}%" if pct < 100 else _pct(pct)
+
+
+def repeats_text(count: int | None, threshold_pct: float) -> str:
+    """``12 per run``, or why no count is given."""
+    if count is not None:
+        return f"{count:,} per run"
+    if threshold_pct == 0:
+        return "no number of repeats detects a 0% change amid noise"
+    return f"more than {MAX_REPEATS_SEARCHED:,} per run"
 
 
 def format_ratio(value: float) -> str:

@@ -366,7 +366,9 @@ def export_triton_repo(settings: Any, *, progress: Any = None) -> Any:
 class CompareOutcome:
     """What ``clsbench compare`` prints: ``warnings`` (stderr, before the text), ``text`` (the comparison in the
     chosen format), ``notes`` (stderr, after it: measurements the regression gate cannot count), and the gate's
-    findings when a threshold was given: ``slowdowns`` (one description each) and ``gate_basis`` (what decided
+    findings when a threshold was given: ``slowdowns`` (one description each), ``undecided`` (the figures too
+    noisy or too few to judge against it, each as lines: the figure, the smallest change its repeats could detect,
+    the repeats needed), ``passed`` (what a passed gate judged, in words) and ``gate_basis`` (what decided
     significance, e.g. ``Welch's t-test, alpha 0.05``)."""
 
     text: str
@@ -374,6 +376,8 @@ class CompareOutcome:
     notes: tuple[str, ...] = ()
     slowdowns: tuple[str, ...] = ()
     gate_basis: str = ""
+    undecided: tuple[tuple[str, ...], ...] = ()
+    passed: str = ""
 
 
 @dataclass(frozen=True)
@@ -469,14 +473,16 @@ def probe(device: str = "cuda", output: str | Path | None = None) -> dict[str, A
 def compare(refs: Sequence[str], *, fmt: str = "table", alpha: float = 0.05, threshold_pct: float | None = None,
             allow_protocol_mix: bool = False, db: str | None = None) -> CompareOutcome:
     """``clsbench compare``: runs (result files or run ids) against the first, in ``fmt`` (table, json, csv,
-    markdown); with ``threshold_pct``, the significant slowdowns beyond it (``--fail-if-slower``). A procedure that
+    markdown); with ``threshold_pct``, the gate of ``--fail-if-slower``: the significant slowdowns beyond it, and
+    the figures too noisy to judge against it (the text's verdicts are judged against it too). A procedure that
     compares its own way (serve: each scenario's answer) does so through :data:`clsbench.procedures.base.PROCEDURES`.
 
     Raises:
         InvalidInputError: fewer than two runs, ``alpha`` outside (0, 1), runs that cannot be compared.
     """
-    from clsbench.analysis.compare import check_protocols, lost_measurements, regressions
+    from clsbench.analysis.compare import check_protocols, gate_passed, lost_measurements, regressions, undecided
     from clsbench.analysis.compare import compare as build_comparison
+    from clsbench.analysis.significance import DEFAULT_POWER, POWER_METHOD
     from clsbench.procedures.base import comparer
     from clsbench.report import export
 
@@ -492,14 +498,16 @@ def compare(refs: Sequence[str], *, fmt: str = "table", alpha: float = 0.05, thr
             text=export.export_own_comparison(own.text, own.data, own.rows, fmt), warnings=warnings,
             slowdowns=tuple(found),
             gate_basis=f"alpha {alpha:g}; only answers repeated on both sides can be significant")
-    comparison = build_comparison(results, names, alpha=alpha, allow_protocol_mix=allow_protocol_mix)
+    comparison = build_comparison(results, names, alpha=alpha, allow_protocol_mix=allow_protocol_mix,
+                                  threshold_pct=threshold_pct)
     text = export.export_comparison(comparison, fmt)
     if threshold_pct is None:
         return CompareOutcome(text=text)
     return CompareOutcome(
         text=text, notes=tuple(lost_measurements(comparison)),
         slowdowns=tuple(r.describe() for r in regressions(comparison, threshold_pct)),
-        gate_basis=f"{comparison.test}, alpha {alpha:g}")
+        undecided=tuple(u.describe() for u in undecided(comparison)), passed=gate_passed(comparison),
+        gate_basis=f"{comparison.test}, alpha {alpha:g}; detectable at {DEFAULT_POWER:.0%} {POWER_METHOD}")
 
 
 def import_results(files: Iterable[str], *, db: str | None = None) -> list[Any]:

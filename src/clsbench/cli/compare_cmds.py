@@ -1,17 +1,22 @@
 """``clsbench compare A B [C ...]``: matched measurements, speed-ups, significance, and a regression gate.
 
-Exit codes: those of :mod:`clsbench.errors`, plus :data:`EXIT_REGRESSION` (5) when ``--fail-if-slower`` finds a
-significant slowdown beyond its threshold.
+Exit codes: those of :mod:`clsbench.errors`, plus, with ``--fail-if-slower``, :data:`EXIT_REGRESSION` (5) for a
+significant slowdown beyond its threshold, else :data:`EXIT_INCONCLUSIVE` (6) when a figure is too noisy (or has too
+few repeats) to tell a slowdown of that size from none.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from clsbench.cli.common import emit, handle_errors
-from clsbench.errors import EXIT_REGRESSION, InvalidInputError
+from clsbench.errors import EXIT_INCONCLUSIVE, EXIT_REGRESSION, InvalidInputError
+
+if TYPE_CHECKING:
+    from clsbench.api import CompareOutcome
 
 
 def parse_percent(text: str) -> float:
@@ -27,6 +32,32 @@ def parse_percent(text: str) -> float:
     return value
 
 
+def print_gate(outcome: CompareOutcome, threshold: float) -> int:
+    """Print the regression gate's findings on stderr and return its exit code: 5 for a significant slowdown beyond
+    ``threshold``, else 6 when a figure is inconclusive, else 0."""
+    for line in outcome.notes:
+        click.echo(f"note: {line} (not counted by --fail-if-slower)", err=True)
+    if outcome.slowdowns:
+        click.echo(f"regression gate: {len(outcome.slowdowns)} significant slowdown(s) beyond {threshold:g}%:",
+                   err=True)
+        for text in outcome.slowdowns:
+            click.echo(f"  SLOWER {text}", err=True)
+    if outcome.undecided:
+        click.echo(f"regression gate: inconclusive for {len(outcome.undecided)} figure(s): too noisy or too few "
+                   f"repeats to tell a {threshold:g}% slowdown from none ({outcome.gate_basis}):", err=True)
+        for first, *rest in outcome.undecided:
+            click.echo(f"  INCONCLUSIVE {first}", err=True)
+            for line in rest:
+                click.echo(f"    {line}", err=True)
+    if outcome.slowdowns:
+        return EXIT_REGRESSION
+    if outcome.undecided:
+        return EXIT_INCONCLUSIVE
+    passed = outcome.passed or f"no significant slowdown beyond {threshold:g}%"
+    click.echo(f"regression gate: passed: {passed} ({outcome.gate_basis})", err=True)
+    return 0
+
+
 def register(group: click.Group) -> None:
     """Add ``compare`` to ``group``."""
 
@@ -38,7 +69,8 @@ def register(group: click.Group) -> None:
                   help="Write here instead of stdout ('-'); an existing file is not overwritten without --force.")
     @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
     @click.option("--fail-if-slower", "fail_if_slower",
-                  help="Exit 5 when a run is significantly slower than the first by more than this, e.g. 5%.")
+                  help="Exit 5 when a run is significantly slower than the first by more than this, e.g. 5%; "
+                       "else exit 6 when a figure is too noisy to tell a slowdown of this size from none.")
     @click.option("--alpha", type=float, default=0.05, show_default=True,
                   help="Significance level of Welch's t-test on the per-repeat figures.")
     @click.option("--db", metavar="PATH",
@@ -55,10 +87,12 @@ def register(group: click.Group) -> None:
         world size (not device: comparing GPUs is the point); cells that differ in input size, data pipeline or
         world size are separate rows, and a warning says which differed. Each ratio is a speed-up against A (> 1
         is faster; latency inverted), with Welch's two-sided t-test on the per-repeat figures deciding whether it
-        is faster, slower or not significant. Runs measured under different stop-rule protocols (run --protocol)
-        are refused unless --allow-protocol-mix is given. Serve results are compared by each scenario's answer
-        (server QPS, offline samples/s, ...) and p99, tested where both runs repeated their answer (serve --confirm
-        N); otherwise significance is not assessed.
+        is faster or slower; if not significant, "no change > X%" when the repeats could have detected a change of X
+        (the --fail-if-slower threshold, else the smallest change they could detect, at 80% power) and
+        "inconclusive" when the noise is too large to tell. Runs measured under different stop-rule protocols
+        (run --protocol) are refused unless --allow-protocol-mix is given. Serve results are compared by each
+        scenario's answer (server QPS, offline samples/s, ...) and p99, tested where both runs repeated their answer
+        (serve --confirm N); otherwise significance is not assessed.
         """
         from clsbench import api
 
@@ -73,14 +107,6 @@ def register(group: click.Group) -> None:
         emit(outcome.text, output, force=force)
         if threshold is None:
             return
-        for line in outcome.notes:
-            click.echo(f"note: {line} (not counted by --fail-if-slower)", err=True)
-        if not outcome.slowdowns:
-            click.echo(f"regression gate: no significant slowdown beyond {threshold:g}% ({outcome.gate_basis})",
-                       err=True)
-            return
-        click.echo(f"regression gate: {len(outcome.slowdowns)} significant slowdown(s) beyond {threshold:g}%:",
-                   err=True)
-        for text in outcome.slowdowns:
-            click.echo(f"  SLOWER {text}", err=True)
-        sys.exit(EXIT_REGRESSION)
+        code = print_gate(outcome, threshold)
+        if code:
+            sys.exit(code)

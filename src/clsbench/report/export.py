@@ -23,7 +23,9 @@ from typing import Any
 from clsbench.analysis.compare_keys import SYNTHETIC, default_input_sizes, fact_text, input_size_of, world_size_of
 from clsbench.analysis.compare_types import (
     VERDICT_FASTER,
+    VERDICT_INCONCLUSIVE,
     VERDICT_NA,
+    VERDICT_NO_CHANGE,
     VERDICT_NOT_TESTABLE,
     VERDICT_SLOWER,
     CellValue,
@@ -32,9 +34,10 @@ from clsbench.analysis.compare_types import (
     Ratio,
     Row,
     RunInfo,
+    detectable_text,
     format_ratio,
 )
-from clsbench.analysis.significance import format_p
+from clsbench.analysis.significance import DEFAULT_POWER, POWER_METHOD, format_p
 from clsbench.core.text_table import text_table
 from clsbench.core.vocab import Status
 from clsbench.errors import InvalidInputError, ResultFileError
@@ -294,7 +297,8 @@ def export_table(table: Sequence[dict[str, Any]], fmt: str, columns: Sequence[st
 COMPARISON_COLUMNS: tuple[str, ...] = (
     "workload", "metric", "model", "mode", "backend", "batch_size", "input_size", "data", "world_size", "run",
     "run_label", "hardware", "device", "status", "reason", "value", "repeats", "cv_pct", "unstable",
-    "speedup_vs_first", "slowdown_pct", "verdict", "test", "p_value", "t", "df", "alpha",
+    "speedup_vs_first", "slowdown_pct", "verdict", "test", "p_value", "t", "df", "alpha", "detectable_slowdown_pct",
+    "threshold_pct", "repeats_needed",
 )
 
 
@@ -322,6 +326,9 @@ def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
                     "t": test.t if test and test.t is not None and abs(test.t) != float("inf") else None,
                     "df": test.df if test else None,
                     "alpha": comparison.alpha if ratio else None,
+                    "detectable_slowdown_pct": ratio.detectable_pct if ratio else None,
+                    "threshold_pct": ratio.threshold_pct if ratio else None,
+                    "repeats_needed": ratio.repeats_needed if ratio else None,
                 })
     return out
 
@@ -360,14 +367,22 @@ def _fmt_verdict(ratio: Ratio | None) -> str:
         test = ratio.test
         fewest = min(test.n_a, test.n_b) if test else 0
         return f"not testable ({fewest} repeat{'s' if fewest != 1 else ''})"
-    return f"{ratio.verdict} ({format_p(ratio.test.p)})" if ratio.test and ratio.test.p is not None \
-        else ratio.verdict
+    p = format_p(ratio.test.p) if ratio.test and ratio.test.p is not None else "p=n/a"
+    detectable = ratio.detectable_pct
+    detects = "none" if detectable == float("inf") else detectable_text(detectable)
+    if ratio.verdict == VERDICT_NO_CHANGE and ratio.threshold_pct is None:
+        return f"no change > {detects} ({p})"  # judged against what the repeats could detect
+    if ratio.verdict == VERDICT_NO_CHANGE:
+        return f"no change > {ratio.threshold_pct:g}% (detects {detects}, {p})"
+    if ratio.verdict == VERDICT_INCONCLUSIVE:
+        return f"inconclusive (detects {detects}, {p})"
+    return f"{ratio.verdict} ({p})"
 
 
 def _fmt_cross_ratio(ratio: Ratio | None) -> str:
     if ratio is None or ratio.speedup is None:
         return "-"
-    mark = "" if ratio.verdict in (VERDICT_FASTER, VERDICT_SLOWER) else " (n.s.)"
+    mark = "" if ratio.verdict in (VERDICT_FASTER, VERDICT_SLOWER) else f" ({ratio.verdict})"
     return f"{format_ratio(ratio.speedup)}{mark}"
 
 
@@ -474,11 +489,20 @@ def _legend_lines(comparison: Comparison) -> list[str]:
     return [
         f"ratios: speed-up against {first}, > 1 means faster than {first}; for latency the ratio is inverted "
         f"({first}'s latency / the other's), so > 1 still means faster.",
-        f"verdicts: {comparison.test} on the per-repeat figures at alpha = {comparison.alpha:g}; \"not significant\" "
-        "means the difference is inside the repeat-to-repeat noise; (n.s.) in the cross-GPU view likewise.",
+        f"verdicts: {comparison.test} on the per-repeat figures at alpha = {comparison.alpha:g}. Not significant: "
+        f"\"no change > X%\" when these repeats would detect a slowdown of X% {_power_words()}, X being "
+        + ("the --fail-if-slower threshold" if comparison.threshold_pct is not None else
+           "the smallest slowdown they would detect")
+        + ", and the medians moved less; \"inconclusive\" when the noise hides a change that large or the medians "
+        "moved more. \"detects\": that smallest detectable slowdown (\"none\": the noise is larger than the figure). "
+        "The cross-GPU view marks its ratios likewise.",
         "± is the standard deviation over repeats relative to the mean; * marks an UNSTABLE figure (spread over "
         "repeats above 10%).",
     ]
+
+
+def _power_words() -> str:
+    return f"4 times in 5 ({DEFAULT_POWER:.0%} {POWER_METHOD})"
 
 
 def _run_line(run: RunInfo) -> str:
