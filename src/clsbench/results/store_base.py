@@ -295,6 +295,10 @@ class StoreConnection(abc.ABC):
 class StoreBackend(Protocol):
     """A database dialect: registered in :data:`BACKENDS` under its URL scheme."""
 
+    def check(self, location: Location) -> None:
+        """Before any work, without connecting: StoreError where this store cannot be used (a missing driver)."""
+        ...
+
     def exists(self, location: Location) -> bool:
         """Whether there may be an index to read (SQLite: the file exists; a server: always)."""
         ...

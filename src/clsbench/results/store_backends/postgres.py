@@ -20,7 +20,7 @@ from typing import Any
 
 from clsbench.results.store_base import BACKENDS, DB_HINT, Location, StoreConnection, StoreError
 
-__all__ = ["PostgresBackend", "PostgresConnection", "translate"]
+__all__ = ["PostgresBackend", "PostgresConnection", "require_driver", "translate"]
 
 #: The advisory lock key that guards creating and migrating the schema: "clsbench" in ASCII, as a bigint.
 SCHEMA_LOCK_KEY = 0x636C7362656E6368 & 0x7FFFFFFFFFFFFFFF
@@ -39,7 +39,8 @@ _LOST = ("server closed the connection", "terminating connection", "connection i
          "administrator command", "sending query failed")
 
 
-def _psycopg() -> Any:
+def require_driver() -> Any:
+    """The psycopg module; StoreError with the install line where it is missing."""
     try:
         import psycopg
     except ImportError:
@@ -128,11 +129,14 @@ class PostgresConnection(StoreConnection):
 class PostgresBackend:
     """Registered as ``postgresql``: the location's target is the URL, handed to libpq as it is."""
 
+    def check(self, location: Location) -> None:
+        require_driver()
+
     def exists(self, location: Location) -> bool:
         return True
 
     def connect(self, location: Location, timeout_s: float) -> StoreConnection:
-        psycopg = _psycopg()
+        psycopg = require_driver()
         from psycopg.rows import dict_row
 
         try:

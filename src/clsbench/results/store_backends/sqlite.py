@@ -81,6 +81,10 @@ def translate(exc: sqlite3.Error, shown: str, timeout_s: float) -> StoreError:
 class SqliteBackend:
     """Registered as ``sqlite``: the location's target is the file's path."""
 
+    def check(self, location: Location) -> None:
+        if Path(location.target).is_dir():
+            raise StoreError(f"index path {location.shown} is a directory", f"give a file name; {DB_HINT}")
+
     def exists(self, location: Location) -> bool:
         path = Path(location.target)
         if path.is_dir():
