@@ -7,12 +7,14 @@ Serve results are hand-written step records (no LoadGen, no model); runs use the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.serving import records
-from clsbench.serving.analysis import analyze_serve, compare_serve, render_serve, render_serve_compare, \
-    scenario_summary
+from clsbench.serving.analysis import analyze_serve, compare_serve, render_serve, render_serve_compare, scenario_summary
 from clsbench.serving.search import search_max_qps
 
 MS = 1_000_000
@@ -123,3 +125,108 @@ def test_compare_marks_an_answer_that_is_only_a_bound() -> None:
     assert "-> >= 750 qps" in text
     assert "this run's answer is a lower bound, not an answer: >= 750 qps; search stopped after 3 steps" in text
     assert "baseline's answer is a lower bound" not in text
+
+
+# ------------------------------------------------------------------- items 4, 13, 14: run's lifecycle (CLI)
+
+TINY = "clsbench_testmodels:tiny"
+#: An inline run on the fake clock: 2 repeats of 2 timed iterations, no minimum time.
+QUICK = ["--device", "cpu", "--isolation", "inline", "--clock", "fake:1ms", "--repeats", "2", "--iterations", "2",
+         "--warmup", "1", "--min-time", "0"]
+
+
+def _invoke(tmp_path: Path, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from clsbench.cli import main
+
+    return CliRunner().invoke(main, list(args), env={"CLSBENCH_DB": str(tmp_path / "index.sqlite3")})
+
+
+def test_a_run_that_measured_nothing_exits_7_with_the_skip_reasons_and_keeps_its_file(tmp_path: Path) -> None:
+    from clsbench.errors import EXIT_NOTHING_MEASURED
+
+    out = tmp_path / "skipped.json"
+    result = _invoke(tmp_path, "run", "--model", TINY, "--workload", "infer-latency", "--mode", "fp32+cudagraph",
+                     *QUICK, "-o", str(out))
+    assert result.exit_code == EXIT_NOTHING_MEASURED == 7, result.output
+    assert "error: nothing measured: every measurement was skipped (unsupported_mode: CUDA graphs need a CUDA " \
+           "device" in result.stderr
+    assert out.exists()
+
+
+def test_a_sweep_whose_every_size_was_skipped_exits_7(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    result = _invoke(tmp_path, "sweep", "--model", TINY, "--mode", "fp32+cudagraph", "--batch-size", "1,2", *QUICK,
+                     "-o", str(out))
+    assert result.exit_code == 7, result.output
+    assert "nothing measured: every batch size was skipped" in result.stderr and out.exists()
+
+
+def test_one_measurement_that_ran_is_not_nothing_measured() -> None:
+    from clsbench.cli.common import exit_if_nothing_measured
+
+    def m(status: str) -> Measurement:
+        return Measurement(model="m", workload="train", mode="fp32", batch_size=1, device="cpu", status=status,
+                           reason=None if status == "ok" else "unsupported_mode", detail="why")
+
+    exit_if_nothing_measured("f.json", [m("skipped"), m("ok")])  # returns: something was measured
+    exit_if_nothing_measured("f.json", [m("failed")])  # a failure is exit 4's business, not 7's
+    for measurements in ([m("skipped")], []):
+        with pytest.raises(SystemExit) as info:
+            exit_if_nothing_measured("f.json", measurements)
+        assert info.value.code == 7
+
+
+@pytest.mark.parametrize("command", [
+    ("run", "--model", TINY, "--workload", "infer-latency"),
+    ("sweep", "--model", TINY, "--batch-size", "1,2"),
+])
+def test_an_existing_output_is_refused_before_the_plan_is_announced(tmp_path: Path, command: tuple[str, ...]) -> None:
+    out = tmp_path / "taken.json"
+    out.write_text("{}")
+    result = _invoke(tmp_path, *command, *QUICK, "-o", str(out))
+    assert result.exit_code == 3
+    assert f"error: {out} already exists" in result.stderr
+    assert "clsbench 0.1.0:" not in result.output and "results ->" not in result.output
+    assert out.read_text() == "{}"
+
+
+@pytest.mark.parametrize(("command", "error"), [
+    (("serve", "--model", TINY, "--scenario", "nosuch"), "error: unknown scenario 'nosuch'"),
+    (("sweep", "--model", "resnet1", "--batch-size", "1"), "error: unknown model 'resnet1'"),
+    (("soak", "--model", "resnet1", "--duration", "10s"), "error: unknown model 'resnet1'"),
+])
+def test_an_unknown_name_is_refused_before_the_plan_is_announced(tmp_path: Path, command: tuple[str, ...],
+                                                                  error: str) -> None:
+    result = _invoke(tmp_path, *command, "--device", "cpu", "-o", str(tmp_path / "x.json"))
+    assert result.exit_code == 2 and error in result.stderr
+    assert "results ->" not in result.output
+
+
+def test_ctrl_c_prints_what_finished_what_was_lost_and_the_resume_command(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from clsbench.engine import runner
+
+    calls = [0]
+    real = runner.InlineExecutor.run
+
+    def interrupt_third(self: Any, job: Any, next_job: Any = None) -> dict[str, Any]:
+        calls[0] += 1
+        if calls[0] == 3:  # by cell: infer-latency's 2 repeats are done; infer-throughput's first is in flight
+            raise KeyboardInterrupt
+        return real(self, job, next_job)
+
+    monkeypatch.setattr(runner.InlineExecutor, "run", interrupt_third)
+    out = tmp_path / "cut.json"
+    result = _invoke(tmp_path, "run", "--model", TINY, "--workload", "infer-latency,infer-throughput,train",
+                     "--order", "cell", *QUICK, "-o", str(out))
+    assert result.exit_code == 130, result.output
+    # What finished: the results table on stdout.
+    assert "infer-latency" in result.stdout and "1 measurement" in result.stdout
+    states = {line.split()[1]: line for line in result.stderr.splitlines() if line.startswith(f"  {TINY}")}
+    assert "2/2" in states["infer-latency"] and "finished" in states["infer-latency"]
+    assert "0/2" in states["infer-throughput"] and "in flight: lost" in states["infer-throughput"]
+    assert "0/2" in states["train"] and "not started" in states["train"]
+    assert (f"error: interrupted: 1 measurement(s) saved; the repeat in flight was lost; 1 not started; finish it "
+            f"with: clsbench run --resume {out}") in result.stderr

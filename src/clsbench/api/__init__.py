@@ -22,6 +22,7 @@ from clsbench.api.helpers import (
     check_data_settings,
     check_output,
     check_profile_directory,
+    check_result_output,
     check_store,
     communication_env,
     dataset_warnings,
@@ -153,6 +154,7 @@ __all__ = [
     "check_dataset",
     "check_output",
     "check_profile_directory",
+    "check_result_output",
     "check_store",
     "communication_env",
     "compare",
@@ -678,7 +680,8 @@ def record_nsys(outcome: Any) -> int:
 #: changing it, render results as text, write a printed text to a file, or index a finished file). Every other
 #: public function here does one command's work; ``tests/test_cli_thin.py`` holds each command to exactly one.
 HELPERS = frozenset({
-    "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory", "check_store",
+    "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory",
+    "check_result_output", "check_store",
     "communication_env", "data_preflight", "dataset_warnings", "default_output_path", "diagnose_text", "environment",
     "get_suite", "history_index_path", "index_result", "launch_commands", "list_models",
     "literal_header_names", "load", "load_result",

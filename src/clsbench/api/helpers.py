@@ -73,6 +73,15 @@ def check_output(path: str | Path, *, force: bool = False) -> None:
     export.check_output(path, force=force)
 
 
+def check_result_output(path: str | Path, exists_hint: str = "choose another --output, or finish it with --resume") \
+        -> None:
+    """Refuse a result file that exists, is a folder or cannot be written: before a command announces its plan or
+    starts anything (the work functions check again, for library callers)."""
+    from clsbench.results import io as result_io
+
+    result_io.check_writable(Path(path), exists_hint=exists_hint)
+
+
 def write_text(path: str | Path, text: str, *, force: bool = False) -> None:
     """Write a command's printed text to ``path`` atomically (an existing file only with ``force``)."""
     from clsbench.report import export
@@ -142,13 +151,6 @@ def target_model(target: str) -> str:
     from clsbench.serving.triton_target import parse_target
 
     return parse_target(str(target)).model
-
-
-def literal_header_names(headers: Sequence[tuple[str, str]]) -> list[str]:
-    """The ``serve --target-header`` names whose value was given itself, not read from ``env:VAR`` or ``@PATH``."""
-    from clsbench.serving.triton_headers import literal_header_names as names
-
-    return names(headers)
 
 
 def literal_header_names(headers: Sequence[tuple[str, str]]) -> list[str]:

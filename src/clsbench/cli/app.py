@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from clsbench.cli.common import Progress, emit, fail, handle_errors, reader_went_away, saved
+from clsbench.cli.common import (
+    Progress,
+    emit,
+    exit_if_nothing_measured,
+    fail,
+    handle_errors,
+    reader_went_away,
+    saved,
+    show_interrupted,
+)
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
@@ -154,6 +163,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
             )
             env = api.data_preflight(env, plan.cells)
             path = output or str(api.default_output_path(resolved))
+            api.check_result_output(path)  # every argument is checked before the plan is announced
             for line in api.preflight_warnings(env) + api.dataset_warnings(plan.cells):
                 click.echo(f"warning: {line}", err=True)
             if not quiet:
@@ -162,8 +172,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
             result = api.run(plan, path, execution=dataclasses.replace(execution, env=env))
     except api.RunInterrupted as exc:
         progress.close()
-        if exc.result is not None and exc.result.measurements:
-            click.echo(api.result_table(exc.result), nl=False)  # what finished, then the one-line error
+        show_interrupted(exc)  # what finished, what was lost, then the one-line error with the resume command
         raise
     finally:
         progress.close()
@@ -173,6 +182,7 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     saved(path, result, db)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    exit_if_nothing_measured(path, result.measurements)
 
 
 #: What ``run --resume`` takes besides the file: how to show progress and where the repeats run (debugging and

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from clsbench.core.vocab import Status
-from clsbench.errors import EXIT_INTERNAL, ClsbenchError, InvalidInputError
+from clsbench.errors import EXIT_INTERNAL, EXIT_NOTHING_MEASURED, ClsbenchError, InvalidInputError
 
 
 def fail(message: str, hint: str | None, code: int) -> None:
@@ -125,15 +125,27 @@ def fake_clock(spec: str | None) -> Any:
 
 
 def start(device: str, output: str | None) -> tuple[str, dict[str, Any], str]:
-    """Resolve the device, read the environment, choose the output path and print the pre-flight warnings."""
+    """Resolve the device, read the environment, choose the output path (refused here if it exists or cannot be
+    written) and print the pre-flight warnings."""
     from clsbench import api
 
     resolved = api.resolve_device(device)
     env = api.environment(resolved)
     path = output or str(api.default_output_path(resolved))
+    api.check_result_output(path, "choose another --output")  # before the command announces its plan
     for line in api.preflight_warnings(env):
         click.echo(f"warning: {line}", err=True)
     return resolved, env, path
+
+
+def check_cell(model: str, workload: str, device: str, mode: str | None = None, backend: str | None = None,
+               batch_size: int | None = None) -> None:
+    """Refuse an unknown model, workload, mode or backend (as ``run`` would plan it) before a command announces its
+    plan; the procedure plans it again when it runs."""
+    from clsbench import api
+
+    api.plan_run(models=[model], workloads=[workload], modes=[mode] if mode else (), device=device,
+                 backends=[backend] if backend else ("eager",), batch_sizes=[batch_size] if batch_size else ())
 
 
 def index(path: str, result: Any, db: str | None = None) -> None:
@@ -149,6 +161,36 @@ def index(path: str, result: Any, db: str | None = None) -> None:
         later = f"`clsbench store push {path}` adds it"
         exc.hint = f"{exc.hint}; then {later}" if exc.hint else later
         raise
+
+
+def show_interrupted(exc: Any) -> None:
+    """After Ctrl-C (``api.RunInterrupted``): the table of what finished (stdout), then the state of every
+    measurement: finished, partly saved, lost in flight, not started (stderr). The error line follows."""
+    from clsbench import api
+
+    if exc.result is not None and exc.result.measurements:
+        click.echo(api.result_table(exc.result), nl=False)
+    for line in getattr(exc, "report", None) or []:
+        click.echo(line, err=True)
+
+
+#: Skip reasons the ``nothing measured`` line names at most (the table above lists every one).
+NOTHING_MEASURED_REASONS = 3
+
+
+def exit_if_nothing_measured(path: str, measurements: Any, what: str = "measurement") -> None:
+    """End with exit 7 (``EXIT_NOTHING_MEASURED``) when a command ran to its end but measured nothing: no
+    measurement, or every one skipped. The file is saved by then; the line names the skip reasons."""
+    measurements = list(measurements)
+    if any(m.status != Status.SKIPPED for m in measurements):
+        return
+    reasons = list(dict.fromkeys(f"{m.reason}: {m.detail}" if m.detail else str(m.reason) for m in measurements))
+    shown = "; ".join(reasons[:NOTHING_MEASURED_REASONS]) + ("; ..." if len(reasons) > NOTHING_MEASURED_REASONS
+                                                             else "")
+    why = f"every {what} was skipped ({shown})" if measurements else f"no {what} was planned"
+    fail(f"nothing measured: {why}; the file is saved: {path}",
+         "pick what runs here (another mode, device or backend); exit code 7 says nothing was measured",
+         EXIT_NOTHING_MEASURED)
 
 
 def saved(path: str, result: Any, db: str | None = None) -> None:

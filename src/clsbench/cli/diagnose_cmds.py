@@ -14,7 +14,7 @@ import sys
 import click
 
 from clsbench import api
-from clsbench.cli.common import Progress, saved, start
+from clsbench.cli.common import Progress, exit_if_nothing_measured, saved, start
 from clsbench.cli.options import list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
@@ -79,6 +79,7 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
     saved(path, outcome.result)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    exit_if_nothing_measured(path, outcome.result.measurements, "setting")
 
 
 def register(group: click.Group) -> None:

@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from clsbench import api
-from clsbench.cli.common import saved, start
+from clsbench.cli.common import exit_if_nothing_measured, saved, start
 from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
@@ -272,6 +272,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
     saved(path, outcome.result)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    exit_if_nothing_measured(path, outcome.result.measurements, "mode and scenario")
 
 
 def register(group: click.Group) -> None:

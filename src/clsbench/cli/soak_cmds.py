@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from clsbench import api
-from clsbench.cli.common import saved, start
+from clsbench.cli.common import check_cell, exit_if_nothing_measured, saved, start
 from clsbench.cli.options import measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
@@ -99,6 +99,7 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
                                 window_s=api.parse_duration(window, "--window"),
                                 sample_interval_s=sample_interval).validate()
     resolved, env, path = start(device, output)
+    check_cell(model, workload, resolved, mode, backend, batch_size)
     if not quiet:
         what = " ".join(x for x in (model, workload, mode, f"bs{batch_size}" if batch_size else "") if x)
         on = "" if backend == "eager" else f" @{backend}"
@@ -116,6 +117,8 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
     saved(path, outcome.result)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    if not outcome.ended_early:
+        exit_if_nothing_measured(path, outcome.result.measurements)
     if outcome.ended_early:
         click.echo(f"interrupted: the soak ended early; every finished window is in {path}", err=True)
         sys.exit(EXIT_INTERRUPTED)

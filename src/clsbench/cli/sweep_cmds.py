@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from clsbench import api
-from clsbench.cli.common import Progress, saved, start
+from clsbench.cli.common import Progress, check_cell, exit_if_nothing_measured, saved, start
 from clsbench.cli.data_options import data_options
 from clsbench.cli.options import artifact_cache_options, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
@@ -49,6 +49,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
     sizes = api.parse_batch_sizes(",".join(batch_sizes))  # bad input fails here, before anything is read or started
     api.validate_knee_fraction(knee_fraction)
     resolved, env, path = start(device, output)
+    check_cell(model, workload, resolved, mode, backend)
     settings = api.SweepSettings(model=model, workload=workload, mode=mode, device=resolved, batch_sizes=sizes,
                                  knee_fraction=knee_fraction, max_batch=max_batch, backend=backend, no_cache=no_cache,
                                  cache_dir=backend_cache)
@@ -69,6 +70,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
     saved(path, outcome.result)
     if any(m.status == Status.FAILED and m.reason != Reason.OOM for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    exit_if_nothing_measured(path, outcome.result.measurements, "batch size")
 
 
 #: The options that define a search: ``tune --resume`` takes them from the file and refuses them on the line.
@@ -147,6 +149,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
         check_outputs=check_outputs, backends=chosen_backends, budget=budget, exhaustive=exhaustive,
         data=data_settings, pipelines=pipelines, workers=workers)
     resolved, env, path = start(device, output)
+    check_cell(settings.model, workload, resolved)
     if not quiet:
         on = f" with data from {data_settings.directory}" if data_settings is not None else ""
         what = "tune --exhaustive" if exhaustive else "tune"
@@ -222,6 +225,7 @@ def _finish_tune(path: str, progress: Progress, search: Any) -> None:
         click.echo(api.tune_text(exc.tune_result.analysis), nl=False)
         if isinstance(exc, api.NoConfigurationError):
             saved(path, exc.tune_result.result)
+            exit_if_nothing_measured(path, exc.tune_result.result.measurements, "candidate")
         raise
     finally:
         progress.close()

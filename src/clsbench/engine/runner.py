@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import secrets
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +37,50 @@ class RunInterrupted(ClsbenchError):
 
     exit_code = EXIT_INTERRUPTED
 
-    def __init__(self, message: str, hint: str | None = None, result: BenchmarkResult | None = None) -> None:
+    def __init__(self, message: str, hint: str | None = None, result: BenchmarkResult | None = None,
+                 report: list[str] | None = None) -> None:
         super().__init__(message, hint)
         self.result = result
+        self.report = report or []  # the table of every measurement: finished, partly saved, lost, not started
+
+
+def interruption(cells: Sequence[Cell], repeats: int, partial: BenchmarkResult, in_flight: tuple[Any, int] | None,
+                 output: str | Path | None) -> RunInterrupted:
+    """What Ctrl-C leaves, as the error ``run`` ends with: one line of counts and the exact resume command, and
+    a table (``report``) of each planned measurement: repeats saved, and whether it finished, was partly saved, lost
+    the repeat in flight, or had not started."""
+    from clsbench.core.text_table import text_table
+
+    rows: list[tuple[str, str, str]] = []
+    counts = {"finished": 0, "partly saved": 0, "lost": 0, "not started": 0}
+    for cell in cells:
+        measurement = partial.find(cell.key)
+        saved = len(measurement.repeats) if measurement is not None else len(partial.pending_repeats(cell.key))
+        lost = in_flight is not None and in_flight[0] == cell.key
+        if measurement is not None:
+            state = "finished" if measurement.status == Status.OK else f"finished: {measurement.status}"
+            counts["finished"] += 1
+        elif saved:
+            state = "partly saved" + (f"; repeat {in_flight[1] + 1} was in flight: lost" if lost else "")
+            counts["partly saved"] += 1
+        else:
+            state = "in flight: lost" if lost else "not started"
+            counts["lost" if lost else "not started"] += 1
+        total = saved if measurement is not None else repeats
+        rows.append((cell.label(), f"{saved}/{total}", state))
+    report = ["what the interrupted run holds:",
+              *("  " + line for line in text_table(("measurement", "repeats saved", "state"), rows, right={1}))]
+    text = f"interrupted: {counts['finished']} measurement(s) saved"
+    if partial.pending:
+        text += f", and {sum(len(p.repeats) for p in partial.pending)} repeat(s) of {len(partial.pending)} more"
+    text += "; the repeat in flight was lost" if in_flight is not None else ""
+    text += f"; {counts['not started']} not started" if counts["not started"] else ""
+    if output is None:
+        return RunInterrupted(f"{text}; nothing was written (no output file)", None, partial, report)
+    if counts["partly saved"] + counts["lost"] + counts["not started"]:
+        return RunInterrupted(f"{text}; finish it with: clsbench run --resume {shlex.quote(str(output))}", None,
+                              partial, report)
+    return RunInterrupted(f"{text}; every measurement is in {output}", None, partial, report)
 
 
 def new_result(plan: RunPlan, environment: dict[str, Any]) -> BenchmarkResult:
@@ -149,19 +192,20 @@ def run_plan(plan: RunPlan, result: BenchmarkResult, output: Path | None, *,
     ]
     position = {(job.cell.key, job.repeat): index for index, job in enumerate(jobs)}
 
+    in_flight: list[tuple[Any, int] | None] = [None]  # the repeat running now: Ctrl-C loses it
+
     def run_repeat(cell: Cell, repeat: int) -> dict[str, Any]:
         index = position[(cell.key, repeat)]
-        return executor.run(jobs[index], jobs[index + 1] if index + 1 < len(jobs) else None)
+        in_flight[0] = (cell.key, repeat)
+        record = executor.run(jobs[index], jobs[index + 1] if index + 1 < len(jobs) else None)
+        in_flight[0] = None
+        return record
 
     def skip(cell: Cell) -> dict[str, Any] | None:
         return skips[cell.key]
 
     def interrupted(partial: BenchmarkResult) -> RunInterrupted:
-        where = f"; finish it with: clsbench run --resume {output}" if output is not None else ""
-        started = f", and {sum(len(p.repeats) for p in partial.pending)} repeat(s) of {len(partial.pending)} more" \
-            if partial.pending else ""
-        return RunInterrupted(f"interrupted: {len(partial.measurements)} measurement(s) saved{started}{where}",
-                              result=partial)
+        return interruption(plan.cells, plan.repeats, partial, in_flight[0], output)
 
     procedure = Procedure(
         run_repeat=run_repeat, skip=skip, interrupted=interrupted, close=executor.close,
