@@ -38,7 +38,9 @@ def resume_counts(path: str | Path, *, retry_failed: bool = False) -> tuple[int,
     from clsbench.engine.planning import resume_counts as counts_of
     from clsbench.results import io as result_io
 
-    return counts_of(result_io.load(path), retry_failed=retry_failed)
+    result = result_io.load(path)
+    with result_io.writer_lock(Path(path)):  # a file a live run is writing is not finished: that is the error
+        return counts_of(result, retry_failed=retry_failed)
 
 
 def index_result(path: str | Path, result: BenchmarkResult, db: str | None = None) -> None:

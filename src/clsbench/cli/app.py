@@ -213,7 +213,7 @@ def check_resume_options(path: str | None, output: str | None) -> None:
 
 def nothing_to_resume(path: str, retry_failed: bool) -> bool:
     """Say so, and return True, when every measurement ``path`` plans is in it (``run --resume`` then changes
-    nothing and exits 0)."""
+    nothing and exits 0, or 4 when some of them failed, as the run that wrote it did)."""
     from clsbench import api
 
     counts = api.resume_counts(path, retry_failed=retry_failed)
@@ -223,6 +223,8 @@ def nothing_to_resume(path: str, retry_failed: bool) -> bool:
     note = f"; {failed} failed (--retry-failed measures them again)" if failed else ""
     click.echo(f"nothing to resume: all {finished} measurement(s) of {path} are finished{note}; "
                f"`clsbench show {path}` prints them", err=True)
+    if failed:
+        sys.exit(EXIT_MEASUREMENT_FAILED)
     return True
 
 
