@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -191,6 +192,98 @@ def test_latency_curves_are_thinned_and_charts_capped() -> None:
     assert "big: infer-latency CDF (1/2)" in html and "big: infer-latency CDF (2/2)" in html
     # 7 curves of 50,000 samples each: unthinned, the SVG paths alone would take 7 x 50,000 x ~15 bytes (5 MB).
     assert len(html.encode()) < 7 * MAX_POINTS_PER_CURVE * 40 < 7 * 50_000 * 15
+
+
+def _busy_latency_result() -> BenchmarkResult:
+    """One infer-latency measurement whose repeats differ, as on a busy host: 10 requests at 600 ms, 10 at 590 ms,
+    100 at 800 ms. The table's p50 is the median of the repeats' p50s (600 ms); the pooled p50 is 800 ms."""
+    from test_compare import measurement, result
+
+    def record(values: list[float]) -> dict[str, object]:
+        return {"status": "ok", "reason": None, "detail": None, "validity": {"stop_rule_met": True},
+                "samples": {"wall_ms": values, "images": len(values), "wall_s": sum(values) / 1000}}
+
+    records = [record([600.0] * 10), record([590.0] * 10), record([800.0] * 100)]
+    return result([measurement("busynet", "infer-latency", records, batch=1, device="cpu")])
+
+
+def test_latency_chart_names_the_tables_p50_and_the_pooled_one() -> None:
+    """Item 5 of issue 38: the chart said `p50 800.0 ms` (pooled) where the table says 600.0 (median of repeats)."""
+    text = page_text(render_report([_busy_latency_result()], ["busy.json"]))
+    summary, chart = text.split("busynet: infer-latency CDF", 1)
+    assert "600.0" in summary and "800.0" not in summary  # the summary table's p50
+    chart = "busynet: infer-latency CDF" + chart
+    assert chart.startswith("busynet: infer-latency CDF fp32: table p50 600.0 ms (median of 3 repeats) pooled ● p50 "
+                            "800.0, ▲ p99 800.0 ms (n=120)")
+    assert "request latency, wall clock (ms); markers: pooled percentiles" in summary  # the x label, drawn first
+
+
+def test_roofline_tflops_and_mfu_are_the_efficiency_tables() -> None:
+    from clsbench.report.table import EFFICIENCY_COLUMNS, efficiency_row
+
+    run = result_io.load(TELEMETRY)
+    html = render_report([run], ["telemetry.json"])
+    roofline = html[html.index('<table class="roofline">'):]
+    rows = re.findall(r"<tr><td class=\"num\">\d+</td><td>([^<]*)</td>.*?</tr>", roofline, re.S)
+    cells = re.findall(r"<tr><td class=\"num\">\d+</td>.*?</tr>", roofline, re.S)
+    assert rows and len(rows) == len(cells)
+    by_label = {report_html.label_of(m): m for m in run.measurements}
+    for label, row in zip(rows, cells, strict=True):
+        expected = dict(zip(EFFICIENCY_COLUMNS, efficiency_row(by_label[label]), strict=True))
+        numbers = re.findall(r'<td class="num">([^<]*)</td>', row)
+        assert numbers[2:4] == [expected["TFLOP/s"], expected["MFU %"]], label
+
+
+# --------------------------------------------------------------------------------- throughput bar geometry
+
+_BAR = re.compile(r'<g id="patch_\d+">\s*<path d="M ([-\d.]+) ([-\d.]+) \s*L ([-\d.]+) [-\d.]+ \s*L [-\d.]+ ([-\d.]+) '
+                  r'\s*L [-\d.]+ [-\d.]+ \s*z\s*"[^>]*style="fill: (#[0-9a-f]{6})"')
+_LABEL = re.compile(r'<text [^>]*x="([-\d.]+)" y="([-\d.]+)"[^>]*>([^<]*\(bs\d+\))</text>')
+_WHISKER = re.compile(r'<g id="LineCollection_\d+">\s*<path d="M ([-\d.]+) ([-\d.]+) \s*L ([-\d.]+) ')
+
+
+def _bars_chart(measurements: list[tuple[str, float, list[float], str]]) -> str:
+    """The SVG of the throughput chart of one run of infer-throughput measurements (model, img/s, per repeat,
+    device)."""
+    base = result_io.load(FIXTURE)
+    template = next(m for m in base.measurements if m.workload == "infer-throughput")
+    built = []
+    for model, rate, repeats, device in measurements:
+        summary = copy.deepcopy(template.summary)
+        summary.update(throughput_img_s=rate, throughput_img_s_by_repeat=repeats, unstable=max(repeats) > rate * 1.1)
+        built.append(Measurement(model=model, workload="infer-throughput", mode="fp32", batch_size=2, device=device,
+                                 status="ok", summary=summary, validity={"stop_rule_met": True}))
+    result = BenchmarkResult(environment=base.environment, settings=base.settings, measurements=tuple(built))
+    html = render_report([result], ["bars.json"])
+    title = html.index("infer-throughput: throughput by mode")
+    return html[html.rfind("<svg", 0, title):html.index("</svg>", title)]
+
+
+@pytest.mark.parametrize("measurements", [
+    # An UNSTABLE CPU figure (2 to 60 img/s over repeats, median 20) beside a GPU: a log axis, whose lower whisker
+    # passed the axis' left end before.
+    [("gpunet", 3000.0, [2990.0, 3000.0, 3010.0], "cuda"), ("cpunet", 20.0, [2.0, 20.0, 60.0], "cpu")],
+    # Two CPU figures on a linear axis, one whose upper whisker (60) reached past the axis (1.3 x the longest bar).
+    [("steady", 30.0, [29.0, 30.0, 31.0], "cpu"), ("cpunet", 20.0, [2.0, 20.0, 60.0], "cpu")],
+], ids=["log", "linear"])
+def test_bar_labels_sit_at_their_bars_end_whatever_the_whisker(measurements: list[Any]) -> None:
+    """Item 19 of issue 38: labels floated far from their bars where a whisker was long, and whiskers were cut."""
+    svg = _bars_chart(measurements)
+    axes = svg[svg.index('<g id="axes_1">'):svg.index('<g id="matplotlib.axis_1">')]  # the background and bars
+    left, _, right, _, _ = _BAR.findall(axes)[0]  # the axes' background comes first
+    left, right = float(left), float(right)
+    bars = [tuple(map(float, b[:4])) for b in _BAR.findall(axes)[1:]]
+    labels = [(float(x), float(y), text) for x, y, text in _LABEL.findall(svg)]
+    whiskers = [tuple(map(float, w)) for w in _WHISKER.findall(svg)]
+    assert len(bars) == len(labels) == len(whiskers) == 2
+    for (_, top, end, bottom), (x, baseline, text), (w_low, w_y, w_high) in zip(bars, labels, whiskers, strict=True):
+        centre = (top + bottom) / 2
+        assert x - end == pytest.approx(3.0, abs=0.01), text  # 3 pt right of the bar's end, not the whisker's
+        assert top < baseline < centre and w_y == pytest.approx(centre), text  # above the whisker's line
+        assert x + 7 * 0.62 * len(text) < right, text  # inside the axes (7 pt DejaVu Sans, ~0.62 em a character)
+        assert left <= w_low < w_high <= right, text  # the whisker is drawn whole
+    unstable = labels[1]
+    assert whiskers[1][2] > unstable[0] + 20  # its whisker reaches well past where its label starts
 
 
 def test_thin_keeps_first_and_last_and_the_limit() -> None:

@@ -2,10 +2,18 @@
 marked, latency CDFs, power over time and the roofline. A procedure's own charts are drawn by its view
 (:class:`~clsbench.report.views.HtmlSection`), next to the procedure.
 
-Figures: img/s is the median over repeats (as in ``clsbench show``); the latency CDF pools the raw ``wall_ms`` of
-every repeat, and its markers are the pooled nearest-rank p50 and p99 (:func:`clsbench.analysis.stats.percentile`),
-which can differ slightly from the table's p50/p99 (the median over repeats of each repeat's percentile); the p99
-marker is left out of a pool of fewer than 100 samples, where it would be the maximum.
+Figures, each defined as in the summary tables or named where it is not:
+
+- img/s is the median over repeats, as in ``clsbench show``; its whiskers span the repeats (min to max). A bar's
+  label sits at the end of the bar itself, above the whisker, wherever the whisker reaches, and the axis is wide
+  enough for every whisker and label.
+- The latency CDF draws the raw ``wall_ms`` of every repeat pooled. Its legend gives the table's p50 and p99 (the
+  median over repeats of each repeat's nearest-rank percentile, named so), and then the curve's own markers, the
+  *pooled* nearest-rank p50 (●) and p99 (▲) (:func:`clsbench.analysis.stats.percentile`), named ``pooled``: the two
+  differ when the repeats do (a busy host: 599.9 ms against 806.9 ms). The pooled p99 is left out of a pool of fewer
+  than 100 samples, where it would be the maximum, as the table leaves out its p99.
+- The roofline's TFLOP/s and MFU cells are the efficiency table's (:func:`clsbench.report.table.efficiency_row`): MFU
+  against the datasheet peak, in brackets against the measured one.
 """
 
 from __future__ import annotations
@@ -30,13 +38,18 @@ from clsbench.report.html_parts import (
     succeeded,
     thin,
 )
-from clsbench.report.table import fmt_ms, fmt_rate
+from clsbench.report.table import EFFICIENCY_COLUMNS, efficiency_row, fmt_ms, fmt_rate
 from clsbench.report.views import in_throughput_bars, knee_fraction
 from clsbench.results.schema import Measurement
 
 #: Throughput bars switch to a logarithmic axis when the largest bar is this many times the smallest
 #: (a CPU next to a GPU), so that the small bars do not vanish.
 LOG_AXIS_RATIO = 30.0
+#: A bar's label starts this many points right of the bar's end and this many points above its centre line, where
+#: the whisker runs (its caps reach 2 points above it), so that a whisker never runs through the label.
+BAR_LABEL_OFFSET_PT = (3.0, 2.5)
+#: Room right of the longest bar or whisker for its label: times the axis' end on a linear axis, factor on a log one.
+LINEAR_HEADROOM, LOG_HEADROOM = 1.35, 8.0
 
 
 # ---------------------------------------------------------------------------------------- throughput by mode
@@ -110,18 +123,21 @@ def _throughput_chart(workload: str, models: list[str], series: list[str],
     """One workload's chart (see :func:`_best_bars` for its bars): a log axis when the rates span more than
     :data:`LOG_AXIS_RATIO`, a legend of the series."""
     values = [rate_of(m) or 0.0 for _, _, m in bars]
+    # The axis spans every whisker too: one that passed the axis would be cut, and its bar's label with it.
+    reach = [v for _, _, m in bars for v in _repeat_rates(m)] + values
     log = max(values) / max(min(values), 1e-12) > LOG_AXIS_RATIO
-    fig = figs.new(9.0, 1.0 + 0.24 * len(bars) + 0.12 * len(models))
+    fig = figs.new(9.0, 1.0 + 0.28 * len(bars) + 0.12 * len(models))
     ax = fig.add_subplot()
     _draw_bar_groups(ax, models, bars, colors)
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     if log:
+        low, high = min(reach) / 2, max(reach) * LOG_HEADROOM
         ax.set_xscale("log")
-        ax.set_xlim(min(values) / 2, max(values) * 8)
-        log_axis(ax.xaxis, min(values) / 2, max(values) * 8)
+        ax.set_xlim(low, high)
+        log_axis(ax.xaxis, low, high)
     else:
-        ax.set_xlim(0, max(values) * 1.3)
+        ax.set_xlim(0, max(reach) * LINEAR_HEADROOM)
     ax.set_xlabel("images per second (median over repeats; whiskers: min-max of repeats)"
                   + (", log scale" if log else ""))
     ax.set_title(f"{workload}: throughput by mode")
@@ -131,24 +147,31 @@ def _throughput_chart(workload: str, models: list[str], series: list[str],
             "caption": "Each model's best batch size per mode is shown (bs in brackets)."}
 
 
+def _repeat_rates(m: Measurement) -> list[float]:
+    """The positive img/s of each repeat (the whiskers' ends)."""
+    return [v for v in (finite(x) for x in m.summary.get("throughput_img_s_by_repeat") or ()) if v and v > 0]
+
+
 def _draw_bar_groups(ax: Any, models: list[str], bars: list[tuple[str, str, Measurement]],
                      colors: dict[str, str]) -> None:
     """The bars, a group per model labelled on the y axis, each with min-max whiskers over its repeats (when
-    there are two or more) and its rate and batch size written at its end."""
+    there are two or more) and its rate and batch size written at the bar's end, just above the whisker's line
+    (:data:`BAR_LABEL_OFFSET_PT`): where the bar ends, however far its whisker reaches."""
     y, ticks, labels = 0.0, [], []
     for model in models:
         group = [(name, m) for mdl, name, m in bars if mdl == model]
         start = y
         for name, m in group:
             value = rate_of(m) or 0.0
-            per_repeat = [v for v in (finite(x) for x in m.summary.get("throughput_img_s_by_repeat") or ()) if v]
+            per_repeat = _repeat_rates(m)
             err = None
             if len(per_repeat) > 1:
                 err = [[max(value - min(per_repeat), 0.0)], [max(max(per_repeat) - value, 0.0)]]
             ax.barh(y, value, height=0.8, color=colors[name], xerr=err,
                     error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
-            ax.text(max([value, *per_repeat]), y, f"  {fmt_rate(value)} (bs{m.batch_size})", va="center",
-                    ha="left", fontsize=7)
+            ax.annotate(f"{fmt_rate(value)} (bs{m.batch_size})", (value, y), xytext=BAR_LABEL_OFFSET_PT,
+                        textcoords="offset points", va="bottom", ha="left", fontsize=7,
+                        annotation_clip=False)
             y += 1
         ticks.append((start + y - 1) / 2)
         labels.append(model)
@@ -245,7 +268,7 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
     from clsbench.analysis.stats import MIN_SAMPLES, percentile
 
     many = len(runs) > 1
-    curves: dict[str, list[tuple[str, list[float]]]] = {}
+    curves: dict[str, list[tuple[str, list[float], str]]] = {}
     for run in runs:
         for m in run.measurements:
             if m.workload != "infer-latency" or not succeeded(m):
@@ -253,7 +276,7 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
             samples = _wall_samples(m)
             if samples:
                 text = mode_of(m) if m.batch_size == 1 else f"{mode_of(m)} bs{m.batch_size}"
-                curves.setdefault(m.model, []).append((series_name(run, text, many), samples))
+                curves.setdefault(m.model, []).append((series_name(run, text, many), samples, _table_latency(m)))
     charts = []
     for model, entries in curves.items():
         parts = chunks(entries)
@@ -261,7 +284,7 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
             fig = figs.new(5.6, 3.2)
             ax = fig.add_subplot()
             lows, highs = [], []
-            for i, (name, samples) in enumerate(part):
+            for i, (name, samples, table_figures) in enumerate(part):
                 ordered = sorted(samples)
                 n = len(ordered)
                 keep = thin(n)
@@ -274,9 +297,9 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
                 highs.append(ordered[-1])
                 # Straight segments between the kept quantiles: a step drawing would double the vertices for no
                 # visible difference at this size.
+                pooled = f"pooled ● p50 {fmt_ms(p50)}" + (f", ▲ p99 {fmt_ms(p99)}" if p99 is not None else "")
                 ax.plot(xs, ys, color=series_color(i), linewidth=1.3,
-                        label=f"{name}: p50 {fmt_ms(p50)}" + (f", p99 {fmt_ms(p99)}" if p99 is not None else "")
-                        + f" ms (n={n})")
+                        label=f"{name}: {table_figures}\n{pooled} ms (n={n})")
                 ax.plot([p50], [0.5], marker="o", markersize=5, color=series_color(i), markeredgecolor="black",
                         markeredgewidth=0.5, linestyle="none")
                 if p99 is not None:
@@ -288,7 +311,7 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
             ax.axhline(0.5, color="#999999", linewidth=0.6, linestyle=":")
             ax.axhline(0.99, color="#999999", linewidth=0.6, linestyle=":")
             ax.set_ylim(0, 1.02)
-            ax.set_xlabel("request latency, wall clock (ms)")
+            ax.set_xlabel("request latency, wall clock (ms); markers: pooled percentiles")
             ax.set_ylabel("fraction of requests ≤ x")
             suffix = f" ({part_index + 1}/{len(parts)})" if len(parts) > 1 else ""
             title = f"{model}: infer-latency CDF{suffix}"
@@ -296,6 +319,17 @@ def latency_charts(runs: list[ReportRun], figs: Figures) -> list[dict[str, Any]]
             ax.legend(loc="lower right", fontsize=7)
             charts.append({"title": title, "svg": figs.svg(fig), "caption": ""})
     return charts
+
+
+def _table_latency(m: Measurement) -> str:
+    """The table's p50 and p99 of ``m``, named: ``table p50 599.9, p99 612.0 ms (median of 3 repeats)``."""
+    latency = m.summary.get("latency_ms") if isinstance(m.summary.get("latency_ms"), dict) else {}
+    p50, p99 = finite(latency.get("p50")), finite(latency.get("p99"))
+    if p50 is None:
+        return "no p50 in the table"
+    repeats = sum(r.get("status", "ok") == Status.OK for r in m.repeats)
+    figures = f"table p50 {fmt_ms(p50)}" + (f", p99 {fmt_ms(p99)}" if p99 is not None else "")
+    return f"{figures} ms (median of {repeats} repeats)"
 
 
 # ------------------------------------------------------------------------------------------ power over time
@@ -409,10 +443,11 @@ def roofline(runs: list[ReportRun], figs: Figures) -> tuple[list[dict[str, Any]]
                         xytext=(5, 3) if i % 2 else (5, -11), fontsize=8, fontweight="bold")
             roof = eff.get("roofline") if isinstance(eff.get("roofline"), dict) else {}
             fraction = finite(roof.get("fraction_of_attainable"))
+            # The efficiency table's own cells: one definition of TFLOP/s and MFU on the page.
+            cells = dict(zip(EFFICIENCY_COLUMNS, efficiency_row(m), strict=True))
             rows.append({
                 "n": str(i), "label": label_of(m), "unit": unit, "intensity": fmt_g(intensity),
-                "achieved": fmt_g(achieved), "mfu": fmt_g(finite(eff.get("mfu_measured_pct")) or
-                                                              finite(eff.get("mfu_datasheet_pct"))),
+                "achieved": cells["TFLOP/s"], "mfu": cells["MFU %"],
                 "attainable": "-" if fraction is None else f"{100 * fraction:.0f}%",
                 "bound_by": str(eff.get("bound_by") or "-"), "reason": str(roof.get("reason") or ""),
             })
