@@ -23,6 +23,7 @@ from clsbench.api.helpers import (
     check_output,
     check_profile_directory,
     check_result_output,
+    check_serve_names,
     check_store,
     communication_env,
     dataset_warnings,
@@ -155,6 +156,7 @@ __all__ = [
     "check_output",
     "check_profile_directory",
     "check_result_output",
+    "check_serve_names",
     "check_store",
     "communication_env",
     "compare",
@@ -681,7 +683,7 @@ def record_nsys(outcome: Any) -> int:
 #: public function here does one command's work; ``tests/test_cli_thin.py`` holds each command to exactly one.
 HELPERS = frozenset({
     "bf16_supported", "check_compare", "check_data_settings", "check_output", "check_profile_directory",
-    "check_result_output", "check_store",
+    "check_result_output", "check_serve_names", "check_store",
     "communication_env", "data_preflight", "dataset_warnings", "default_output_path", "diagnose_text", "environment",
     "get_suite", "history_index_path", "index_result", "launch_commands", "list_models",
     "literal_header_names", "load", "load_result",

@@ -75,6 +75,23 @@ def check_output(path: str | Path, *, force: bool = False) -> None:
     export.check_output(path, force=force)
 
 
+def check_serve_names(settings: Any) -> None:
+    """A serve's settings checked whole before the command announces its plan: ``settings.validate()``, then every
+    scenario a registered one and, without a target, the model and modes known (``serve`` checks them again)."""
+    from clsbench.scenarios import SCENARIOS
+
+    settings.validate()
+    for name in settings.scenarios:
+        SCENARIOS.get(name)
+    if settings.target is None:
+        from clsbench.models import get_model_spec
+        from clsbench.modes import parse_mode
+
+        get_model_spec(settings.model)
+        for mode in settings.modes:
+            parse_mode(mode)
+
+
 def check_result_output(path: str | Path, exists_hint: str = "choose another --output, or finish it with --resume") \
         -> None:
     """Refuse a result file that exists, is a folder or cannot be written: before a command announces its plan or

@@ -244,7 +244,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
         max_search_steps=max_search_steps, threads=threads,
         backends=tuple(api.split_list(backends, "--backend")) or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
         target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
-    settings.validate()  # bad input fails here, before the environment is read or anything is started
+    api.check_serve_names(settings)  # bad input fails here, before the environment is read or anything is started
     api.require_loadgen()
     resolved, env, path = start(settings.device, output)
     if not quiet:

@@ -218,28 +218,12 @@ class ServeSettings:
             raise InvalidInputError("no mode given", "e.g. --mode bf16+cl")
         if not self.scenarios:
             raise InvalidInputError("no scenario given", SCENARIO_ORDER_HINT)
-        self._check_names()
         self._check_backends()
         self._check_target()
         self._check_batching()
         self._check_loadgen()
         self._check_execution()
         return self
-
-    def _check_names(self) -> None:
-        """Every scenario is a registered one and, without a target, the model and modes are known: so that a
-        command refuses them before it announces its plan."""
-        from clsbench.scenarios import SCENARIOS
-
-        for name in self.scenarios:
-            SCENARIOS.get(name)
-        if self.target is None:
-            from clsbench.models import get_model_spec
-            from clsbench.modes import parse_mode
-
-            get_model_spec(self.model)
-            for mode in self.modes:
-                parse_mode(mode)
 
     def _check_backends(self) -> None:
         """Every backend is a registered one (an unknown name is one line with the closest names)."""
