@@ -47,3 +47,12 @@ def test_points_in_any_order_and_no_points() -> None:
 def test_a_fraction_outside_zero_to_one_is_refused(fraction: float) -> None:
     with pytest.raises(ValueError, match=r"knee fraction must lie in \(0, 1\], got"):
         knee([(1, 10.0), (2, 20.0)], fraction)
+
+
+def test_a_curve_that_falls_from_its_first_point_has_its_knee_there() -> None:
+    # Larger batches slower (a CPU thrashing its caches): the smallest batch is the knee, not the slowest that reaches.
+    assert knee([(1, 100.0), (2, 95.0), (4, 91.0)]) == (1, 100.0)
+
+
+def test_a_flat_curve_at_zero_has_its_knee_at_the_smallest_batch() -> None:
+    assert knee([(2, 0.0), (1, 0.0)]) == (1, 0.0)
