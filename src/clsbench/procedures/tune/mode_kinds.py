@@ -147,6 +147,13 @@ def _growing(search: Search, active: Sequence[str], index: int, reference: int) 
     return still
 
 
+def _retry_smaller(search: Search, mode: str, batch: int) -> bool:
+    """Whether ``mode`` is tried below ``batch``: it ran there and failed or broke a limit. A mode skipped there
+    (the device cannot run it) is not: a smaller batch does not make it runnable."""
+    m = search.measurement(search.cell(mode, batch))
+    return m is not None and m.status != Status.SKIPPED and not _fits(search, mode, batch)
+
+
 def _undominated(search: Search, modes: Sequence[str], index: int) -> list[str]:
     """``modes`` less those another mode beat by more than the margin at ``sizes[index - 1]`` and ``sizes[index]``
     (pruned, stage ``dominance``)."""
@@ -183,9 +190,7 @@ def _eager_rounds(search: Search) -> Rounds:
             continue
         active = _screen_margin(search, active, sizes[index], sizes[index + 1:]) if index == reference \
             else _undominated(search, active, index)
-    down = [mode for mode in search.base_modes
-            if search.measurement(search.cell(mode, sizes[reference])) is not None
-            and not _fits(search, mode, sizes[reference])]
+    down = [mode for mode in search.base_modes if _retry_smaller(search, mode, sizes[reference])]
     for index in range(reference - 1, -1, -1):
         if not down:
             return
@@ -298,6 +303,22 @@ def mode_refusal(search: Search, cell: Cell) -> str | None:
     from clsbench.engine.runner import static_skip_reason
 
     return static_skip_reason(cell, search.run.result.environment, search.run.plan.compile_mode)
+
+
+def drop_refused_modes(search: Search) -> None:
+    """The precisions this device cannot run leave the search before it is planned, each pruned (stage ``device``)
+    with the mode's own reason (:func:`mode_refusal`: TF32 on a CPU): no stage counts them, and no left-out line
+    blames the budget for them. Where no mode could run, they stay, and the runner records each as skipped with its
+    reason."""
+    if not search.base_modes or not search.sizes:
+        return
+    refused = {mode: reason for mode in search.base_modes
+               if (reason := mode_refusal(search, search.cell(mode, search.sizes[0])))}
+    if not refused or len(refused) == len(search.base_modes):
+        return
+    search.base_modes = [mode for mode in search.base_modes if mode not in refused]
+    for mode, reason in refused.items():
+        search.prune("device", mode, ["any batch size or variant"], reason)
 
 
 def optimizer_implementation(search: Search, family: str, batch: int) -> tuple[str | None, dict[str, str]]:
@@ -423,6 +444,7 @@ __all__ = [
     "TRAIN_STEP_SUFFIXES",
     "best_compiled_families",
     "dominated",
+    "drop_refused_modes",
     "eager_stage",
     "freeze_suffixes",
     "mode_refusal",

@@ -31,8 +31,10 @@ is given. Limits, the correctness guard and the confirmation of the best :data:`
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from clsbench.core.plan import Cell
@@ -115,6 +117,8 @@ class Search:
         self.rules = {"screen": screen_rule(self.full), "longer": self.full, "confirm": self.full}
         self.stages: list[dict[str, Any]] = []
         self.done_stages: set[str] = set()
+        #: The planned stages the budget has run short for, said once each as it happens.
+        self.short_stages: set[str] = set()
         for key in ("trials", "left_out", "earlier", "pruned", "phases"):
             self.facts.setdefault(key, [])
         for trial in self.facts["trials"]:
@@ -221,6 +225,9 @@ class Search:
     def plan(self) -> list[dict[str, Any]]:
         """Price every stage and keep them, in priority order, while they fit in the budget (the first screening
         round always); store and announce the plan. Returns the stages in the order they run."""
+        from clsbench.procedures.tune.mode_kinds import drop_refused_modes
+
+        drop_refused_modes(self)  # the precisions this device cannot run: pruned with their reasons, never planned
         stages = []
         self.facts["kinds"] = [kind.name for kind in kinds(self)]  # the kinds this search tries, in their order
         for kind in kinds(self):
@@ -404,13 +411,35 @@ class Search:
         """Measure each cell at ``rung`` unless the budget says no; cells measured at that rung before are taken
         from the file. Returns the measurements there are."""
         out = []
-        for cell in cells:
-            m = self.measure_one(cell, kind, rung, stage)
+        for index, cell in enumerate(cells):
+            m = self.measure_one(cell, kind, rung, stage, position=(index, len(cells)))
             if m is not None:
                 out.append(m)
         return out
 
-    def measure_one(self, cell: Cell, kind: str, rung: str, stage: str) -> Measurement | None:
+    @contextlib.contextmanager
+    def counted(self, position: tuple[int, int] | None) -> Iterator[None]:
+        """While one candidate is measured: progress events count candidates of its stage (``[n/N]``: the n-th of
+        the stage's N) instead of the repeats of the one-cell plan the runner is given (always 1 of 1)."""
+        execution = self.run.execution
+        if position is None or execution.progress is None:
+            yield
+            return
+        index, count = position
+        progress = execution.progress
+
+        def recount(event: Any) -> None:
+            done = index + (1 if event.kind in ("measurement", "finish") else 0)
+            progress(dataclasses.replace(event, done=done, total=count))
+
+        self.run.execution = dataclasses.replace(execution, progress=recount)
+        try:
+            yield
+        finally:
+            self.run.execution = execution
+
+    def measure_one(self, cell: Cell, kind: str, rung: str, stage: str,
+                    position: tuple[int, int] | None = None) -> Measurement | None:
         trial = self.find_trial(cell, rung)
         if trial is not None and trial.get("actual_s") is not None:
             return self.at_rung(cell, rung)  # measured before this search was interrupted
@@ -439,7 +468,8 @@ class Search:
         self.run.save()
         before = self.budget.clock()
         rules = {self.workload: self.rules[rung]}
-        measured = self.run.measure([cell], repeats=repeats, stop_rules=rules)
+        with self.counted(position):
+            measured = self.run.measure([cell], repeats=repeats, stop_rules=rules)
         actual = self.budget.clock() - before
         m = measured[0] if measured else None
         entry.update({"actual_s": actual, "end_s": self.budget.spent_s(),
@@ -502,6 +532,12 @@ class Search:
                            f"of the budget was left" + (f", {format_seconds(reserve)} of it kept for the stages "
                                                         "after" if reserve > 0 else ""))
         self.facts["left_out"].append(entry)
+        if stage not in self.short_stages and self.planned(stage):
+            # The plan said this stage would run: say at once that the budget ran short for it, not only at the end.
+            self.short_stages.add(stage)
+            what = "its candidate" if cell is None else candidate_name(cell)
+            self.announce(f"tune plan: {stage} runs short of the budget: {what} left out ({entry['reason']}); "
+                          "the list at the end says what else was")
         self.save()
 
     def save(self) -> None:
@@ -632,8 +668,8 @@ class Search:
         if chosen:
             self.facts["phases"].append({"phase": "confirm", "stage": "confirm", "rung": "confirm",
                                          "candidates": [candidate_name(m) for m in chosen]})
-        for m in chosen:
-            self.measure_one(Cell.of(m), self.kind_of(m), "confirm", "confirm")
+        for index, m in enumerate(chosen):
+            self.measure_one(Cell.of(m), self.kind_of(m), "confirm", "confirm", position=(index, len(chosen)))
 
     def eligible(self, m: Measurement) -> bool:
         """Whether ``m`` may win: any candidate, except that with ``--data`` only real-data cells may (the synthetic
