@@ -66,6 +66,7 @@ from clsbench.analysis.compare_types import (
     CrossRow,
     CrossRunFigures,
     EnvDifference,
+    GateFindings,
     Ratio,
     Regression,
     Row,
@@ -75,6 +76,8 @@ from clsbench.analysis.compare_types import (
 )
 from clsbench.analysis.significance import (
     DEFAULT_ALPHA,
+    DEFAULT_POWER,
+    POWER_METHOD,
     TestResult,
     detectable_difference,
     repeats_needed,
@@ -560,6 +563,22 @@ def undecided(comparison: Comparison) -> list[Undecided]:
             if ratio.verdict in (VERDICT_INCONCLUSIVE, VERDICT_NOT_TESTABLE):
                 out.append(Undecided(row, run, ratio, baseline=comparison.runs[0].label, index=index))
     return out
+
+
+def gate(comparison: Comparison) -> GateFindings:
+    """The regression gate of ``compare --fail-if-slower`` at the threshold ``comparison`` was built with: its
+    :func:`regressions` (exit 5), else its :func:`undecided` figures (exit 6), else what passed (:func:`gate_passed`).
+
+    Raises:
+        ValueError: ``comparison`` was built without a threshold.
+    """
+    threshold = _gate_threshold(comparison)
+    return GateFindings(
+        slowdowns=tuple(r.describe() for r in regressions(comparison, threshold)),
+        undecided=tuple(u.describe() for u in undecided(comparison)),
+        passed=gate_passed(comparison),
+        basis=f"{comparison.test}, alpha {comparison.alpha:g}; detectable at {DEFAULT_POWER:.0%} {POWER_METHOD}",
+    )
 
 
 def gate_passed(comparison: Comparison) -> str:

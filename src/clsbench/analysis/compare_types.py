@@ -340,6 +340,18 @@ def _pct(value: float | None) -> str:
     return f"{value:.2f}%" if value < 1 else f"{value:.1f}%" if value < 100 else f"{value:,.0f}%"
 
 
+@dataclass(frozen=True)
+class GateFindings:
+    """What the regression gate found, as printed: each significant slowdown beyond the threshold (one line), each
+    figure it cannot judge (its lines), what a passed gate judged (in words) and what decided (the test, alpha, the
+    power)."""
+
+    slowdowns: tuple[str, ...]
+    undecided: tuple[tuple[str, ...], ...]
+    passed: str
+    basis: str
+
+
 def detectable_text(pct: float | None) -> str:
     """The smallest detectable slowdown in words: ``2.1%``, or that none is (noise beyond the whole figure)."""
     if pct is None:

@@ -370,10 +370,8 @@ def export_triton_repo(settings: Any, *, progress: Any = None) -> Any:
 class CompareOutcome:
     """What ``clsbench compare`` prints: ``warnings`` (stderr, before the text), ``text`` (the comparison in the
     chosen format), ``notes`` (stderr, after it: measurements the regression gate cannot count), and the gate's
-    findings when a threshold was given: ``slowdowns`` (one description each), ``undecided`` (the figures too
-    noisy or too few to judge against it, each as lines: the figure, the smallest change its repeats could detect,
-    the repeats needed), ``passed`` (what a passed gate judged, in words) and ``gate_basis`` (what decided
-    significance, e.g. ``Welch's t-test, alpha 0.05``)."""
+    findings when a threshold was given: ``slowdowns``, ``undecided`` (the lines of each figure too noisy to judge),
+    ``passed`` (in words) and ``gate_basis`` (what decided, e.g. ``Welch's t-test, alpha 0.05``)."""
 
     text: str
     warnings: tuple[str, ...] = ()
@@ -484,9 +482,8 @@ def compare(refs: Sequence[str], *, fmt: str = "table", alpha: float = 0.05, thr
     Raises:
         InvalidInputError: fewer than two runs, ``alpha`` outside (0, 1), runs that cannot be compared.
     """
-    from clsbench.analysis.compare import check_protocols, gate_passed, lost_measurements, regressions, undecided
+    from clsbench.analysis.compare import check_protocols, gate, lost_measurements
     from clsbench.analysis.compare import compare as build_comparison
-    from clsbench.analysis.significance import DEFAULT_POWER, POWER_METHOD
     from clsbench.procedures.base import comparer
     from clsbench.report import export
 
@@ -507,11 +504,9 @@ def compare(refs: Sequence[str], *, fmt: str = "table", alpha: float = 0.05, thr
     text = export.export_comparison(comparison, fmt)
     if threshold_pct is None:
         return CompareOutcome(text=text)
-    return CompareOutcome(
-        text=text, notes=tuple(lost_measurements(comparison)),
-        slowdowns=tuple(r.describe() for r in regressions(comparison, threshold_pct)),
-        undecided=tuple(u.describe() for u in undecided(comparison)), passed=gate_passed(comparison),
-        gate_basis=f"{comparison.test}, alpha {alpha:g}; detectable at {DEFAULT_POWER:.0%} {POWER_METHOD}")
+    found = gate(comparison)
+    return CompareOutcome(text=text, notes=tuple(lost_measurements(comparison)), slowdowns=found.slowdowns,
+                          undecided=found.undecided, passed=found.passed, gate_basis=found.basis)
 
 
 def import_results(files: Iterable[str], *, db: str | None = None) -> list[Any]:
