@@ -55,15 +55,21 @@ def ensure_tool(requirement: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)
 
 
-def prepare(name: str, module: dict) -> Path:
-    """A fresh copy of the tree for one module, with mutmut's settings for it in ``setup.cfg``."""
+def prepare(name: str, module: dict, head: bool) -> Path:
+    """A fresh copy of the tree (the working tree, or the last commit when ``head``) for one module, with mutmut's
+    settings for it in ``setup.cfg``."""
     work = WORK / name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("src", "tests"):
-        shutil.copytree(ROOT / folder, work / folder, ignore=skip)
-    shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
+    if head:
+        archive = subprocess.run(["git", "archive", "HEAD", "src", "tests", "pyproject.toml"], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    else:
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+        for folder in ("src", "tests"):
+            shutil.copytree(ROOT / folder, work / folder, ignore=skip)
+        shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
     tests = "\n".join(f"    {t}" for t in module["tests"])
     (work / "setup.cfg").write_text(
         "[mutmut]\nsource_paths = src\n"
@@ -93,16 +99,27 @@ def diff_lines(work: Path, mutant: str) -> list[str]:
     return [line for line in out.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
 
 
-def run_module(name: str, module: dict, jobs: int, equivalent: set[str], goal: float) -> bool:
+def sample_patterns(digits: str) -> list[str]:
+    """mutmut name patterns that pick the mutants whose number ends in one of ``digits`` ("05": 1 in 5)."""
+    return [f"*__mutmut_*{d}" for d in digits]
+
+
+def run_module(name: str, module: dict, *, jobs: int, equivalent: set[str], goal: float, head: bool,
+               every: bool) -> bool:
     """Mutate one module, print its score and survivors; whether it reached ``goal``."""
-    work = prepare(name, module)
-    print(f"{name}: mutating {module['source']} against {', '.join(module['tests'])} ...", flush=True)
+    work = prepare(name, module, head)
+    sample = "" if every else module.get("sample", "")
+    picked = f"the mutants whose number ends in {', '.join(sample)}" if sample else "every mutant"
+    print(f"{name}: mutating {module['source']} ({picked}) against {', '.join(module['tests'])} ...", flush=True)
     with open(work / "run.log", "w", encoding="utf-8") as log:
-        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)], cwd=work,
-                       stdout=log, stderr=subprocess.STDOUT, check=False)
-    results = verdicts(work)
+        subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs),
+                        *sample_patterns(sample)], cwd=work, stdout=log, stderr=subprocess.STDOUT, check=False)
+    every_verdict = verdicts(work)
+    results = {m: v for m, v in every_verdict.items() if v != "not checked"}
     if not results:
-        print(f"{name}: mutmut produced no mutants; see {work / 'run.log'}")
+        tail = (work / "run.log").read_text(encoding="utf-8", errors="replace")[-300:].split("\r")[-1].strip()
+        print(f"{name}: no mutant was checked ({tail}); the listed tests must pass unmutated: run them in "
+              f"{work / 'mutants'}")
         return False
     killed = sum(v in KILLED for v in results.values())
     marked = {m for m in results if m in equivalent and results[m] not in KILLED}
@@ -116,10 +133,11 @@ def run_module(name: str, module: dict, jobs: int, equivalent: set[str], goal: f
         print(f"  {verdict}: {mutant}")
         for line in diff_lines(work, mutant):
             print(f"      {line.strip()}")
-    stale = sorted(m for m in equivalent if m.startswith(f"{module_name(module)}.") and m not in marked)
-    for mutant in stale:
-        state = results.get(mutant, "no such mutant now")
-        print(f"  listed as equivalent but {state}: {mutant} (update docs/development.md)")
+    ours = (m for m in equivalent if m.startswith(f"{module_name(module)}."))
+    for mutant in sorted(ours):
+        state = every_verdict.get(mutant, "no such mutant now")
+        if state in KILLED or state == "no such mutant now":
+            print(f"  listed as equivalent but {state}: {mutant} (update docs/development.md)")
     return score >= goal
 
 
@@ -139,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help=f"modules to mutate (default: all: {', '.join(modules)})")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants tested at once")
+    parser.add_argument("--head", action="store_true",
+                        help="mutate the last commit, not the working tree (others' unfinished edits left out)")
+    parser.add_argument("--every", action="store_true", help="every mutant, also of modules configured to sample")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
@@ -150,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ensure_tool(config["tool"])
     equivalent = equivalent_mutants()
-    reached = [run_module(m, modules[m], max(args.jobs, 1), equivalent, config["goal_pct"])
-               for m in args.modules or modules]
+    reached = [run_module(m, modules[m], jobs=max(args.jobs, 1), equivalent=equivalent, goal=config["goal_pct"],
+                          head=args.head, every=args.every) for m in args.modules or modules]
     return 0 if all(reached) else 1
 
 
