@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from clsbench.analysis import stats
-from clsbench.analysis.summary import build_measurement, combine_telemetry, summarize
+from clsbench.analysis.summary import (
+    TIME_VARYING_ADVICE,
+    build_measurement,
+    combine_telemetry,
+    stop_rule_text,
+    summarize,
+    unstable_advice,
+)
 from clsbench.core.plan import Cell
 from clsbench.results.telemetry import SERIES, make_record
 from test_results_io import ok_record
@@ -157,3 +164,133 @@ def test_a_skipped_cell_keeps_its_reason_without_a_repeat_number() -> None:
     assert measurement.status == "skipped" and measurement.detail == "unsupported_mode"
     assert measurement.summary == {}
     assert measurement.validity == {"valid": False, "repeats_ok": 0, "repeats_run": 1}
+
+
+# ------------------------------------------------------------------------------------- efficiency
+COSTS = {"forward_flops": 2.0e9, "train_step_flops": 6.0e9, "params": 1000, "param_bytes": 4096,
+         "activation_bytes": 1024}
+
+
+def efficiency_records(*, busy_ms: list[float | None], costs: dict[str, Any] | None = COSTS) -> list[dict[str, Any]]:
+    """Train repeats of 4 iterations of 1 ms at batch 4 (4000 img/s), with the GPU busy ``busy_ms`` of each."""
+    records = train_records(*([1.0] * len(busy_ms)))
+    for record, busy in zip(records, busy_ms, strict=True):
+        record["costs"] = costs
+        record["busy"] = {"gpu_busy_ms_per_iteration": busy}
+    return records
+
+
+def test_train_efficiency_uses_the_train_step_flops_and_three_times_the_bytes() -> None:
+    env = {"gpu": {"name": "NVIDIA H200"}, "probe": {"matmul_flop_s": {"fp32": 50e12}}}
+    measurement = build_measurement(TRAIN, efficiency_records(busy_ms=[0.75, 1.5, 0.5]), environment=env)
+    eff = measurement.summary["efficiency"]
+    assert eff["flops_per_image"] == 6.0e9 and eff["flops_kind"] == "train step (forward + backward)"
+    assert (eff["forward_flops_per_image"], eff["train_step_flops_per_image"], eff["params"]) == (2.0e9, 6.0e9, 1000)
+    assert eff["precision_unit"] == "fp32"
+    assert eff["achieved_tflop_s"] == pytest.approx(6.0e9 * 4000 / 1e12)
+    assert eff["peak_tflop_s_datasheet"] == pytest.approx(67.0)
+    assert eff["peak_source"].startswith("NVIDIA H200 Tensor Core GPU datasheet")
+    assert eff["mfu_datasheet_pct"] == pytest.approx(100 * 24.0e12 / 67e12)
+    assert eff["peak_tflop_s_measured"] == pytest.approx(50.0)
+    assert eff["mfu_measured_pct"] == pytest.approx(100 * 24.0e12 / 50e12)
+    bytes_per_image = 3.0 * (4096 / 4 + 1024)  # fp32: full width; training moves three times the forward's bytes
+    assert eff["bytes_per_image"] == pytest.approx(bytes_per_image)
+    assert eff["arithmetic_intensity"] == pytest.approx(6.0e9 / bytes_per_image)
+    # Busy fractions 0.75, 1.0 (1.5 ms busy in a 1 ms iteration is capped), 0.5: their median.
+    assert eff["gpu_busy_fraction"] == pytest.approx(0.75)
+    assert eff["gpu_busy_method"] == "torch.profiler CUDA activity after the timed region"
+    # No measured copy rate: the datasheet's bandwidth; the measured matmul peak over the datasheet's.
+    assert eff["roofline"]["ridge_point_flop_per_byte"] == pytest.approx(50e12 / 4.8e12)
+    assert eff["bound_by"] == eff["roofline"]["bound_by"] == "compute"
+
+
+def test_inference_efficiency_in_16_bit_on_an_unknown_gpu() -> None:
+    cell = Cell("clsbench_testmodels:tiny", "infer-throughput", "amp-bf16", 4, "cuda")
+    env = {"gpu": {"name": "Made-up GPU"}, "probe": {"copy_bytes_s": 1.0e9}}
+    records = efficiency_records(busy_ms=[None, None])
+    eff = build_measurement(cell, records, environment=env).summary["efficiency"]
+    assert eff["flops_per_image"] == 2.0e9 and eff["flops_kind"] == "forward" and eff["precision_unit"] == "bf16"
+    assert eff["peak_tflop_s_datasheet"] is None and eff["mfu_datasheet_pct"] is None
+    assert eff["peak_source"] == "no datasheet entry for Made-up GPU"
+    assert eff["peak_tflop_s_measured"] is None and eff["mfu_measured_pct"] is None
+    assert eff["bytes_per_image"] == pytest.approx(0.5 * (4096 / 4 + 1024))  # 16-bit modes move half the bytes
+    assert eff["gpu_busy_fraction"] is None and eff["gpu_busy_method"] is None
+    assert eff["bound_by"] is None  # no peak FLOP/s to set a ridge point against
+    unnamed = build_measurement(cell, records, environment={}).summary["efficiency"]
+    assert unnamed["peak_source"] == "no datasheet entry for this device"
+
+
+def test_efficiency_says_why_flops_were_not_counted() -> None:
+    records = efficiency_records(busy_ms=[1.0, 1.0], costs={"unavailable": "fvcore missing"})
+    assert build_measurement(TRAIN, records).summary["efficiency"] == {"unavailable": "fvcore missing"}
+    records = efficiency_records(busy_ms=[1.0], costs=None)
+    assert build_measurement(TRAIN, records).summary["efficiency"] == {"unavailable": "FLOPs were not counted"}
+
+
+# ------------------------------------------------------------------------------------- backend facts of repeats
+def test_backend_facts_come_from_the_repeat_that_built_and_the_medians_of_the_ok_ones() -> None:
+    cell = Cell("clsbench_testmodels:tiny", "infer-throughput", "fp32", 4, "cpu", backend="export")
+    parity = {"passed": False, "max_abs_diff": 0.5}
+    facts = [
+        {"name": "export", "cache_hit": True, "load_s": 1.0, "graph_capture_s": None, "no_cache": False,
+         "cache_dir": "/c", "cache_key": "k1", "versions": {"torch": "x"}, "runtime": None, "build_s": None},
+        {"name": "export", "cache_hit": False, "built_now": True, "build_s": 30.0, "build_process_s": 32.0,
+         "load_s": 3.0, "graph_capture_s": 0.5, "artifact_bytes": 2048, "rebuilt_reason": "stale",
+         "variant": "frozen", "build": {"flags": 1}, "attempts": 2, "runtime": "aoti"},
+        {"name": "export", "cache_hit": True, "load_s": 2.0, "graph_capture_s": 0.25, "attempts": 1},
+        {"name": "export", "cache_hit": True, "load_s": 99.0},
+    ]
+    records = train_records(1.0, 1.0, 1.0) + [{"status": "failed", "reason": "crash", "detail": "boom"}]
+    for record, fact in zip(records, facts, strict=True):
+        record["backend"] = fact
+    records[0]["parity"] = parity
+    backend = build_measurement(cell, records).summary["backend"]
+    assert backend == {
+        "name": "export", "build_s": 30.0, "built_now": True, "build_process_s": 32.0,
+        "load_s": 2.0, "graph_capture_s": 0.375,  # medians over the ok repeats only (99 s was the failed one)
+        "artifact_bytes": 2048, "cache_hit": True, "cache_hits": 3, "rebuilt_reason": "stale", "no_cache": False,
+        "cache_dir": "/c", "cache_key": "k1", "variant": "frozen", "build": {"flags": 1}, "attempts": 2,
+        "versions": {"torch": "x"}, "runtime": "aoti", "parity": parity,
+    }
+
+
+def test_a_failed_parity_check_keeps_the_figures_but_not_their_validity() -> None:
+    cell = Cell("clsbench_testmodels:tiny", "infer-throughput", "fp32", 4, "cpu", backend="export")
+    records = train_records(1.0)
+    records[0]["backend"] = {"name": "export", "cache_hit": False, "built_now": True}
+    records[0]["parity"] = {"passed": False}
+    measurement = build_measurement(cell, records)
+    assert measurement.validity["parity_passed"] is False and measurement.validity["valid"] is False
+    assert measurement.summary["throughput_img_s"] == 4000.0
+    records[0]["parity"] = {"passed": True}
+    assert build_measurement(cell, records).validity["valid"] is True
+
+
+def test_a_backend_named_but_not_applied_records_only_its_name() -> None:
+    cell = Cell("clsbench_testmodels:tiny", "infer-throughput", "fp32", 4, "cpu", backend="export")
+    records = train_records(1.0)
+    records[0]["backend"] = {"name": "export"}
+    assert build_measurement(cell, records).summary["backend"] == {"name": "export"}
+    records[0]["backend"] = None
+    assert "backend" not in build_measurement(cell, records).summary
+
+
+# ------------------------------------------------------------------------------------- words
+def test_stop_rule_text_names_every_limit_it_has() -> None:
+    full = {"warmup": 5, "warmup_seconds": 2.5, "min_iterations": 20, "min_seconds": 1.0, "max_iterations": 100,
+            "max_seconds": 30.0}
+    assert stop_rule_text(full) == "warm-up >= 5 it and >= 2.5 s; timed >= 20 it and >= 1 s; max 100 it; max 30 s"
+    bare = {"warmup": 0, "warmup_seconds": 0.0, "min_iterations": 3, "min_seconds": 0.0, "max_iterations": None,
+            "max_seconds": None}
+    assert stop_rule_text(bare) == "warm-up >= 0 it; timed >= 3 it and >= 0 s"
+
+
+def test_cpu_advice_offers_no_gpu_remedy() -> None:
+    time_varying = unstable_advice(40.0, 30.0, "cpu")
+    assert time_varying == TIME_VARYING_ADVICE.format(where="this machine", clocks="", check="", launch="")
+    per_process = unstable_advice(40.0, 1.0, "cpu")
+    assert per_process == ("each repeat was steady but they differed, so the cause is fixed per process (e.g. memory "
+                           "or CPU placement, thread start-up). Raise --repeats so the median rests on more processes")
+    gpu = unstable_advice(40.0, 1.0, "cuda:0")
+    assert "(e.g. cuDNN autotuning picking different algorithms, memory or CPU placement)" in gpu
+    assert gpu.endswith(", and rerun with --no-cudnn-benchmark to test whether autotuning is the cause")
