@@ -18,6 +18,7 @@ from clsbench.analysis.summary import (
     summarize,
     unstable_advice,
 )
+from clsbench.core.data_settings import DataSettings
 from clsbench.core.plan import Cell
 from clsbench.results.telemetry import SERIES, make_record
 from test_results_io import ok_record
@@ -148,6 +149,38 @@ def test_no_repeats_no_telemetry() -> None:
     assert combine_telemetry([]) == {}
 
 
+def test_the_measurement_carries_the_worst_repeats_throttling_and_the_first_repeats_flags() -> None:
+    steady = telemetry(reasons=[0] * 4, power=[100.0] * 4, temperature=[50.0] * 4)
+    capped = telemetry(reasons=[SW_POWER_CAP] * 4, power=[300.0] * 4, temperature=[60.0] * 4)
+    records = with_telemetry(steady, capped)
+    records[0]["flags"], records[1]["flags"] = {"num_threads": 2}, {"num_threads": 8}
+    measurement = build_measurement(TRAIN, records)
+    assert measurement.validity["throttled"] is True
+    assert measurement.validity["throttle_summary"] == "power cap 100% of samples"
+    assert measurement.summary["flags"] == {"num_threads": 2}
+
+
+def test_host_cpu_contention_names_each_repeat_that_had_it() -> None:
+    records = train_records(1.0, 1.0)
+    records[0]["host_cpu"] = {"steal_pct": 5.0, "other_busy_cores": 3.0}
+    records[1]["host_cpu"] = {"steal_pct": 0.0, "other_busy_cores": 1.5}
+    measurement = build_measurement(TRAIN, records)
+    assert measurement.summary["host_cpu"]["steal_pct_max"] == 5.0
+    assert measurement.validity["host_cpu_contention"] == (
+        "repeat 1: hypervisor steal 5.0% of CPU time; repeat 1: other work kept 3.0 cores busy; "
+        "repeat 2: other work kept 1.5 cores busy")
+    records[0]["host_cpu"] = records[1]["host_cpu"] = {"steal_pct": 0.0, "other_busy_cores": 0.0}
+    quiet = build_measurement(TRAIN, records)
+    assert "host_cpu" in quiet.summary and "host_cpu_contention" not in quiet.validity
+
+
+def test_a_real_data_cell_always_has_a_data_block() -> None:
+    cell = Cell("clsbench_testmodels:tiny", "train", "fp32", 4, "cpu", data=DataSettings(directory="/data"))
+    summary = build_measurement(cell, train_records(1.0)).summary
+    assert "data" in summary and summary["data"] is None  # no repeat carried data facts
+    assert "data" not in build_measurement(TRAIN, train_records(1.0)).summary
+
+
 # ------------------------------------------------------------------------------------- failed and skipped repeats
 def test_a_failed_repeat_sets_the_status_and_names_which_repeat() -> None:
     records = train_records(1.0, 1.0) + [{"status": "failed", "reason": "oom", "detail": "out of memory"}]
@@ -182,7 +215,7 @@ def efficiency_records(*, busy_ms: list[float | None], costs: dict[str, Any] | N
 
 def test_train_efficiency_uses_the_train_step_flops_and_three_times_the_bytes() -> None:
     env = {"gpu": {"name": "NVIDIA H200"}, "probe": {"matmul_flop_s": {"fp32": 50e12}}}
-    measurement = build_measurement(TRAIN, efficiency_records(busy_ms=[0.75, 1.5, 0.5]), environment=env)
+    measurement = build_measurement(TRAIN, efficiency_records(busy_ms=[1.5, 3.0, 0.5]), environment=env)
     eff = measurement.summary["efficiency"]
     assert eff["flops_per_image"] == 6.0e9 and eff["flops_kind"] == "train step (forward + backward)"
     assert (eff["forward_flops_per_image"], eff["train_step_flops_per_image"], eff["params"]) == (2.0e9, 6.0e9, 1000)
@@ -196,8 +229,8 @@ def test_train_efficiency_uses_the_train_step_flops_and_three_times_the_bytes() 
     bytes_per_image = 3.0 * (4096 / 4 + 1024)  # fp32: full width; training moves three times the forward's bytes
     assert eff["bytes_per_image"] == pytest.approx(bytes_per_image)
     assert eff["arithmetic_intensity"] == pytest.approx(6.0e9 / bytes_per_image)
-    # Busy fractions 0.75, 1.0 (1.5 ms busy in a 1 ms iteration is capped), 0.5: their median.
-    assert eff["gpu_busy_fraction"] == pytest.approx(0.75)
+    # Busy 1.5 and 3 ms in 1 ms iterations are capped at a fraction of 1; with 0.5, their median is 1.
+    assert eff["gpu_busy_fraction"] == 1.0
     assert eff["gpu_busy_method"] == "torch.profiler CUDA activity after the timed region"
     # No measured copy rate: the datasheet's bandwidth; the measured matmul peak over the datasheet's.
     assert eff["roofline"]["ridge_point_flop_per_byte"] == pytest.approx(50e12 / 4.8e12)
@@ -218,6 +251,21 @@ def test_inference_efficiency_in_16_bit_on_an_unknown_gpu() -> None:
     assert eff["bound_by"] is None  # no peak FLOP/s to set a ridge point against
     unnamed = build_measurement(cell, records, environment={}).summary["efficiency"]
     assert unnamed["peak_source"] == "no datasheet entry for this device"
+
+
+def test_a_measured_copy_rate_sets_the_ridge_point_instead_of_the_datasheets_bandwidth() -> None:
+    env = {"gpu": {"name": "NVIDIA H200"}, "probe": {"copy_bytes_s": 1.0e12}}
+    eff = build_measurement(TRAIN, efficiency_records(busy_ms=[1.0]), environment=env).summary["efficiency"]
+    assert eff["roofline"]["ridge_point_flop_per_byte"] == pytest.approx(67e12 / 1.0e12)
+
+
+def test_repeats_without_a_timed_region_have_no_throughput_and_no_achieved_rate() -> None:
+    records = efficiency_records(busy_ms=[None])
+    records[0]["samples"]["wall_s"] = 0.0
+    measurement = build_measurement(TRAIN, records, environment={"gpu": {"name": "NVIDIA H200"}})
+    assert measurement.summary["throughput_img_s"] is None
+    assert measurement.summary["efficiency"]["achieved_tflop_s"] is None
+    assert measurement.summary["efficiency"]["mfu_datasheet_pct"] is None
 
 
 def test_efficiency_says_why_flops_were_not_counted() -> None:
