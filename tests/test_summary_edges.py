@@ -5,6 +5,7 @@ combines), and what a measurement with failed or skipped repeats says. Records c
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from clsbench.analysis.summary import (
     unstable_advice,
 )
 from clsbench.core.data_settings import DataSettings
-from clsbench.core.plan import Cell
+from clsbench.core.plan import Cell, StopRule
 from clsbench.results.telemetry import SERIES, make_record
 from test_results_io import ok_record
 
@@ -342,3 +343,23 @@ def test_cpu_advice_offers_no_gpu_remedy() -> None:
     gpu = unstable_advice(40.0, 1.0, "cuda:0")
     assert "(e.g. cuDNN autotuning picking different algorithms, memory or CPU placement)" in gpu
     assert gpu.endswith(", and rerun with --no-cudnn-benchmark to test whether autotuning is the cause")
+
+
+def test_the_first_repeats_profile_stop_rule_and_input_size_are_the_measurements() -> None:
+    records = train_records(1.0, 1.0)
+    records[0]["profile"], records[1]["profile"] = {"phases": {"forward": 1.0}}, {"phases": {"forward": 9.0}}
+    records[0]["input_size"], records[1]["input_size"] = None, 48
+    rule = StopRule(warmup=2, min_iterations=4, min_seconds=0.5)
+    measurement = build_measurement(TRAIN, records, rule)
+    assert measurement.summary["profile"] == {"phases": {"forward": 1.0}}
+    assert measurement.validity["stop_rule"] == "warm-up >= 2 it; timed >= 4 it and >= 0.5 s"
+    assert measurement.input_size == 48  # the first repeat that recorded one
+    for record in records:
+        record["input_size"] = None
+    assert build_measurement(dataclasses.replace(TRAIN, input_size=64), records).input_size == 64
+
+
+def test_an_eager_cell_has_no_backend_block_whatever_its_records_say() -> None:
+    records = train_records(1.0)
+    records[0]["backend"] = {"name": "eager", "cache_hit": False}
+    assert "backend" not in build_measurement(TRAIN, records).summary
