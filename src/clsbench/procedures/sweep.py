@@ -388,7 +388,8 @@ def analyze_sweep(result: BenchmarkResult, *, knee_fraction: float | None = None
     ``latency_throughput_curve`` (the tail latency per batch against img/s: the p99 where each repeat timed enough
     batches for one, else the slowest batch, named in ``latency_tail_is``; each point marked ``pareto`` when no
     other point has both more img/s and a lower tail). A point's ``latency_p99_ms`` is None where the p99 was
-    withheld (too few batches timed); its ``latency_max_ms`` is the slowest batch. ``knee_fraction`` defaults to the one stored with the sweep.
+    withheld (too few batches timed); its ``latency_max_ms`` is the slowest batch. ``knee_fraction`` defaults to
+    the one stored with the sweep.
     """
     facts, measurements = _series(result)
     fraction = validate_knee_fraction(knee_fraction if knee_fraction is not None else
