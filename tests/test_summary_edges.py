@@ -167,6 +167,7 @@ def test_host_cpu_contention_names_each_repeat_that_had_it() -> None:
     records[1]["host_cpu"] = {"steal_pct": 0.0, "other_busy_cores": 1.5}
     measurement = build_measurement(TRAIN, records)
     assert measurement.summary["host_cpu"]["steal_pct_max"] == 5.0
+    assert measurement.summary["host_cpu"]["other_busy_cores"] == 2.25  # median of 3.0 and 1.5
     assert measurement.validity["host_cpu_contention"] == (
         "repeat 1: hypervisor steal 5.0% of CPU time; repeat 1: other work kept 3.0 cores busy; "
         "repeat 2: other work kept 1.5 cores busy")
@@ -179,6 +180,7 @@ def test_a_real_data_cell_always_has_a_data_block() -> None:
     cell = Cell("clsbench_testmodels:tiny", "train", "fp32", 4, "cpu", data=DataSettings(directory="/data"))
     summary = build_measurement(cell, train_records(1.0)).summary
     assert "data" in summary and summary["data"] is None  # no repeat carried data facts
+    assert build_measurement(cell, train_records(1.0)).data == cell.data.to_dict()
     assert "data" not in build_measurement(TRAIN, train_records(1.0)).summary
 
 
@@ -363,3 +365,26 @@ def test_an_eager_cell_has_no_backend_block_whatever_its_records_say() -> None:
     records = train_records(1.0)
     records[0]["backend"] = {"name": "eager", "cache_hit": False}
     assert "backend" not in build_measurement(TRAIN, records).summary
+
+
+def test_energy_per_image_uses_each_repeats_images_and_wall_time() -> None:
+    # One power sample: energy = 100 W x the repeat's 4 ms = 0.4 J, over its 16 images.
+    single = make_record("nvml", 0.5, samples={**{key: [] for key in SERIES}, "t_s": [0.0], "power_w": [100.0]})
+    combined = combine_telemetry(with_telemetry(single))
+    assert combined["energy_j"] == pytest.approx(0.4)
+    assert combined["joules_per_image"] == pytest.approx(0.4 / 16)
+
+
+def test_what_the_latency_and_the_spread_are_of() -> None:
+    summary, _ = summarize(train_records(1.0, 1.0), "train", "cpu")
+    assert summary["latency_kind"] == "iteration" and summary["spread_metric"] == "throughput_img_s"
+    assert summary["latency_ms"]["p50"] == 1.0 and "gpu_latency_ms" not in summary
+    records = [ok_record([2.0] * 4, workload="infer-latency", batch=1, pid=1),
+               ok_record([4.0] * 4, workload="infer-latency", batch=1, pid=2)]
+    for record, gpu_ms in zip(records, ([1.5] * 4, [2.5] * 4), strict=True):
+        record["samples"]["gpu_ms"] = gpu_ms
+    summary, _ = summarize(records, "infer-latency", "cuda")
+    assert summary["latency_kind"] == "request_wall" and summary["spread_metric"] == "latency_ms.p50"
+    assert summary["latency_ms"]["p50"] == 3.0 and summary["gpu_latency_ms"]["p50"] == 2.0
+    records[1]["samples"]["gpu_ms"] = None  # one repeat without CUDA-event timings: no GPU latency at all
+    assert "gpu_latency_ms" not in summarize(records, "infer-latency", "cuda")[0]
