@@ -65,13 +65,13 @@ def test_two_repeats_on_each_side_are_enough_and_one_is_not() -> None:
     assert two.p == pytest.approx(1.0 - 2.0 * math.sqrt(2.0) / math.sqrt(2.0 + 8.0), abs=1e-12)
     one = welch_t_test([1.0, 3.0, 5.0], [4.0])
     assert one.reason == "needs at least 2 repeats on each side (has 3 and 1)"
-    assert (one.t, one.df, one.p, one.n_a, one.n_b) == (None, None, None, 3, 1)
+    assert (one.t, one.df, one.p, one.alpha, one.n_a, one.n_b) == (None, None, None, 0.05, 3, 1)
     assert one.describe() == "not testable: needs at least 2 repeats on each side (has 3 and 1)"
 
 
 def test_identical_constants_are_not_significant_and_say_why() -> None:
     same = welch_t_test([2.0, 2.0], [2.0, 2.0, 2.0])
-    assert (same.t, same.df, same.p) == (0.0, None, 1.0)
+    assert (same.t, same.df, same.p, same.n_a, same.n_b) == (0.0, None, 1.0, 2, 3)
     assert same.reason == "both runs identical, without variance"
 
 
@@ -164,7 +164,9 @@ def test_power_of_an_overwhelming_difference_is_one_and_bad_arguments_are_refuse
 
 def test_the_detectable_difference_has_the_asked_power() -> None:
     a, b = [10.0, 12.0, 11.0, 13.0], [10.5, 11.5, 12.5]
-    for alpha, power in ((0.05, 0.8), (0.1, 0.5), (0.01, 0.95)):
+    # Power just above alpha needs a noncentrality below 1; power near 1 at alpha 0.01 one far above the critical
+    # value plus 4 where the search starts.
+    for alpha, power in ((0.05, 0.8), (0.1, 0.5), (0.01, 0.95), (0.05, 0.06), (0.01, 0.9999)):
         difference = detectable_difference(a, b, alpha, power)
         var_a, var_b = 5.0 / 3.0, 1.0
         se_a, se_b = var_a / 4, var_b / 3
@@ -208,4 +210,8 @@ def test_repeats_needed_at_exactly_the_most_it_searches() -> None:
     assert n is not None and power(n, 0.5) >= 0.8 > power(n - 1, 0.5)
     assert repeats_needed(a, b, 0.5, most=n) == n  # exactly enough at the last count searched
     assert repeats_needed(a, b, 0.5, most=n - 1) is None
+    strict = repeats_needed(a, b, 0.5, alpha=0.01)
+    assert strict is not None and strict > n
+    df = (strict - 1) * var ** 2 / (1.0 + 0.25 ** 2)
+    assert welch_power(0.5 / math.sqrt(var / strict), df, 0.01) >= 0.8
     assert MAX_REPEATS_SEARCHED == 10_000
