@@ -55,7 +55,7 @@ def ensure_tool(requirement: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", requirement], check=True)
 
 
-def prepare(name: str, module: dict, head: bool) -> Path:
+def prepare(name: str, module: dict, head: bool, deselect: list[str]) -> Path:
     """A fresh copy of the tree (the working tree, or the last commit when ``head``) for one module, with mutmut's
     settings for it in ``setup.cfg``."""
     work = WORK / name
@@ -77,8 +77,9 @@ def prepare(name: str, module: dict, head: bool) -> Path:
         f"pytest_add_cli_args_test_selection =\n{tests}\n"
         # Tests marked slow run whole sweeps in worker processes: minutes per mutant, and no edge they pin.
         "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -m\n    not slow\n"
+        + "".join(f"    --deselect\n    {node}\n" for node in deselect)
         # The tests import torch, whose thread pools can deadlock a plain fork of a process that ran tests.
-        "process_isolation = forkserver\n",
+        + "process_isolation = forkserver\n",
         encoding="utf-8",
     )
     return work
@@ -105,9 +106,9 @@ def sample_patterns(digits: str) -> list[str]:
 
 
 def run_module(name: str, module: dict, *, jobs: int, equivalent: set[str], goal: float, head: bool,
-               every: bool) -> bool:
+               every: bool, deselect: list[str]) -> bool:
     """Mutate one module, print its score and survivors; whether it reached ``goal``."""
-    work = prepare(name, module, head)
+    work = prepare(name, module, head, deselect)
     sample = "" if every else module.get("sample", "")
     picked = f"the mutants whose number ends in {', '.join(sample)}" if sample else "every mutant"
     print(f"{name}: mutating {module['source']} ({picked}) against {', '.join(module['tests'])} ...", flush=True)
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", action="store_true",
                         help="mutate the last commit, not the working tree (others' unfinished edits left out)")
     parser.add_argument("--every", action="store_true", help="every mutant, also of modules configured to sample")
+    parser.add_argument("--deselect", action="append", default=[], metavar="NODE_ID",
+                        help="leave out a test that fails unmutated (pytest's node id; repeatable)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_tool(config["tool"])
     equivalent = equivalent_mutants()
     reached = [run_module(m, modules[m], jobs=max(args.jobs, 1), equivalent=equivalent, goal=config["goal_pct"],
-                          head=args.head, every=args.every) for m in args.modules or modules]
+                          head=args.head, every=args.every, deselect=args.deselect) for m in args.modules or modules]
     return 0 if all(reached) else 1
 
 
