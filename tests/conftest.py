@@ -12,6 +12,9 @@ TESTS_DIR = Path(__file__).parent
 if str(TESTS_DIR) not in sys.path:  # so worker processes can import the tiny test models by module name
     sys.path.insert(0, str(TESTS_DIR))
 
+# One real Triton test server of each kind for the whole session (tests/triton_fixture.py starts them on first use).
+from triton_fixture import triton_open, triton_restricted  # noqa: E402, F401
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     import torch

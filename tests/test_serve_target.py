@@ -11,15 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import triton_fixture
 from clsbench.cli import main
 from clsbench.core.options import Execution
 from clsbench.results import io as result_io
 from clsbench.serving.analysis import analyze_serve, render_serve
 from clsbench.serving.config import ServeSettings
 from triton_fixture import MAX_BATCH, MAX_QUEUE_DELAY_US, TritonTestServer, running_server
-
-triton_open = triton_fixture.triton_open  # the module-scoped fixture: one server for the tests that use it
 
 #: The LoadGen minimums of these tests: short runs and few queries (the tiny CPU server answers in a few ms).
 QUICK = ["--min-duration-s", "1", "--min-queries", "200", "--samples", "64", "--max-search-steps", "3",

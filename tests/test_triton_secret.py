@@ -77,7 +77,6 @@ def test_a_literal_token_on_the_command_line_is_warned_about_and_never_echoed(tm
 
 
 #: The test server whose statistics answer only its access token (module-scoped: started once for this file).
-triton_restricted = triton_fixture.triton_restricted
 
 
 def test_a_token_from_a_file_reaches_the_server_over_http(triton_restricted: TritonTestServer, tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import triton_fixture
 from clsbench.core.vocab import Reason
 from clsbench.errors import InvalidInputError
 from clsbench.serving import records
@@ -24,8 +23,6 @@ from clsbench.serving.triton_target import TritonEndpoint, TritonTarget, parse_t
 from triton_fixture import BAD_MODEL, INPUT_SIZE, MAX_BATCH, MAX_QUEUE_DELAY_US, TritonTestServer, running_server
 
 #: The module-scoped real servers: statistics open to anyone, and restricted to the access token.
-triton_open = triton_fixture.triton_open
-triton_restricted = triton_fixture.triton_restricted
 
 #: Samples in the pool LoadGen's indices point into.
 POOL = 64

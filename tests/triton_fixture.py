@@ -1,6 +1,8 @@
 """A real Triton Inference Server for tests: ``tests/triton_server.py`` started in a subprocess, and its fixtures.
 
-Import the fixtures into a test module (``from triton_fixture import triton_open, triton_restricted``). Each starts
+``tests/conftest.py`` declares the two fixtures for the whole session (one server of each kind serves every test
+module that asks for it: a start and a stop cost about 30 s on 2 cores); a test needing a server of its own (one it
+kills) calls :func:`running_server`. Each starts
 the server in its own process group (so the ``tritonserver`` and Python-stub children can be ended with it), waits
 for its ``READY grpc=<port> http=<port>`` line and yields a :class:`TritonTestServer`. Teardown asks the script to
 stop (a line on its stdin: it leaves PyTriton's ``with`` block normally, which stops Triton cleanly) and kills the
@@ -152,14 +154,14 @@ def _wait_ready(lines: queue.Queue[str | None], timeout_s: float) -> tuple[int, 
     return None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def triton_open(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonTestServer]:
     """A test server whose statistics and model repository answer anyone."""
     with running_server(tmp_path_factory.mktemp("triton-open"), statistics="open") as server:
         yield server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def triton_restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonTestServer]:
     """A test server with PyTriton's default protection: statistics need the header with :data:`ACCESS_TOKEN`."""
     with running_server(tmp_path_factory.mktemp("triton-restricted"), statistics="restricted",
