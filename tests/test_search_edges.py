@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clsbench.serving import records
-from clsbench.serving.search import search_max_qps
+from clsbench.serving.search import bound_text, converged, search_max_qps, unfinished
 
 
 def scripted(verdict: Callable[[float], bool | None]) -> tuple[Callable[[float, str], dict[str, Any]], list]:
@@ -102,3 +102,28 @@ def test_the_outcome_records_the_start_as_a_float() -> None:
     outcome = search_max_qps(run_step, records.is_valid, start_qps=2, resolution=0.5)
     assert outcome["start_qps"] == 2.0 and isinstance(outcome["start_qps"], float)
     assert outcome["monotonic"] is True
+
+
+# ------------------------------------------------------------------------------------- an unfinished search
+def test_a_stored_converged_flag_wins_and_an_old_file_is_read_from_stopped_by() -> None:
+    assert converged({"converged": False, "stopped_by": "resolution"}) is False
+    assert converged({"converged": True, "stopped_by": "max_steps"}) is True
+    assert converged({"stopped_by": "resolution"}) is True  # written before `converged` was stored
+    assert converged({"stopped_by": "max_steps"}) is False
+
+
+def test_an_unfinished_search_keeps_its_answer_bracket_and_width() -> None:
+    run_step, _ = scripted(lambda t: t <= 130.0)
+    outcome = search_max_qps(run_step, records.is_valid, start_qps=100.0, max_steps=3, resolution=0.02)
+    state = unfinished(outcome)
+    assert state == {"best_qps": 100.0, "steps": 3, "stopped_by": "max_steps", "lo_qps": 100.0, "hi_qps": 150.0,
+                     "width": 0.5, "resolution": 0.02}
+    assert bound_text(state) == ">= 100 qps; search stopped after 3 steps, bracket 100-150 (50% wide, resolution 2%)"
+
+
+def test_bound_text_for_a_failed_run_an_open_bracket_and_a_file_without_a_resolution() -> None:
+    base = {"best_qps": 1200.0, "steps": 4, "lo_qps": 1200.0}
+    assert bound_text({**base, "stopped_by": "error", "hi_qps": None}) == (
+        ">= 1,200 qps; search ended by a failed run after 4 steps, no INVALID target above it yet")
+    assert bound_text({**base, "stopped_by": "interrupted", "hi_qps": 1500.0, "width": 0.25}) == (
+        ">= 1,200 qps; search stopped (interrupted) after 4 steps, bracket 1,200-1,500 (25% wide)")
