@@ -153,6 +153,9 @@ def test_a_run_that_measured_nothing_exits_7_with_the_skip_reasons_and_keeps_its
     assert "error: nothing measured: every measurement was skipped (unsupported_mode: CUDA graphs need a CUDA " \
            "device" in result.stderr
     assert out.exists()
+    again = _invoke(tmp_path, "run", "--resume", str(out))  # nothing left to resume, and still nothing measured
+    assert again.exit_code == 7, again.output
+    assert "nothing to resume" in again.stderr and "error: nothing measured" in again.stderr
 
 
 def test_a_sweep_whose_every_size_was_skipped_exits_7(tmp_path: Path) -> None:

@@ -213,7 +213,7 @@ def check_resume_options(path: str | None, output: str | None) -> None:
 
 def nothing_to_resume(path: str, retry_failed: bool) -> bool:
     """Say so, and return True, when every measurement ``path`` plans is in it (``run --resume`` then changes
-    nothing and exits 0, or 4 when some of them failed, as the run that wrote it did)."""
+    nothing and exits as the run that wrote it did: 0, 4 when some of them failed, 7 when every one was skipped)."""
     from clsbench import api
 
     counts = api.resume_counts(path, retry_failed=retry_failed)
@@ -225,6 +225,7 @@ def nothing_to_resume(path: str, retry_failed: bool) -> bool:
                f"`clsbench show {path}` prints them", err=True)
     if failed:
         sys.exit(EXIT_MEASUREMENT_FAILED)
+    exit_if_nothing_measured(path, api.load_result(path).measurements)  # a file of skips only: exit 7, as the run
     return True
 
 
