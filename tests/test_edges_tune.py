@@ -69,3 +69,21 @@ def test_a_planned_stage_the_budget_runs_short_for_is_said_when_it_happens(coste
     assert f"{first['mode']} bs{first['batch_size']} left out ({first['reason']})" in short[0]
     assert "of the budget was left" in first["reason"]
     assert lines.index(short[0]) > lines.index("  try screen bs2: up to 6 candidate(s), about 12.0s")
+
+
+def test_the_tune_table_footnotes_a_p99_withheld_for_too_few_batches() -> None:
+    """Issue 38 item 2 for tune: ``p99 ms`` holds a p99 or ``-``, and a ``-`` beside a p50 has its footnote."""
+    def candidate(rank: int, mode: str, p99: float | None) -> dict[str, Any]:
+        return {"rank": rank, "mode": mode, "batch_size": 8, "throughput_img_s": 100.0 * rank, "vs_fp32": 1.0,
+                "latency_p50_ms": 80.0, "latency_p99_ms": p99, "memory_bytes": None, "verdict": "ok", "status": "ok",
+                "correctness": {"status": "reference"}}
+
+    analysis = {"model": "m", "workload": "infer-throughput", "device": "cpu", "objective": "throughput",
+                "limits": {}, "candidates": [candidate(1, "fp32", 95.0), candidate(2, "fp32+cl", None)]}
+    text = render_tune(analysis)
+    table = text.splitlines()
+    header = next(line for line in table if line.startswith("rank"))
+    assert "p99 ms" in header
+    assert "p99 -: 1 candidate(s) timed fewer than 100 batches in a repeat, too few for a p99" in text
+    analysis["candidates"] = [candidate(1, "fp32", 95.0)]
+    assert "p99 -:" not in render_tune(analysis)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.core.options import profile_command
 from clsbench.core.vocab import Reason, Status
 from clsbench.procedures.tune.figures import GB
@@ -103,6 +104,9 @@ def render_tune(analysis: dict[str, Any]) -> str:
                 for row, f in zip(rows, candidates, strict=True)]
     lines += render_rows(header, rows, {"rank", "batch", "img/s", "vs fp32", "vs synth", "p50 ms", "p99 ms",
                                         "memory"})
+    footnote = _p99_footnote(candidates)
+    if footnote:
+        lines.append(footnote)
     lines.append("")
     lines += _outcome_lines(analysis)
     for pruned in analysis.get("pruned") or []:
@@ -143,6 +147,15 @@ def _left_out_lines(left_out: Sequence[Mapping[str, Any]], plan: Sequence[Mappin
             f"({entry['stage']})"
         lines.append(f"left out for the budget: {what}: {entry.get('reason')}")
     return lines
+
+
+def _p99_footnote(candidates: list[dict[str, Any]]) -> str:
+    """Why a candidate's ``p99 ms`` is ``-`` although its p50 is shown: too few timed batches for a p99."""
+    short = [f for f in candidates if f.get("latency_p50_ms") is not None and f.get("latency_p99_ms") is None]
+    if not short:
+        return ""
+    return (f"p99 -: {len(short)} candidate(s) timed fewer than {MIN_SAMPLES['p99']} batches in a repeat, too few "
+            "for a p99 (a screening rung is short: a larger --budget times longer)")
 
 
 def _candidate_row(f: dict[str, Any], with_backend: bool, with_rung: bool = False) -> tuple[str, ...]:
