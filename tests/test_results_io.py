@@ -140,9 +140,9 @@ def test_check_writable_refuses_an_existing_file(tmp_path: Path):
 
 
 def test_check_writable_refuses_a_directory(tmp_path: Path):
-    with pytest.raises(ResultFileError):
+    with pytest.raises(ResultFileError, match="is a folder, and the output is one file"):
         result_io.check_writable(tmp_path)
-    with pytest.raises(ResultFileError, match="is a directory"):
+    with pytest.raises(ResultFileError, match="is a folder"):
         result_io.check_writable(tmp_path, overwrite=True)
 
 

@@ -101,7 +101,18 @@ def test_the_outcome_records_the_start_as_a_float() -> None:
     run_step, _ = scripted(lambda t: t <= 3.0)
     outcome = search_max_qps(run_step, records.is_valid, start_qps=2, resolution=0.5)
     assert outcome["start_qps"] == 2.0 and isinstance(outcome["start_qps"], float)
-    assert outcome["monotonic"] is True
+
+
+def test_a_bracket_closed_by_the_last_step_allowed_is_an_answer_not_a_bound() -> None:
+    # start 64, growth 1.25, capacity 70: 64 VALID, 80 INVALID, and the two steps allowed are spent; 80 - 64 is
+    # exactly 25% of 64, the resolution asked for, so the search converged on its last step
+    run_step, _ = scripted(lambda t: t <= 70.0)
+    outcome = search_max_qps(run_step, records.is_valid, start_qps=64, growth=1.25, resolution=0.25, max_steps=2)
+    assert (outcome["lo_qps"], outcome["hi_qps"], outcome["steps"]) == (64.0, 80.0, 2)
+    assert outcome["stopped_by"] == "resolution" and outcome["converged"] is True
+    wider = search_max_qps(scripted(lambda t: t <= 70.0)[0], records.is_valid, start_qps=64, growth=1.25,
+                           resolution=0.2, max_steps=2)
+    assert wider["stopped_by"] == "max_steps" and wider["converged"] is False
 
 
 # ------------------------------------------------------------------------------------- an unfinished search

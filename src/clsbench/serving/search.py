@@ -51,8 +51,9 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
     Returns:
         ``best_qps`` (None if no run was VALID), the final bracket ``lo_qps`` / ``hi_qps`` (None where not found),
         ``steps``, ``stopped_by`` (``resolution``, ``floor``, ``hopeless``, ``max_steps`` or ``error``),
-        ``converged`` (True only when stopped by the resolution), ``monotonic`` (False when a VALID target lay above
-        an INVALID one) and the search parameters.
+        ``converged`` (True only when the bracket closed to the resolution, on the last step allowed included) and
+        the search parameters. (Files before 2026-12-06 also hold ``monotonic``, always true: the search never runs a
+        target above its lowest INVALID one or below its highest VALID one, so it cannot see a non-monotonic pair.)
     """
     lo: float | None = None  # highest VALID target of the bracket
     hi: float | None = None  # lowest INVALID target of the bracket
@@ -73,7 +74,7 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
     target = max(float(start_qps), floor_qps)
     while len(seen) < max_steps:
         if lo is not None and hi is not None:
-            if hi - lo <= resolution * lo:
+            if _closed(lo, hi, resolution):
                 stopped_by = "resolution"
                 break
             target, role = (lo + hi) / 2.0, "bisect"
@@ -90,15 +91,14 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
         else:
             hi = target if hi is None else min(hi, target)
             if lo is None:
-                if target <= floor_qps:
-                    stopped_by = "floor"
-                    break
-                if hopeless is not None and hopeless(last["record"]):
-                    stopped_by = "hopeless"
+                why = _why_not_lower(target, floor_qps, hopeless, last["record"])
+                if why:
+                    stopped_by = why
                     break
                 target = max(target / growth, floor_qps)
+    if stopped_by == "max_steps" and _closed(lo, hi, resolution):
+        stopped_by = "resolution"  # the last run allowed closed the bracket: that is an answer, not a bound
     valid_targets = [t for t, ok in seen if ok]
-    invalid_targets = [t for t, ok in seen if not ok]
     return {
         "best_qps": max(valid_targets) if valid_targets else None,
         "lo_qps": lo,
@@ -106,11 +106,25 @@ def search_max_qps(run_step: StepFunction, is_valid: ValidFunction, *, start_qps
         "steps": len(seen),
         "stopped_by": stopped_by,
         "converged": stopped_by == "resolution",
-        "monotonic": not (valid_targets and invalid_targets and max(valid_targets) > min(invalid_targets)),
         "start_qps": float(start_qps),
         "resolution": resolution,
         "growth": growth,
     }
+
+
+def _why_not_lower(target: float, floor_qps: float, hopeless: ValidFunction | None,
+                   record: dict[str, Any]) -> str | None:
+    """Why an INVALID target with no VALID one below ends the search (``floor``, ``hopeless``), or None to go lower."""
+    if target <= floor_qps:
+        return "floor"
+    if hopeless is not None and hopeless(record):
+        return "hopeless"
+    return None
+
+
+def _closed(lo: float | None, hi: float | None, resolution: float) -> bool:
+    """Whether the bracket is found and no wider than ``resolution`` of its lower end."""
+    return lo is not None and hi is not None and hi - lo <= resolution * lo
 
 
 def converged(outcome: dict[str, Any]) -> bool:
