@@ -225,6 +225,8 @@ def test_show_exports_compare_and_report(tmp_path: Path) -> None:
                               prices=("H100=2.49/h", "H200=1.0/h")), b)
     shown = api.show([str(a)])
     assert "select: resnet50, 20,000 img/s of infer-throughput" in shown and "verdict: H100 x1" in shown
+    # no run header (machine, device, torch are not this file's) and no empty run table before the answer
+    assert shown.startswith("clsbench ") and "unknown CPU" not in shown and "(no measurements)" not in shown
     csv = api.show([str(a)], fmt="csv")
     assert csv.splitlines()[0].startswith("result_file,rank,card,status,config")
     assert "NVIDIA H200" in api.show([str(a)], fmt="markdown")

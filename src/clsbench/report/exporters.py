@@ -22,11 +22,17 @@ def table_text(results: Sequence[BenchmarkResult], names: Sequence[str],
                extra: Callable[[BenchmarkResult], str]) -> str:
     """For people: each run's table and warnings, then what its procedure found (a heading per file when many)."""
     from clsbench.report import table
+    from clsbench.report.views import views_of
 
     parts = []
     for name, result in zip(names, results, strict=True):
         heading = f"== {name}\n" if len(names) > 1 else ""
-        parts.append(heading + table.render(result) + extra(result))
+        views = views_of(result)
+        if views and not result.measurements and not any(view.measures for view in views):
+            runs = f"clsbench {result.tool.get('version', '?')} | {result.created_utc or '-'}\n"
+        else:
+            runs = table.render(result)
+        parts.append(heading + runs + extra(result))
     return "\n".join(parts)
 
 

@@ -95,6 +95,8 @@ class ProcedureView:
             that the report's throughput bars leave them out (the procedure's own section shows them).
         knee_fraction: the knee rule the file was measured with (``sweep --knee``), which the report's batch-sweep
             curves mark; None: the default rule.
+        measures: False for a procedure that measures nothing itself (``select`` reads other results): ``show``
+            then prints no run header (machine, device, torch: not this file's) and no empty run table before it.
     """
 
     key: str
@@ -106,6 +108,7 @@ class ProcedureView:
     holds: Callable[[BenchmarkResult], bool] | None = None
     throughput_bars: bool = True
     knee_fraction: Callable[[BenchmarkResult], float | None] | None = None
+    measures: bool = True
 
     def matches(self, result: BenchmarkResult) -> bool:
         """Whether ``result`` holds this procedure's facts."""

@@ -27,4 +27,4 @@ SELECT_SECTION_ORDER = 40
 PROCEDURES.register(KEY, ProcedureView(
     KEY, lambda result: render_select(facts_of(result)), compare=compare_selections,
     html=HtmlSection("select", "Card selection", SELECT_SECTION_ORDER, select_section), rows=select_rows,
-    first_columns=FIRST_COLUMNS))
+    first_columns=FIRST_COLUMNS, measures=False))

@@ -73,7 +73,8 @@ def _prices_text(facts: dict[str, Any]) -> str:
         alias = "" if p["name"] == card else f" as {p['name']}"
         parts.append(f"{card}{alias}: {price.basis(currency)}")
     kwh = facts.get("kwh_price")
-    parts.append("electricity: " + ("not priced" if kwh is None else f"{currency}{kwh:g}/kWh"))
+    cents = None if kwh is None else f"{kwh:.2f}" if round(kwh, 2) == kwh else f"{kwh:g}"  # $0.30, $0.125
+    parts.append("electricity: " + ("not priced" if kwh is None else f"{currency}{cents}/kWh"))
     return "; ".join(parts) if parts else "none"
 
 
