@@ -529,3 +529,18 @@ def test_two_runs_started_in_the_same_second_are_two_runs(db: Path, tmp_path: Pa
     assert [o.status for o in outcomes] == ["imported", "imported"]
     assert count(db, "runs") == 2
     assert len({row["run_id"] for row in store.history(db)}) == 2
+
+
+@pytest.mark.parametrize("command", [("sweep", "--batch-size", "1,2"), ("soak", "--duration", "20s")])
+def test_a_store_url_that_cannot_work_is_refused_before_any_command_measures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]) -> None:
+    """Every command that saves a result checks $CLSBENCH_DB first (as run checks --db): never after a long run."""
+    from clsbench.cli import main
+
+    monkeypatch.setenv(store.DB_ENV_VAR, "mysql://user:secret@host/db")
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(main, [command[0], "--model", "clsbench_testmodels:tiny", *command[1:], "--device",
+                                       "cpu", "-o", str(out)])
+    assert result.exit_code == EXIT_FILE, result.output
+    assert "unknown store URL scheme 'mysql'" in result.output and "secret" not in result.output
+    assert not out.exists() and "Traceback" not in result.output

@@ -73,8 +73,9 @@ def register(group: click.Group) -> None:
                        "else exit 6 when a figure is too noisy to tell a slowdown of this size from none.")
     @click.option("--alpha", type=float, default=0.05, show_default=True,
                   help="Significance level of Welch's t-test on the per-repeat figures.")
-    @click.option("--db", metavar="PATH",
-                  help="The run index for run ids (default: $CLSBENCH_DB, else the user's data directory).")
+    @click.option("--db", metavar="PATH|URL",
+                  help="The store for run ids: a path, sqlite:///PATH or postgresql://USER@HOST/DB (default: "
+                       "$CLSBENCH_DB, else the user's data directory).")
     @click.option("--allow-protocol-mix", is_flag=True,
                   help="Compare runs measured under different stop-rule protocols (run --protocol) anyway, with a "
                        "warning; without it, such runs are refused.")
