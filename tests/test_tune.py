@@ -81,6 +81,15 @@ def test_tune_picks_the_fastest_candidate_and_says_how_to_reproduce_it(costed: A
     assert stored.settings["tune"]["correctness"][0]["mode"] == "fp32+cl"
     text = render_tune(again)
     assert "winner: fp32+cl at batch 4" in text and "reproduce: clsbench run" in text and "search took" in text
+    # Without its output check (as when the budget leaves checks out) the faster candidate cannot win, and the
+    # text says it is faster but unchecked rather than showing it as merely "allowed" above the winner.
+    stored.settings["tune"]["correctness"] = []
+    unchecked = analyze_tune(stored)
+    assert unchecked["winner"]["mode"] == "fp32"
+    assert [f["verdict"] for f in unchecked["candidates"] if (f["mode"], f["batch_size"]) == ("fp32+cl", 4)] \
+        == ["unchecked"]
+    assert not any(f["verdict"] == "allowed" for f in unchecked["candidates"])
+    assert "faster but unchecked: fp32+cl at batch 4" in render_tune(unchecked)
 
 
 def rerun_printed(words: list[str], path: Path) -> None:

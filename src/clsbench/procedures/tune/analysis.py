@@ -56,6 +56,10 @@ def analyze_tune(result: BenchmarkResult) -> dict[str, Any]:
     candidates.sort(key=lambda f: (bool(facts.get("data")) and f.get("data") is None, *rank_key(f)))
     winner = next((f for f in candidates if f["verdict"] == "allowed"
                    and (not guard or (f["correctness"] or {}).get("ok"))), None)
+    if guard:  # allowed by the limits, but no output check vouches for them: they cannot win, and say why
+        for f in candidates:
+            if f["verdict"] == "allowed" and not (f["correctness"] or {}).get("ok"):
+                f["verdict"] = "unchecked"
     if winner is not None:
         winner["verdict"] = "winner"
         # Confirmed: the full protocol (more than one fresh repeat) of the confirmation rung; files without rungs

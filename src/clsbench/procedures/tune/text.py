@@ -232,6 +232,12 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     how = "" if confirmed is None else f"; confirmed over {repeats} repeats" if confirmed else \
         f"; from {repeats} repeat{'' if repeats == 1 else 's'}, unconfirmed"
     lines = [f"winner: {_describe(winner)}{speed}{how}"]
+    faster = [f for f in analysis.get("candidates") or [] if f["verdict"] == "unchecked" and f["rank"] < winner["rank"]]
+    if faster:
+        ratio = f" ({faster[0]['vs_fp32']:.2f}x fp32 eager)" if faster[0].get("vs_fp32") is not None else ""
+        more = f" and {len(faster) - 1} more" if len(faster) > 1 else ""
+        lines.append(f"faster but unchecked: {_describe(faster[0])}{ratio}{more}: no output check vouches for "
+                     "them (not run, e.g. left out for the budget), so they cannot win; a larger --budget checks them")
     if winner.get("data"):
         lines.append(_fed_line(winner))
     correctness = winner.get("correctness") or {}
