@@ -68,9 +68,11 @@ class Captured(InvalidInputError):
 @pytest.fixture
 def capture(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``capture(command, *args)``: invoke the command and return (args, kwargs) of its library call."""
-    monkeypatch.setattr(api, "environment", lambda device: {})  # reading the machine takes seconds: not needed
-
     def invoke(command: str, *args: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        # Each call replaces only its own command's library call: an earlier call's replacement (run's plan_run)
+        # would otherwise catch a later command's early check (sweep checks its cell through plan_run).
+        monkeypatch.undo()
+        monkeypatch.setattr(api, "environment", lambda device: {})  # reading the machine takes seconds: not needed
         module_name, function, base = TARGETS[command]
         calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
