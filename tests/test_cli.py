@@ -26,6 +26,7 @@ from click.testing import CliRunner, Result
 from clsbench.cli import main
 from clsbench.results import io as result_io
 from clsbench.results.schema import SCHEMA_VERSION
+from terminal import as_a_terminal_starts_it
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = "clsbench_testmodels:tiny"
@@ -464,7 +465,8 @@ def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path: Path) 
                "cpu", "--repeats", "1", "--warmup", "1", "--iterations", "2", "--min-time", "0", "-q", "-o",
                str(tmp_path / "run.json")]  # worker processes: the forkserver starts
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=_subprocess_env(tmp_path), cwd=tmp_path, start_new_session=True)
+                               env=_subprocess_env(tmp_path), cwd=tmp_path, start_new_session=True,
+                               preexec_fn=as_a_terminal_starts_it)
     try:
         deadline = time.monotonic() + 60
         def command_line(child: psutil.Process) -> str:
@@ -484,7 +486,7 @@ def test_ctrl_c_while_the_forkserver_starts_prints_no_traceback(tmp_path: Path) 
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130
+    assert process.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
 
 

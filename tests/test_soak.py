@@ -27,6 +27,7 @@ from clsbench.procedures.soak import SoakSettings, compare_runs, soak
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult, Measurement
 from clsbench.system.telemetry import FakeSource
+from terminal import as_a_terminal_starts_it
 
 TINY = "clsbench_testmodels:tiny"
 ROOT = Path(__file__).resolve().parent.parent
@@ -348,7 +349,7 @@ def test_ctrl_c_in_a_terminal_ends_a_worker_soak_after_its_window(tmp_path: Path
     process = subprocess.Popen([sys.executable, "-m", "clsbench", "soak", "--device", "cpu", "--model", TINY,
                                 "--duration", "1h", "--window", "0.5s", "--no-probe", "-o", str(out)],
                                env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=as_a_terminal_starts_it)
     try:
         seen = ""
         deadline = time.monotonic() + 120
