@@ -8,7 +8,7 @@ an ordinary cell, the reasons a card has nothing to offer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,10 +157,10 @@ def run_candidate(source: Source, m: Measurement, *, p99_factor: float = 1.0,
         unstable=bool(summary.get("unstable")), data=data_label(m.data))
 
 
-def gather_cells(sources: Iterable[Source], filters: Filters, workloads: Iterable[str], cells: dict[str, CardCells],
-                 *, p99_factor: float = 1.0, estimate: str | None = None) -> None:
-    """Add every ordinary cell of ``filters.model`` in ``workloads`` to its card's :class:`CardCells`: usable ones
-    as candidates, the rest counted with their reason."""
+def filtered(sources: Iterable[Source], filters: Filters, workloads: Iterable[str],
+             cells: dict[str, CardCells]) -> Iterator[tuple[Source, CardCells, Measurement]]:
+    """Each measurement of ``filters.model`` in ``workloads`` that the filters allow, whatever its status, with its
+    card's :class:`CardCells`; on the way, each card records what it measured and what the filters left out."""
     wanted = set(workloads)
     for source in sources:
         card = cells[source.card]
@@ -177,9 +177,17 @@ def gather_cells(sources: Iterable[Source], filters: Filters, workloads: Iterabl
             if filters.input_size is not None and m.input_size is not None and m.input_size != filters.input_size:
                 card.other_sizes.add(m.input_size)
                 continue
-            if m.status != Status.OK:
-                card.failed.append(m.reason or m.status)
-                continue
-            candidate = run_candidate(source, m, p99_factor=p99_factor, estimate=estimate)
-            if candidate is not None:
-                card.candidates.append(candidate)
+            yield source, card, m
+
+
+def gather_cells(sources: Iterable[Source], filters: Filters, workloads: Iterable[str], cells: dict[str, CardCells],
+                 *, p99_factor: float = 1.0, estimate: str | None = None) -> None:
+    """Add every ordinary cell of ``filters.model`` in ``workloads`` to its card's :class:`CardCells`: usable ones
+    as candidates, the rest counted with their reason."""
+    for source, card, m in filtered(sources, filters, workloads, cells):
+        if m.status != Status.OK:
+            card.failed.append(m.reason or m.status)
+            continue
+        candidate = run_candidate(source, m, p99_factor=p99_factor, estimate=estimate)
+        if candidate is not None:
+            card.candidates.append(candidate)

@@ -15,7 +15,7 @@ from typing import Any
 
 from clsbench.core.text_table import fmt_ms, fmt_rate
 from clsbench.core.vocab import Status
-from clsbench.procedures.select.candidates import Candidate, CardCells, Filters, Source, gather_cells
+from clsbench.procedures.select.candidates import Candidate, CardCells, Filters, Source, filtered, gather_cells
 from clsbench.procedures.select.kinds import REQUIREMENTS, RequirementKind, positive, workload_for
 from clsbench.results.schema import DEFAULT_BACKEND, Measurement
 from clsbench.serving.serve_rows import step_row
@@ -69,29 +69,15 @@ class Served(RequirementKind):
         bound = float(requirement["p99_ms"])
         served: set[str] = set()
         lowest: dict[str, float] = {}
-        for source in sources:
-            card = cells[source.card]
-            for m in source.result.measurements:
-                if m.model != filters.model:
-                    continue
-                card.measured_model = True
-                if m.workload != SERVER_WORKLOAD:
-                    continue
-                card.measured_kind = True
-                if not filters.allows(m.mode, m.backend):
-                    card.filtered += 1
-                    continue
-                if filters.input_size is not None and m.input_size is not None and m.input_size != filters.input_size:
-                    card.other_sizes.add(m.input_size)
-                    continue
-                served.add(source.card)
-                if m.status != Status.OK:
-                    card.failed.append(m.reason or m.status)
-                    continue
-                found, low = _setting_candidates(source, m, bound)
-                card.candidates.extend(found)
-                if low is not None:
-                    lowest[source.card] = min(low, lowest.get(source.card, low))
+        for source, card, m in filtered(sources, filters, [SERVER_WORKLOAD], cells):
+            served.add(source.card)
+            if m.status != Status.OK:
+                card.failed.append(m.reason or m.status)
+                continue
+            found, low = _setting_candidates(source, m, bound)
+            card.candidates.extend(found)
+            if low is not None:
+                lowest[source.card] = min(low, lowest.get(source.card, low))
         for name in served:
             if not cells[name].candidates:
                 best = lowest.get(name)
