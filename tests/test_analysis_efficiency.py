@@ -80,3 +80,38 @@ def test_union_of_activity_intervals():
     assert _union_length([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == 4.0
     assert _union_length([(0.0, 10.0), (2.0, 3.0)]) == 10.0
     assert _union_length([]) == 0.0
+
+
+H100_ENV = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}, "probe": {"matmul_flop_s": {"bf16": 700e12}}}
+
+
+@pytest.mark.parametrize("mode", ["fp8", "fp8+compile"])
+def test_an_fp8_measurement_keeps_its_figures_and_withholds_mfu(mode, tmp_path):
+    # On an H100 (2026-12-06) the whole fp8 run ended at its first summary with "no precision key for mode
+    # 'fp8+compile'", and the measured repeats were never written as measurements.
+    cell = Cell("timm/vit_tiny_patch16_224", "infer-throughput", mode, 256, "cuda")
+    m = build_measurement(cell, [record([500.0] * 20), record([510.0] * 20)], environment=H100_ENV)
+    eff = m.summary["efficiency"]
+    assert m.summary["throughput_img_s"] == pytest.approx(64 * 256 / 1.024)
+    assert eff["precision_unit"] == "fp8+bf16" and "withheld" in eff["peak_source"]
+    assert eff["mfu_datasheet_pct"] is None and eff["mfu_measured_pct"] is None
+    assert eff["achieved_tflop_s"] == pytest.approx(8.0e9 * 64 * 256 / 1.024 / 1e12)
+    assert eff["bytes_per_image"] == pytest.approx(0.5 * (102_228_128 / 256 + 100_000_000))  # bf16's bytes
+    result = BenchmarkResult(environment=H100_ENV, settings={}, measurements=(m,))
+    text = table.render(result)
+    assert "vit_tiny" in text and mode in text
+    from clsbench.report.html import render_report
+
+    assert mode in render_report([result], ["fp8.json"])
+
+
+def test_a_figure_that_cannot_be_derived_never_loses_the_measurement(monkeypatch):
+    from clsbench.analysis import summary
+
+    def broken(*args, **kwargs):
+        raise ValueError("no peak for this")
+
+    monkeypatch.setattr(summary, "efficiency", broken)
+    m = build_measurement(CELL, [record([500.0] * 20)], environment=ENV)
+    assert m.status == "ok" and m.summary["throughput_img_s"] > 0
+    assert m.summary["efficiency"] == {"unavailable": "efficiency could not be computed: no peak for this"}

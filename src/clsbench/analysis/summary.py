@@ -219,6 +219,12 @@ def combine_telemetry(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return combined
 
 
+#: The precision unit an ``fp8`` measurement records, and why it has no peak to divide by.
+FP8_UNIT = "fp8+bf16"
+FP8_NO_PEAK = ("fp8 converts the Linear layers it can and leaves the rest in bf16: no single peak describes that "
+               "mix, so MFU is withheld")
+
+
 def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: int, throughput: float | None,
                environment: dict[str, Any]) -> dict[str, Any]:
     """FLOPs, achieved TFLOP/s, MFU against datasheet and measured peaks, intensity and the roofline verdict."""
@@ -231,25 +237,29 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
         return {"unavailable": reason}
     train = workload == "train"
     flops = costs.get("train_step_flops" if train else "forward_flops")
-    unit = precision_key(mode)
+    # fp8 runs the Linear layers it converts in fp8 and everything else in bf16 (modes/fp8.py): no single
+    # datasheet or probe peak describes that mix, so MFU is withheld; bytes count as bf16's.
+    mixed_fp8 = mode.strip().lower().split("+", 1)[0] == "fp8"
+    unit = "bf16" if mixed_fp8 else precision_key(mode)
     out: dict[str, Any] = {
         "flops_per_image": flops,
         "flops_kind": "train step (forward + backward)" if train else "forward",
         "forward_flops_per_image": costs.get("forward_flops"),
         "train_step_flops_per_image": costs.get("train_step_flops"),
         "params": costs.get("params"),
-        "precision_unit": unit,
+        "precision_unit": FP8_UNIT if mixed_fp8 else unit,
     }
     achieved = flops * throughput if flops and throughput else None
     out["achieved_tflop_s"] = achieved / 1e12 if achieved else None
     gpu = environment.get("gpu") or {}
     peak = lookup_gpu(gpu.get("name") or "") if gpu.get("name") else None
-    peak_flop_s = peak.flop_s(unit) if peak else None
+    peak_flop_s = peak.flop_s(unit) if peak and not mixed_fp8 else None
     out["peak_tflop_s_datasheet"] = peak_flop_s / 1e12 if peak_flop_s else None
-    out["peak_source"] = peak.source if peak else f"no datasheet entry for {gpu.get('name') or 'this device'}"
+    out["peak_source"] = (FP8_NO_PEAK if mixed_fp8 else peak.source if peak
+                          else f"no datasheet entry for {gpu.get('name') or 'this device'}")
     out["mfu_datasheet_pct"] = 100 * eff.mfu(achieved, peak_flop_s) if achieved and peak_flop_s else None
     probe = environment.get("probe") or {}
-    measured = (probe.get("matmul_flop_s") or {}).get(unit)
+    measured = None if mixed_fp8 else (probe.get("matmul_flop_s") or {}).get(unit)
     out["peak_tflop_s_measured"] = measured / 1e12 if measured else None
     out["mfu_measured_pct"] = 100 * eff.mfu(achieved, measured) if achieved and measured else None
 
@@ -362,8 +372,11 @@ def build_measurement(cell: Cell, records: list[dict[str, Any]], rule: StopRule 
         summary["flags"] = ok[0].get("flags")
         telemetry = combine_telemetry(ok)
         summary["telemetry"] = telemetry
-        summary["efficiency"] = efficiency(ok, cell.workload, cell.mode, cell.batch_size,
-                                           summary.get("throughput_img_s"), environment or {})
+        try:
+            summary["efficiency"] = efficiency(ok, cell.workload, cell.mode, cell.batch_size,
+                                               summary.get("throughput_img_s"), environment or {})
+        except Exception as exc:  # noqa: BLE001 - a derived figure: never lose the measured ones to it
+            summary["efficiency"] = {"unavailable": f"efficiency could not be computed: {exc}"}
         validity["throttled"] = bool(telemetry.get("throttled"))
         validity["throttle_summary"] = telemetry.get("throttle_summary")
         host = combine_host_cpu(ok)
