@@ -151,6 +151,7 @@ class FakeInstance:
         self.hang_on_batch = hang_on_batch
         self.hang_in_setup = hang_in_setup
         self.batches = 0
+        self.log: list[tuple[str, int]] = []  # ("start" | "finish", batch number) in call order
         self.release = threading.Event()
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
@@ -162,13 +163,19 @@ class FakeInstance:
             self.release.wait(60)
         return {"bucket_latency_ns": {"1": 1000}}
 
-    def run(self, batch: Batch) -> tuple[Any, dict[str, float]]:
+    def start(self, batch: Batch) -> tuple[int, list[int]]:
         self.batches += 1
+        self.log.append(("start", self.batches))
         if self.batches == self.fail_on_batch:
             raise RuntimeError("boom in forward")
-        if self.batches == self.hang_on_batch:
+        return self.batches, list(batch.indices)
+
+    def finish(self, ticket: tuple[int, list[int]]) -> tuple[Any, dict[str, float]]:
+        number, answers = ticket
+        self.log.append(("finish", number))
+        if number == self.hang_on_batch:
             self.release.wait(60)
-        return list(batch.indices), {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}
+        return answers, {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}
 
     def close(self) -> None:
         self.release.set()
@@ -192,12 +199,15 @@ class Collector:
             assert self.lock.wait_for(lambda: len(self.answered) >= n, timeout=30)
 
 
-def _server(instances: list[Any], max_batch: int = 4, delay_ms: float = 0.5, timeout_s: float = 30.0) -> Server:
-    return Server(instances, DynamicBatcher(max_batch, delay_ms, make_buckets(max_batch)), batch_timeout_s=timeout_s)
+def _server(instances: list[Any], max_batch: int = 4, delay_ms: float = 0.5, timeout_s: float = 30.0,
+            depth: int = 1) -> Server:
+    return Server(instances, DynamicBatcher(max_batch, delay_ms, make_buckets(max_batch)), batch_timeout_s=timeout_s,
+                  depth=depth)
 
 
-def test_server_answers_every_request_once_in_order() -> None:
-    server = _server([FakeInstance()])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_server_answers_every_request_once_in_order(depth: int) -> None:
+    server = _server([FakeInstance()], depth=depth)
     sink = Collector()
     server.set_sink(sink)
     assert server.start() is None
@@ -213,8 +223,9 @@ def test_server_answers_every_request_once_in_order() -> None:
     assert server.error is None
 
 
-def test_a_model_error_mid_run_answers_everything_and_records_why() -> None:
-    server = _server([FakeInstance(fail_on_batch=3)], max_batch=2)
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_model_error_mid_run_answers_everything_and_records_why(depth: int) -> None:
+    server = _server([FakeInstance(fail_on_batch=3)], max_batch=2, depth=depth)
     sink = Collector()
     server.set_sink(sink)
     assert server.start() is None
@@ -229,9 +240,10 @@ def test_a_model_error_mid_run_answers_everything_and_records_why() -> None:
     assert dict(sink.answered)[99] is None
 
 
-def test_a_hung_batch_times_out_and_nothing_hangs() -> None:
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_hung_batch_times_out_and_nothing_hangs(depth: int) -> None:
     instance = FakeInstance(hang_on_batch=1)
-    server = _server([instance], timeout_s=0.2)
+    server = _server([instance], timeout_s=0.2, depth=depth)
     sink = Collector()
     server.set_sink(sink)
     assert server.start() is None

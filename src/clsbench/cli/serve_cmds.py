@@ -97,7 +97,7 @@ def progress_line(event: dict[str, Any]) -> str:
 
 #: Options whose values a --target server decides (its model config): given with --target, they are an error.
 SERVER_DECIDED = ("modes", "backends", "max_batches", "max_delays", "instances", "buckets", "cuda_graphs", "threads",
-                  "no_cache", "backend_cache")
+                  "overlap", "no_cache", "backend_cache")
 
 
 def check_target_options(target: str | None, model: str | None) -> None:
@@ -213,6 +213,9 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 @click.option("--batch-timeout-s", type=float, default=120.0, show_default=True,
               help="A batch running longer ends the LoadGen run as INVALID (timeout).")
 @click.option("--threads", type=int, help="torch intra-op threads while serving; default: half the cores / instances.")
+@click.option("--overlap/--no-overlap", default=True, show_default=True,
+              help="On a GPU, each instance gathers its next batch while the GPU runs the current one; "
+                   "--no-overlap runs each batch to the end first.")
 @measure_options(fields=api.SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
 def serve_command(model: str | None, target: str | None, target_headers: tuple[str, ...], max_in_flight: int,
                   modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
@@ -221,7 +224,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
                   instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool, min_duration_s: float | None,
                   mlperf: bool, min_queries: int | None, resolution: float, start_qps: float | None,
                   max_search_steps: int, confirm: int, sample_count: int, batch_timeout_s: float,
-                  threads: int | None, measure: MeasureOptions, execution: Execution, device: str,
+                  threads: int | None, overlap: bool, measure: MeasureOptions, execution: Execution, device: str,
                   output: str | None, quiet: bool) -> None:
     """Serve a model behind a dynamic batcher under MLPerf LoadGen: offline, single-stream, server QPS at a bound.
 
@@ -241,7 +244,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
         latency_bound_ms=latency_bound_ms, latency_percentile=latency_percentile / 100.0,
         min_duration_s=min_duration(min_duration_s, mlperf), min_queries=min_queries, search_resolution=resolution,
         start_qps=start_qps, sample_count=sample_count, batch_timeout_s=batch_timeout_s, confirm=confirm,
-        max_search_steps=max_search_steps, threads=threads,
+        max_search_steps=max_search_steps, threads=threads, overlap=overlap,
         backends=tuple(api.split_list(backends, "--backend")) or ("eager",), no_cache=no_cache, cache_dir=backend_cache,
         target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
     api.check_serve_names(settings)  # bad input fails here, before the environment is read or anything is started

@@ -425,11 +425,13 @@ class _Run:
         pool = self._pool(engine)
         instances = [ModelInstance(k, engine, pool, config.buckets, self.clock) for k in range(config.instances)]
         batcher = DynamicBatcher(config.max_batch, config.max_delay_ms, config.buckets, self.clock)
-        server = Server(instances, batcher, batch_timeout_s=self.settings.batch_timeout_s, clock=self.clock)
+        overlap = self.settings.overlap and engine.device.type == "cuda"  # a CPU computes inside start()
+        server = Server(instances, batcher, batch_timeout_s=self.settings.batch_timeout_s, clock=self.clock,
+                        depth=2 if overlap else 1)
         error = server.start()
         estimates = _estimates(server.setup_facts)
         setup = {"mode": mode, "max_batch": config.max_batch, "instances": config.instances,
-                 "buckets": list(config.buckets), "cuda_graphs": config.cuda_graphs, "error": error,
+                 "buckets": list(config.buckets), "cuda_graphs": config.cuda_graphs, "overlap": overlap, "error": error,
                  "instances_facts": server.setup_facts, "estimates": estimates}
         self.facts["setups"].append(setup)
         self.save()

@@ -149,6 +149,9 @@ class ServeSettings:
             ``compare``'s significance test.
         max_search_steps: the most LoadGen runs one server search makes (per setting).
         threads: torch's intra-op threads while serving (None: :func:`default_threads`).
+        overlap: on a GPU, each instance gathers its next batch while the device runs the current one (the server's
+            ``depth`` 2, :mod:`clsbench.serving.server`); False runs each batch to the end first. A CPU computes on
+            the host, so it never overlaps.
         backends: inference backends each mode is served on (:mod:`clsbench.backends`): ``eager`` serves the
             prepared module, the others the artifacts ``run --backend`` builds, one per bucket
             (:mod:`clsbench.serving.artifacts`).
@@ -185,6 +188,7 @@ class ServeSettings:
     confirm: int = 0
     max_search_steps: int = MAX_SEARCH_STEPS
     threads: int | None = None
+    overlap: bool = True
     backends: tuple[str, ...] = ("eager",)
     cache_dir: str | None = None
     no_cache: bool = False

@@ -7,7 +7,9 @@ front:
 - the samples are a preloaded uint8 pool (pinned on a GPU): building a batch is one ``index_select`` from the pool
   into the instance's pinned host buffer, no per-request tensor;
 - each instance preallocates its pinned host input, device input and pinned host output buffers at the largest
-  bucket; bucket b uses their first b rows, so every shape has fixed buffers (what CUDA graphs need);
+  bucket; bucket b uses their first b rows, so every shape has fixed buffers (what CUDA graphs need); the host
+  buffers come in two slots, so the next batch is gathered while the device still copies from, or into, the
+  current one (the server's ``depth`` 2); the one device input is safe, since the stream orders its copies;
 - copies are non-blocking on the instance's own CUDA stream; normalisation (uint8 -> model dtype, ImageNet mean and
   std), the forward pass and the top-1 class run on the device; only the top-1 ids (8 bytes a request) come back;
 - with CUDA graphs, each instance captures the device part of every bucket once and replays it;
@@ -193,6 +195,18 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
     return Engine(prepared, dev, size, mode, cuda_graphs, flags, backend=backend, runners=runners)
 
 
+#: Host buffer slots per instance on a GPU: the batch the device works on and the one being gathered.
+SLOTS = 2
+
+
+@dataclass
+class _Ticket:
+    """A started batch: its host slot and the stage times known so far."""
+
+    slot: int
+    stages: dict[str, float]
+
+
 class SamplePool:
     """The preloaded samples LoadGen's indices point into: seeded random uint8 images, pinned on a GPU host.
 
@@ -227,7 +241,10 @@ class ModelInstance:
         self.on_cuda = engine.device.type == "cuda"
         self._graphs: dict[int, tuple[Any, torch.Tensor]] = {}
         self._stream: Any = None
-        self._events: list[Any] = []
+        self._events: list[list[Any]] = []  # per slot: start, copied, computed, done
+        self._host_in: list[torch.Tensor] = []
+        self._host_out: list[torch.Tensor] = []
+        self._slot = 0
         self._tick: Callable[[], None] = lambda: None
 
     @contextlib.contextmanager
@@ -250,13 +267,14 @@ class ModelInstance:
         load_s = time.perf_counter() - load_started
         largest, size = self.buckets[-1], self.engine.input_size
         device = self.engine.device
-        self._host_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, pin_memory=self.on_cuda)
-        self._host_out = torch.empty((largest,), dtype=torch.int64, pin_memory=self.on_cuda)
+        self._host_in = [torch.empty((largest, 3, size, size), dtype=torch.uint8, pin_memory=self.on_cuda)
+                         for _ in range(SLOTS)]
+        self._host_out = [torch.empty((largest,), dtype=torch.int64, pin_memory=self.on_cuda) for _ in range(SLOTS)]
         self._dev_in = torch.empty((largest, 3, size, size), dtype=torch.uint8, device=device) \
-            if self.on_cuda else self._host_in
+            if self.on_cuda else self._host_in[0]
         if self.on_cuda:
             self._stream = torch.cuda.Stream(device)
-            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(SLOTS)]
         started = time.perf_counter()
         latency: dict[str, float] = {}
         indices = [i % self.pool.count for i in range(largest)]
@@ -298,23 +316,31 @@ class ModelInstance:
             self._graphs[bucket] = (graph, out)
 
     def run(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """Run one batch: gather, copy in, compute, copy out, wait. Returns the host top-1 ids (the first
-        ``batch.size`` are the answers) and the stage times in ns (gather, copy_in, compute, copy_out)."""
+        """Run one batch to the end: :meth:`start`, then :meth:`finish`."""
+        return self.finish(self.start(batch))
+
+    def start(self, batch: Batch) -> _Ticket:
+        """Gather the batch into the next host slot and queue copy in, compute and copy out on the instance's stream
+        (on a CPU: compute it). At most :data:`SLOTS` batches may be started and not finished."""
         n, bucket = len(batch.indices), batch.bucket
+        slot = self._slot
+        self._slot = (slot + 1) % len(self._host_in)
+        host_in, host_out = self._host_in[slot], self._host_out[slot]
         clock = self.clock
         t0 = clock.now_ns()
-        torch.index_select(self.pool.data, 0, torch.tensor(batch.indices, dtype=torch.int64), out=self._host_in[:n])
+        torch.index_select(self.pool.data, 0, torch.tensor(batch.indices, dtype=torch.int64), out=host_in[:n])
         t1 = clock.now_ns()
         if not self.on_cuda:
-            out = self.engine.compute(self._host_in[:bucket], self.index)
+            out = self.engine.compute(host_in[:bucket], self.index)
             t2 = clock.now_ns()
-            self._host_out[:bucket].copy_(out)
+            host_out[:bucket].copy_(out)
             t3 = clock.now_ns()
-            return self._host_out, {"gather": t1 - t0, "copy_in": 0.0, "compute": t2 - t1, "copy_out": t3 - t2}
-        start, copied, computed, done = self._events
+            return _Ticket(slot, {"gather": float(t1 - t0), "copy_in": 0.0, "compute": float(t2 - t1),
+                                  "copy_out": float(t3 - t2)})
+        start, copied, computed, done = self._events[slot]
         with torch.cuda.stream(self._stream):
             start.record()
-            self._dev_in[:bucket].copy_(self._host_in[:bucket], non_blocking=True)
+            self._dev_in[:bucket].copy_(host_in[:bucket], non_blocking=True)
             copied.record()
             graph = self._graphs.get(bucket)
             if graph is not None:
@@ -323,13 +349,23 @@ class ModelInstance:
             else:
                 out = self.engine.compute(self._dev_in[:bucket], self.index)
             computed.record()
-            self._host_out[:bucket].copy_(out, non_blocking=True)
+            host_out[:bucket].copy_(out, non_blocking=True)
             done.record()
-        done.synchronize()
-        ms_to_ns = 1e6
-        return self._host_out, {"gather": float(t1 - t0), "copy_in": start.elapsed_time(copied) * ms_to_ns,
-                                "compute": copied.elapsed_time(computed) * ms_to_ns,
-                                "copy_out": computed.elapsed_time(done) * ms_to_ns}
+        return _Ticket(slot, {"gather": float(t1 - t0)})
+
+    def finish(self, ticket: _Ticket) -> tuple[torch.Tensor, dict[str, float]]:
+        """Wait for a started batch. Returns the host top-1 ids (the first ``batch.size`` are the answers; valid until
+        the slot's next :meth:`start`) and the stage times in ns (gather, copy_in, compute, copy_out; the device's
+        from CUDA events, so a batch queued behind another is timed from when the stream reached it)."""
+        stages = ticket.stages
+        if self.on_cuda:
+            start, copied, computed, done = self._events[ticket.slot]
+            done.synchronize()
+            ms_to_ns = 1e6
+            stages.update(copy_in=start.elapsed_time(copied) * ms_to_ns,
+                          compute=copied.elapsed_time(computed) * ms_to_ns,
+                          copy_out=computed.elapsed_time(done) * ms_to_ns)
+        return self._host_out[ticket.slot], stages
 
     def close(self) -> None:
         self._graphs.clear()

@@ -7,6 +7,11 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
 - each instance runs in its own thread: it asks the batcher for a batch (blocking by the delay rule), runs it,
   and hands the whole batch's answers to the *sink* in one call (LoadGen's ``QuerySamplesComplete`` with many
   responses), then counts it;
+- a run is two calls, :meth:`Instance.start` (the host gathers the batch and queues the device's work) and
+  :meth:`Instance.finish` (wait for it). With ``depth`` 2 (``serve --overlap``, the default on a GPU) an instance
+  that finds the next batch already dispatched starts it before finishing the current one, so the host's gather
+  and answer hand-back run while the GPU computes instead of between its batches; it never waits for a next batch
+  while one is unfinished, so an answer is late by at most the next batch's start;
 - the sink is set per LoadGen run (:meth:`Server.set_sink`), so the server does not know LoadGen and is tested with
   a plain function.
 
@@ -47,7 +52,13 @@ class Instance(Protocol):
         """Warm up; call ``tick()`` before each model call, so the watchdog can time each one."""
         ...
 
-    def run(self, batch: Batch) -> tuple[Any, dict[str, float]]: ...
+    def start(self, batch: Batch) -> Any:
+        """Gather ``batch`` and queue its work; return what :meth:`finish` needs (the host part's times in it)."""
+        ...
+
+    def finish(self, ticket: Any) -> tuple[Any, dict[str, float]]:
+        """Wait for a started batch; its answers (the first ``batch.size`` are the batch's) and stage times (ns)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -76,11 +87,16 @@ class Server:
         batcher: the request queue and batching rule.
         batch_timeout_s: a batch running longer aborts the server (``timeout``).
         clock: the host clock of the watchdog and the stage timings (the wall clock unless a test injects one).
+        depth: batches one instance holds started at once: 1 runs each to the end before taking the next, 2 overlaps
+            the next batch's host work with the current one's device work (see the module docstring).
     """
 
     def __init__(self, instances: Sequence[Instance], batcher: DynamicBatcher, *, batch_timeout_s: float,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
         self.instances = list(instances)
+        self.depth = depth
         self.batcher = batcher
         self.batch_timeout_ns = int(batch_timeout_s * NS_PER_S)
         self.clock = clock or WallClock()
@@ -88,7 +104,7 @@ class Server:
         self.setup_facts: list[dict[str, Any] | None] = [None] * len(self.instances)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._in_flight: dict[int, tuple[Batch, int]] = {}
+        self._in_flight: dict[tuple[int, int], tuple[Batch, int]] = {}  # (instance, batch number) -> batch, start
         self._active = 0
         self._error: str | None = None
         self._aborted = False
@@ -216,41 +232,68 @@ class Server:
             self._stop.wait()
 
     def _loop(self, k: int, instance: Instance) -> None:
-        clock, counters = self.clock, self.counters[k]
-        while not self._stop.is_set() and not self._aborted:
-            batch = self.batcher.take(POLL_S)
-            if batch is None:
-                continue
-            with self._lock:
-                late = self._aborted
-                if not late:
-                    self._in_flight[k] = (batch, clock.now_ns())
-                    self._active += 1
-            if late:  # taken from the queue after an abort's drain: answer it like the rest (outside the lock)
-                self._answer_now(batch.ids)
-                return
-            try:
-                started = clock.now_ns()
-                try:
-                    answers, stages = instance.run(batch)
-                except BaseException as exc:  # noqa: BLE001 - the model failed: the run is INVALID with the reason
-                    self.abort(failure_reason(exc))
-                    return
+        started: list[tuple[int, Batch, Any, int]] = []  # (number, batch, ticket, start) in start order
+        number = 0
+        try:
+            while not self._stop.is_set() and not self._aborted:
+                # With a batch unfinished, only a batch already dispatched is worth starting: never wait for one.
+                batch = self.batcher.take(0 if started else POLL_S)
+                if batch is None:
+                    if started and not self._finish(k, instance, started.pop(0)):
+                        return
+                    continue
+                number += 1
                 with self._lock:
-                    mine = self._in_flight.pop(k, None) is not None  # else an abort answered it already
-                if not mine:
+                    late = self._aborted
+                    if not late:
+                        self._in_flight[(k, number)] = (batch, self.clock.now_ns())
+                        self._active += 1
+                if late:  # taken from the queue after an abort's drain: answer it like the rest (outside the lock)
+                    self._answer_now(batch.ids)
                     return
-                handed = clock.now_ns()
-                self._sink(batch.ids, answers)
-                done = clock.now_ns()
-                stages["complete"] = float(done - handed)
-                counters.add(batch.size, batch.bucket, batch.queue_wait_ns_sum, batch.queue_wait_ns_max, stages,
-                             done - started)
-            finally:
-                with self._idle:
-                    self._in_flight.pop(k, None)
-                    self._active -= 1
-                    self._idle.notify_all()
+                begun = self.clock.now_ns()
+                try:
+                    ticket = instance.start(batch)
+                except BaseException as exc:  # noqa: BLE001 - the model failed: the run is INVALID with the reason
+                    self.abort(failure_reason(exc))  # answers it (still in flight), then it leaves
+                    self._done(k, number)
+                    return
+                started.append((number, batch, ticket, begun))
+                if len(started) >= self.depth and not self._finish(k, instance, started.pop(0)):
+                    return
+        finally:
+            for number, *_ in started:  # left unfinished by an abort, which answered them
+                self._done(k, number)
+
+    def _finish(self, k: int, instance: Instance, entry: tuple[int, Batch, Any, int]) -> bool:
+        """Wait for a started batch, answer and count it; False when the server failed (the loop ends)."""
+        number, batch, ticket, begun = entry
+        try:
+            try:
+                answers, stages = instance.finish(ticket)
+            except BaseException as exc:  # noqa: BLE001 - the model failed: the run is INVALID with the reason
+                self.abort(failure_reason(exc))
+                return False
+            with self._lock:
+                mine = self._in_flight.pop((k, number), None) is not None  # else an abort answered it already
+            if not mine:
+                return False
+            handed = self.clock.now_ns()
+            self._sink(batch.ids, answers)
+            done = self.clock.now_ns()
+            stages["complete"] = float(done - handed)
+            self.counters[k].add(batch.size, batch.bucket, batch.queue_wait_ns_sum, batch.queue_wait_ns_max, stages,
+                                 done - begun)
+            return True
+        finally:
+            self._done(k, number)
+
+    def _done(self, k: int, number: int) -> None:
+        """A batch left the instance (answered, failed, or answered by an abort): called once per batch."""
+        with self._idle:
+            self._in_flight.pop((k, number), None)
+            self._active -= 1
+            self._idle.notify_all()
 
     def _tick(self, k: int) -> None:
         self._setup_call[k] = self.clock.now_ns()
@@ -264,7 +307,7 @@ class Server:
                 continue
             now = self.clock.now_ns()
             with self._lock:
-                late = [(k, batch) for k, (batch, since) in self._in_flight.items()
+                late = [(k, batch) for (k, _), (batch, since) in self._in_flight.items()
                         if now - since > self.batch_timeout_ns]
                 slow = [k for k, since in list(self._setup_call.items()) if now - since > self.batch_timeout_ns]
             if slow:

@@ -1,0 +1,132 @@
+"""Overlap in the serving loop (``serve --overlap``, the server's ``depth`` 2): an instance starts the next batch
+before finishing the current one only when that batch is already dispatched, answers every request once, and fails
+as cleanly as without overlap; a model instance's two host slots keep two started batches' answers apart."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from clsbench.serving.batcher import Batch, DynamicBatcher
+from clsbench.serving.config import make_buckets
+from clsbench.serving.instance import SLOTS, ModelInstance, SamplePool, build_engine
+from clsbench.serving.server import Server
+from test_serving import Collector, FakeInstance
+
+
+def _server(instance: FakeInstance, depth: int, *, max_batch: int = 4, delay_ms: float = 50.0,
+            timeout_s: float = 30.0) -> Server:
+    return Server([instance], DynamicBatcher(max_batch, delay_ms, make_buckets(max_batch)), batch_timeout_s=timeout_s,
+                  depth=depth)
+
+
+@pytest.mark.parametrize(("depth", "expected"), [
+    (1, [("start", 1), ("finish", 1), ("start", 2), ("finish", 2), ("start", 3), ("finish", 3)]),
+    # the second batch is dispatched (full) when the first is started: it starts before the first finishes
+    (2, [("start", 1), ("start", 2), ("finish", 1), ("start", 3), ("finish", 2), ("finish", 3)]),
+])
+def test_the_next_dispatched_batch_starts_before_the_current_one_finishes(depth, expected) -> None:
+    instance = FakeInstance()
+    server = _server(instance, depth)
+    sink = Collector()
+    server.set_sink(sink)
+    server.batcher.put(list(range(12)), list(range(12)))  # three full batches, queued before the instance looks
+    assert server.start() is None
+    sink.wait_for(12)
+    counters = server.end_run(10**9)
+    server.close()
+    assert instance.log == expected
+    assert [i for i, _ in sink.answered] == list(range(12)) and [a for _, a in sink.answered] == list(range(12))
+    assert counters["requests"] == 12 and counters["batches"] == 3
+
+
+def test_an_unfinished_batch_is_never_held_back_waiting_for_a_next_one() -> None:
+    # A partial batch waits for the 50 ms delay rule; the full one before it must be answered without waiting for
+    # it (a loop that waited for the next batch would answer the first only after the delay).
+    instance = FakeInstance()
+    server = _server(instance, 2)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    issued = time.monotonic()
+    server.issue([0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+    sink.wait_for(4)
+    first = time.monotonic() - issued
+    sink.wait_for(5)
+    server.end_run(10**9)
+    server.close()
+    assert first < 0.045, f"the full batch waited {first * 1000:.0f} ms for the partial one"
+    assert instance.log == [("start", 1), ("finish", 1), ("start", 2), ("finish", 2)]
+
+
+def test_a_failure_with_two_batches_started_answers_each_request_once() -> None:
+    instance = FakeInstance(hang_on_batch=1)  # the first hangs on the device while the second is started
+    server = _server(instance, 2, timeout_s=0.2)
+    sink = Collector()
+    server.set_sink(sink)
+    server.batcher.put(list(range(8)), list(range(8)))
+    assert server.start() is None
+    sink.wait_for(8)
+    assert server.error.startswith("timeout: instance 0 spent more than 0.2 s")
+    instance.release.set()  # the hung batch finishes late: neither batch may be answered again
+    server.end_run(10**9)
+    server.close()
+    assert instance.log[:2] == [("start", 1), ("start", 2)]
+    assert sorted(i for i, _ in sink.answered) == list(range(8))
+    assert all(a is None for _, a in sink.answered)
+
+
+def test_depth_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        Server([FakeInstance()], DynamicBatcher(4, 1.0, make_buckets(4)), batch_timeout_s=1.0, depth=0)
+
+
+def test_two_started_batches_keep_their_own_answers() -> None:
+    # Two batches in flight at once must not share a host buffer: each one's answers are its own samples' classes.
+    engine = build_engine("clsbench_testmodels:tiny", "fp32", "cpu", input_size=32, seed=0, compile_mode="default",
+                          cuda_graphs=False)
+    # Random weights answer one class for every input; a sample's first pixel tells the samples apart.
+    object.__setattr__(engine, "compute", lambda images, index=0: images[:, 0, 0, 0].to(torch.int64))
+    pool = SamplePool(16, 32, 0, pin=False)
+    instance = ModelInstance(0, engine, pool, (4,))
+    with instance.thread_context():
+        instance.setup()
+        alone = [instance.run(Batch(list(range(4)), idx, 4, 0, 0, 0))[0][:4].tolist()
+                 for idx in ([0, 1, 2, 3], [8, 9, 10, 11])]
+        first = instance.start(Batch(list(range(4)), [0, 1, 2, 3], 4, 0, 0, 0))
+        second = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0))
+        answers = [instance.finish(first)[0][:4].tolist(), instance.finish(second)[0][:4].tolist()]
+    assert SLOTS == 2 and answers == alone
+    assert alone == [pool.data[[0, 1, 2, 3], 0, 0, 0].tolist(), pool.data[[8, 9, 10, 11], 0, 0, 0].tolist()]
+    assert alone[0] != alone[1]
+
+
+def test_overlap_is_an_option_a_target_decides(tmp_path) -> None:
+    from clsbench.cli.app import main
+
+    out = CliRunner().invoke(main, ["serve", "--target", "triton://127.0.0.1:1/m", "--no-overlap",
+                                    "-o", str(tmp_path / "x.json")])
+    assert out.exit_code == 2 and "--overlap" in out.output and "model config decides" in out.output
+    out = CliRunner().invoke(main, ["serve", "--help"])
+    assert "--overlap / --no-overlap" in out.output
+
+
+def test_the_server_thread_pattern_is_unchanged_for_depth_one() -> None:
+    # depth 1 waits in the batcher (POLL_S) like before, rather than spinning with zero timeouts.
+    calls: list[float | None] = []
+    batcher = DynamicBatcher(4, 1.0, make_buckets(4))
+    real_take = batcher.take
+
+    def take(timeout_s=None):
+        calls.append(timeout_s)
+        return real_take(timeout_s)
+
+    batcher.take = take
+    server = Server([FakeInstance()], batcher, batch_timeout_s=5.0, depth=1)
+    assert server.start() is None
+    time.sleep(0.2)
+    server.close()
+    assert calls and all(t and t > 0 for t in calls)
