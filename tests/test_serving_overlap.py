@@ -130,3 +130,48 @@ def test_the_server_thread_pattern_is_unchanged_for_depth_one() -> None:
     time.sleep(0.2)
     server.close()
     assert calls and all(t and t > 0 for t in calls)
+
+
+def _serve_result(overlap: object, threads: int = 4, target: str | None = None):
+    from clsbench.results.schema import BenchmarkResult
+
+    setups = [{"instances": 2} if overlap is None else {"instances": 2, "overlap": overlap}]
+    serve = {"settings": {"sample_count": 1024, "min_duration_s": 4.0, "min_queries": None, "target": target},
+             "setups": setups, "torch_threads": threads}
+    return BenchmarkResult(environment={}, settings={"serve": serve}, measurements=())
+
+
+def test_compare_names_the_serving_loop_facts_two_runs_differ_in() -> None:
+    from clsbench.serving.analysis import loop_differences, render_serve_compare
+
+    assert loop_differences(_serve_result(True), _serve_result(True)) == []
+    assert loop_differences(_serve_result(False, threads=4), _serve_result(True, threads=8)) == [
+        {"fact": "overlap", "a": "off", "b": "on"}, {"fact": "torch threads", "a": 4, "b": 8}]
+    # a file from before the option ran without overlap, and says so
+    assert loop_differences(_serve_result(None), _serve_result(True)) == [
+        {"fact": "overlap", "a": "off (served before serve --overlap)", "b": "on"}]
+    text = render_serve_compare({"rows": [], "loop_differences": loop_differences(_serve_result(False),
+                                                                                  _serve_result(True))})
+    assert "the two servers ran differently (baseline -> this run): overlap off -> on" in text
+
+
+def test_busy_time_counts_overlapping_batches_once() -> None:
+    # Three batches started back to back, each 'on the device' for 50 ms: with overlap they overlap in wall time,
+    # and the instance's busy time is the union (~150 ms), not the sum of each batch's start-to-finish time.
+    class Slow(FakeInstance):
+        def finish(self, ticket):
+            time.sleep(0.05)
+            return super().finish(ticket)
+
+    server = _server(Slow(), 2)
+    sink = Collector()
+    server.set_sink(sink)
+    server.batcher.put(list(range(12)), list(range(12)))
+    assert server.start() is None
+    t0 = time.monotonic()
+    sink.wait_for(12)
+    wall = time.monotonic() - t0
+    counters = server.end_run(10**9)
+    server.close()
+    busy_s = sum(counters["busy_ns"]) / 1e9
+    assert 0.14 <= busy_s <= wall + 0.01, (busy_s, wall)

@@ -461,7 +461,30 @@ def compare_serve(a: BenchmarkResult, b: BenchmarkResult, *, alpha: float = 0.05
                            "note": (test.reason if test else NO_ANSWER_RUNS) or ""}
         row["tests"] = tests
         rows.append(row)
-    return {"rows": rows, "unmatched": unmatched, "alpha": alpha}
+    return {"rows": rows, "unmatched": unmatched, "alpha": alpha, "loop_differences": loop_differences(a, b)}
+
+
+def _loop_facts(result: BenchmarkResult) -> dict[str, Any]:
+    """How a serve result's own server ran, beyond its batching settings: what :func:`loop_differences` compares."""
+    serve = result.settings.get("serve") or {}
+    asked = serve.get("settings") or {}
+    setups = [s for s in serve.get("setups") or [] if isinstance(s, dict)]
+    if asked.get("target"):
+        overlap = "- (a --target server)"
+    elif setups and all("overlap" not in s for s in setups):
+        overlap = "off (served before serve --overlap)"
+    else:
+        overlap = "on" if any(s.get("overlap") for s in setups) else "off"
+    return {"overlap": overlap, "torch threads": serve.get("torch_threads"),
+            "sample pool": asked.get("sample_count"), "min duration s": asked.get("min_duration_s"),
+            "min queries": asked.get("min_queries")}
+
+
+def loop_differences(a: BenchmarkResult, b: BenchmarkResult) -> list[dict[str, Any]]:
+    """The serving-loop facts two serve results differ in (overlap, torch threads, the sample pool, LoadGen's
+    minimums): a changed figure may come from them rather than from what the rows name."""
+    fa, fb = _loop_facts(a), _loop_facts(b)
+    return [{"fact": k, "a": fa[k], "b": fb[k]} for k in fa if fa[k] != fb[k]]
 
 
 def unmatched_text(comparison: dict[str, Any]) -> str:
@@ -497,6 +520,10 @@ def render_serve_compare(comparison: dict[str, Any]) -> str:
             if state:
                 out.append(f"  {name}'s answer is a lower bound, not an answer: "
                            f"{answer_text({'unfinished': state, 'figure': r[side]})}; the ratio is not the change")
+    differ = comparison.get("loop_differences") or []
+    if differ:
+        out.append("the two servers ran differently (baseline -> this run): "
+                   + "; ".join(f"{d['fact']} {d['a']} -> {d['b']}" for d in differ))
     return "\n".join(out) + ("\n" if out else "no (mode, scenario) in common\n")
 
 

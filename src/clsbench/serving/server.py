@@ -101,6 +101,7 @@ class Server:
         self.batch_timeout_ns = int(batch_timeout_s * NS_PER_S)
         self.clock = clock or WallClock()
         self.counters = [Counters() for _ in self.instances]
+        self._busy_until = [0] * len(self.instances)  # per instance: when its last counted batch finished
         self.setup_facts: list[dict[str, Any] | None] = [None] * len(self.instances)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -282,8 +283,12 @@ class Server:
             self._sink(batch.ids, answers)
             done = self.clock.now_ns()
             stages["complete"] = float(done - handed)
+            # Busy is the time the instance had a batch started and unfinished: with overlap a batch starts before
+            # the one ahead of it finishes, so only its time after that one counts (batches finish in start order).
+            busy = done - max(begun, self._busy_until[k])
+            self._busy_until[k] = done
             self.counters[k].add(batch.size, batch.bucket, batch.queue_wait_ns_sum, batch.queue_wait_ns_max, stages,
-                                 done - begun)
+                                 busy)
             return True
         finally:
             self._done(k, number)
