@@ -28,10 +28,13 @@ from clsbench.serving.server import Server
 
 
 class NoWork:
-    """An instance that answers at once (or after ``work_s`` of sleep, which releases the GIL like a CUDA sync)."""
+    """An instance that answers at once, or after ``work_s`` of 'device' time per batch: the device starts a batch
+    when :meth:`start` queues it (or when the batch before it ends) and :meth:`finish` sleeps until then, releasing
+    the GIL like a CUDA sync."""
 
     def __init__(self, work_s: float) -> None:
         self.work_s = work_s
+        self.device_free = 0.0  # perf_counter time when the 'device' finishes what was queued
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -39,9 +42,14 @@ class NoWork:
     def setup(self, tick: Any = None) -> dict[str, Any]:
         return {"bucket_latency_ns": {}}
 
-    def run(self, batch: Batch) -> tuple[Any, dict[str, float]]:
-        if self.work_s:
-            time.sleep(self.work_s)
+    def start(self, batch: Batch) -> float:
+        self.device_free = max(self.device_free, time.perf_counter()) + self.work_s
+        return self.device_free
+
+    def finish(self, done_at: float) -> tuple[Any, dict[str, float]]:
+        wait = done_at - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
         return None, {"gather": 0.0, "copy_in": 0.0, "compute": self.work_s * 1e9, "copy_out": 0.0}
 
     def close(self) -> None:
@@ -57,12 +65,14 @@ def main() -> None:
     parser.add_argument("--max-delay-ms", type=float, default=2.0)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--work-us", type=float, default=0.0, help="sleep per batch, standing in for the GPU")
+    parser.add_argument("--depth", type=int, default=2, choices=[1, 2],
+                        help="batches an instance holds started at once: 2 is serve --overlap, 1 --no-overlap")
     args = parser.parse_args()
 
     lg = import_loadgen()
     buckets = make_buckets(args.max_batch)
     server = Server([NoWork(args.work_us / 1e6) for _ in range(args.instances)],
-                    DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60)
+                    DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60, depth=args.depth)
     server.start()
     params = LoadGenParams(args.scenario, int(args.seconds * 1000), 100, target_qps=args.target_qps
                            if args.scenario == "Server" else None, target_latency_ns=15_000_000,
