@@ -2,7 +2,8 @@
 # One device call for issue 33 (`serve --backend`), from the repository root with the LoadGen wheel (Python 3.12)
 # carried in .whl/:
 #   OUT=/some/folder MODEL=resnet50 bash benchmarks/serve_backends.sh
-#  0. (TESTS=1) the serving GPU tests: tests/test_serve_backends.py and tests/test_serving.py, `-m gpu`;
+#  0. (TESTS=1) the serving GPU tests: tests/test_serve_backends.py, test_serving.py and test_serving_overlap.py,
+#     `-m gpu`;
 #  1. `serve --backend export-frozen` with a CUDA graph per bucket and instance: offline and server at
 #     p99 <= 15 ms over max batch $MAXB (buckets $BUCKETS and each max batch), 2 instances, max delay $DELAY ms;
 #     the artifacts (one per bucket) go to a cache that step 2 reads;
@@ -32,7 +33,7 @@ git rev-parse HEAD >"$W/commit.txt" 2>/dev/null || true
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader | tee "$W/summary.txt"
 if [ "$TESTS" = 1 ]; then
     timeout -k 10 -s INT 170 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_serve_backends.py \
-        tests/test_serving.py 2>&1 | tail -n 15 | tee "$W/gpu-tests.txt" | tail -n 3 | tee -a "$W/summary.txt"
+        tests/test_serving.py tests/test_serving_overlap.py 2>&1 | tail -n 15 | tee "$W/gpu-tests.txt" | tail -n 3 | tee -a "$W/summary.txt"
 fi
 step() { local name=$1; shift; local t=$(date +%s)
          timeout -k 20 -s INT "$(left)" python3 -m clsbench "$@" >"$W/$name.txt" 2>"$W/$name.log"

@@ -84,13 +84,18 @@ def test_depth_below_one_is_refused() -> None:
         Server([FakeInstance()], DynamicBatcher(4, 1.0, make_buckets(4)), batch_timeout_s=1.0, depth=0)
 
 
-def test_two_started_batches_keep_their_own_answers() -> None:
+@pytest.mark.parametrize(("device", "graphs"), [
+    ("cpu", False),
+    pytest.param("cuda", False, marks=pytest.mark.gpu),
+    pytest.param("cuda", True, marks=pytest.mark.gpu),  # a CUDA graph per bucket, replayed for both batches
+])
+def test_two_started_batches_keep_their_own_answers(device: str, graphs: bool) -> None:
     # Two batches in flight at once must not share a host buffer: each one's answers are its own samples' classes.
-    engine = build_engine("clsbench_testmodels:tiny", "fp32", "cpu", input_size=32, seed=0, compile_mode="default",
-                          cuda_graphs=False)
+    engine = build_engine("clsbench_testmodels:tiny", "fp32", device, input_size=32, seed=0,
+                          compile_mode="default", cuda_graphs=graphs)
     # Random weights answer one class for every input; a sample's first pixel tells the samples apart.
     object.__setattr__(engine, "compute", lambda images, index=0: images[:, 0, 0, 0].to(torch.int64))
-    pool = SamplePool(16, 32, 0, pin=False)
+    pool = SamplePool(16, 32, 0, pin=device == "cuda")
     instance = ModelInstance(0, engine, pool, (4,))
     with instance.thread_context():
         instance.setup()
