@@ -30,7 +30,7 @@ from clsbench.cli.common import (
     show_interrupted,
 )
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import artifact_cache_options, list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, db_option, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -114,9 +114,7 @@ def _ints(values: list[str], option: str) -> list[int]:
 @click.option("--profile", "with_profile", is_flag=True,
               help="After the first repeat's timed region, profile a few steps (torch.profiler) and attach where "
                    "the step's time goes to the measurement (`clsbench profile` writes the trace too).")
-@click.option("--db", metavar="PATH|URL",
-              help="The store the finished run is indexed in: a path, sqlite:///PATH or postgresql://USER@HOST/DB "
-                   "(default: $CLSBENCH_DB, else the user's data directory); checked before measuring.")
+@db_option
 @measure_options(opt_in=("protocol",))
 @data_options
 @handle_errors

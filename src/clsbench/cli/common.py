@@ -124,12 +124,12 @@ def fake_clock(spec: str | None) -> Any:
         raise InvalidInputError(str(exc), "e.g. --clock fake:1ms") from None
 
 
-def start(device: str, output: str | None) -> tuple[str, dict[str, Any], str]:
-    """Check the history store ($CLSBENCH_DB), resolve the device, read the environment, choose the output path
-    (refused here if it exists or cannot be written) and print the pre-flight warnings."""
+def start(device: str, output: str | None, db: str | None) -> tuple[str, dict[str, Any], str]:
+    """Check the history store (``--db``, else $CLSBENCH_DB), resolve the device, read the environment, choose the
+    output path (refused here if it exists or cannot be written) and print the pre-flight warnings."""
     from clsbench import api
 
-    api.check_store()  # a store URL that cannot work is refused before measuring, not after
+    api.check_store(db)  # a store URL that cannot work is refused before measuring, not after
     resolved = api.resolve_device(device)
     env = api.environment(resolved)
     path = output or str(api.default_output_path(resolved))

@@ -15,7 +15,7 @@ import click
 
 from clsbench import api
 from clsbench.cli.common import Progress, exit_if_nothing_measured, saved, start
-from clsbench.cli.options import list_option, measure_options
+from clsbench.cli.options import db_option, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
@@ -40,6 +40,7 @@ from clsbench.version import __version__
                   "nvjpeg).")
 @click.option("--quick", is_flag=True, help="Short measurement windows (smoke tests, CI).")
 @click.option("--data-timeout", type=float, help="Seconds one batch may take (default 120).")
+@db_option
 @measure_options(api.DIAGNOSE_OPTIONS, execution=("isolation",), helps={
     "repeats": "Fresh worker processes per setting.",
     "warmup": "Warm-up iterations before timing (default: 3 on a GPU, 2 on a CPU).",
@@ -48,13 +49,13 @@ from clsbench.version import __version__
     "seed": "Seed for weights, data order and crops."})
 def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | None, data_source: str,
                      workers: tuple[str, ...], pipelines: tuple[str, ...], gpu_decoders: tuple[str, ...], quick: bool,
-                     data_timeout: float | None,
+                     data_timeout: float | None, db: str | None,
                      measure: MeasureOptions, execution: Execution, device: str, output: str | None,
                      quiet: bool) -> None:
     """Find what limits training MODEL on the images in DIR: synthetic ceiling vs real pipelines, best setting."""
     sizes = api.parse_workers(",".join(workers)) if workers else None
     chosen = api.parse_pipelines(",".join(pipelines)) if pipelines else None
-    resolved, env, path = start(device, output)
+    resolved, env, path = start(device, output, db)
     settings = api.DiagnoseSettings(
         model=model, data_dir=data_dir, mode=mode, batch_size=batch_size, device=resolved, source=data_source,
         workers=sizes, pipelines=chosen, quick=quick, data_timeout_s=data_timeout,
@@ -76,7 +77,7 @@ def diagnose_command(model: str, data_dir: str, mode: str, batch_size: int | Non
         for line in notes:
             click.echo(line)
     click.echo(f"(every figure: clsbench show {path})")
-    saved(path, outcome.result)
+    saved(path, outcome.result, db)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
     exit_if_nothing_measured(path, outcome.result.measurements, "setting")

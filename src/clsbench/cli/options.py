@@ -78,6 +78,17 @@ def artifact_cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="Build every backend artifact anew (the new build replaces the cached one).")(func)
 
 
+def db_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--db PATH|URL``, the history store a measuring command indexes its finished result in, spelt once for every
+    command that saves a result (``run``, ``sweep``, ``tune``, ``serve``, ``soak``, ``diagnose``, ``scale``,
+    ``profile``); the command receives ``db`` (None: ``$CLSBENCH_DB``, else the default store) and checks it with
+    ``api.check_store(db)`` before it measures."""
+    return click.option("--db", metavar="PATH|URL",
+                        help="The store the finished run is indexed in: a path, sqlite:///PATH or "
+                             "postgresql://USER@HOST/DB (default: $CLSBENCH_DB, else the user's data directory); "
+                             "checked before measuring.")(func)
+
+
 def _click_option(field: dataclasses.Field[Any], default: Any, kind: Any, help_text: str | None) -> Any:
     meta = field.metadata
     help_text = help_text or meta["help"]

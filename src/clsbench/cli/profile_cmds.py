@@ -17,7 +17,7 @@ import click
 
 from clsbench.cli.common import Progress, saved
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import db_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.plan import PROFILE_STEPS, PROFILE_WARMUP
 from clsbench.core.vocab import Status
@@ -41,12 +41,13 @@ PROFILE_FIELDS = ("warmup", "iterations", "min_time", "max_time", "input_size", 
 @click.option("--nsys", "with_nsys", is_flag=True,
               help="Also record the cell with Nsight Systems (nsys must be installed; the command is printed "
                    "either way).")
+@db_option
 @measure_options(MeasureOptions(repeats=1), execution=("isolation",), fields=PROFILE_FIELDS, helps={
     "output": "The directory to create for trace.json, summary.json and result.json (must not exist)."})
 @data_options
 def profile_command(model: str, workload: str, mode: str, batch_size: int | None, backend: str, steps: int,
-                    profile_warmup: int, with_nsys: bool, measure: MeasureOptions, execution: Execution, device: str,
-                    output: str | None, quiet: bool, **data_opts: Any) -> None:
+                    profile_warmup: int, with_nsys: bool, db: str | None, measure: MeasureOptions,
+                    execution: Execution, device: str, output: str | None, quiet: bool, **data_opts: Any) -> None:
     """Where a step's time goes: profile one cell after its timed region (torch.profiler), write a Chrome/Perfetto
     trace and a summary into a new directory -o DIR, and print the split, the top kernels and memory by phase."""
     from clsbench import api
@@ -57,6 +58,7 @@ def profile_command(model: str, workload: str, mode: str, batch_size: int | None
     if not output:
         raise click.UsageError("a profile goes into a new directory: give -o DIR")
     api.check_profile_directory(output)
+    api.check_store(db)  # a store URL that cannot work is refused before measuring, not after
     resolved = api.resolve_device(device)
     if with_nsys and not resolved.startswith("cuda"):
         raise InvalidInputError(f"--nsys records GPU work; the device is {resolved}", "use --device cuda, or drop "
@@ -86,7 +88,7 @@ def profile_command(model: str, workload: str, mode: str, batch_size: int | None
         click.echo(f"trace: {outcome.trace} (open it in ui.perfetto.dev or chrome://tracing)")
     click.echo(f"summary: {outcome.directory / api.SUMMARY_FILE}")
     _nsys_lines(outcome, resolved, with_nsys)
-    saved(str(outcome.directory / api.RESULT_FILE), outcome.result)
+    saved(str(outcome.directory / api.RESULT_FILE), outcome.result, db)
     if m.status == Status.FAILED:
         sys.exit(EXIT_MEASUREMENT_FAILED)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
+from typing import Any
 
 import click
 
 from clsbench import api
 from clsbench.cli.common import Progress, saved
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import db_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED
@@ -38,6 +39,7 @@ from clsbench.version import __version__
 @click.option("--rdzv-endpoint",
               help="HOST:PORT of node 0 for several nodes; launch i uses PORT+i, so open PORT..PORT+launches-1.")
 @click.option("--dry-run", is_flag=True, help="Print the launch commands of this node and exit; nothing runs.")
+@db_option
 @measure_options(api.SCALE_OPTIONS, execution=(), helps={
     "device": "auto, cuda (GPUs 0..k-1; choose them with CUDA_VISIBLE_DEVICES) or cpu (gloo).",
     "repeats": "Fresh launches per strategy and GPU count.",
@@ -48,25 +50,22 @@ from clsbench.version import __version__
     "cudnn_benchmark": "Let cuDNN autotune convolution algorithms (in the untimed first iteration). Default: on, "
                        "except DataParallel on 2+ GPUs, whose new threads every step would autotune again."})
 def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_per_gpu: int, comm_share: bool,
-                  nnodes: int, node_rank: int, rdzv_endpoint: str | None, dry_run: bool, measure: MeasureOptions,
-                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
+                  nnodes: int, node_rank: int, rdzv_endpoint: str | None, dry_run: bool, db: str | None,
+                  measure: MeasureOptions, execution: Execution, device: str, output: str | None,
+                  quiet: bool) -> None:
     """Multi-GPU training: DDP (torchrun) and DataParallel at each GPU count, scaling efficiency against 1 GPU."""
     plan = api.plan_scale(model=model, gpus=gpus, strategy=strategy, mode=mode, batch_size_per_gpu=batch_size_per_gpu,
                       device=device, options=measure, comm_share=comm_share, nnodes=nnodes, node_rank=node_rank,
                       rdzv_endpoint=rdzv_endpoint)
     if dry_run:
-        for item in api.launch_commands(plan):
-            if item["skipped"]:
-                if item["repeat"] == 0:
-                    click.echo(f"# {item['strategy']} x{item['gpus']}: skipped: {item['skipped']}")
-                continue
-            click.echo(f"# {item['strategy']} x{item['gpus']} repeat {item['repeat'] + 1} (launch {item['index']})")
-            click.echo(shlex.join(item["command"]))
+        print_launches(plan)
         return
+    writer = plan.node_rank == 0
+    if writer:  # node 0 indexes the result: a store URL that cannot work is refused before any launch, not after
+        api.check_store(db)
     env = api.environment(plan.device)
     for line in api.preflight_warnings(env):
         click.echo(f"warning: {line}", err=True)
-    writer = plan.node_rank == 0
     path = (output or str(api.default_output_path(plan.device))) if writer else None
     if not quiet:
         where = f"results -> {path}" if writer else "node 0 writes the result file"
@@ -89,11 +88,22 @@ def scale_command(model: str, gpus: str, strategy: str, mode: str, batch_size_pe
     click.echo("")
     click.echo(api.scale_text(result), nl=False)
     if path is not None:
-        saved(path, result)
+        saved(path, result, db)
     elif not quiet:
         click.echo(f"\nnode {plan.node_rank}: done; the result file is written on node 0", err=True)
     if any(m.status == Status.FAILED for m in result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
+
+
+def print_launches(plan: Any) -> None:
+    """``--dry-run``: this node's launch commands, one comment line and one command per launch (nothing runs)."""
+    for item in api.launch_commands(plan):
+        if item["skipped"]:
+            if item["repeat"] == 0:
+                click.echo(f"# {item['strategy']} x{item['gpus']}: skipped: {item['skipped']}")
+            continue
+        click.echo(f"# {item['strategy']} x{item['gpus']} repeat {item['repeat'] + 1} (launch {item['index']})")
+        click.echo(shlex.join(item["command"]))
 
 
 def register(group: click.Group) -> None:

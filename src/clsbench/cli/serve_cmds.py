@@ -18,7 +18,7 @@ from click.core import ParameterSource
 
 from clsbench import api
 from clsbench.cli.common import exit_if_nothing_measured, saved, start
-from clsbench.cli.options import artifact_cache_options, list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, db_option, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -216,6 +216,7 @@ def min_duration(given: float | None, mlperf: bool) -> float:
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="On a GPU, each instance gathers its next batch while the GPU runs the current one; "
                    "--no-overlap runs each batch to the end first.")
+@db_option
 @measure_options(fields=api.SHARED_OPTIONS, execution=(), helps=SERVE_HELPS, clock=False)
 def serve_command(model: str | None, target: str | None, target_headers: tuple[str, ...], max_in_flight: int,
                   modes: tuple[str, ...], backends: tuple[str, ...], no_cache: bool,
@@ -224,8 +225,8 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
                   instances: tuple[str, ...], buckets: str | None, cuda_graphs: bool, min_duration_s: float | None,
                   mlperf: bool, min_queries: int | None, resolution: float, start_qps: float | None,
                   max_search_steps: int, confirm: int, sample_count: int, batch_timeout_s: float,
-                  threads: int | None, overlap: bool, measure: MeasureOptions, execution: Execution, device: str,
-                  output: str | None, quiet: bool) -> None:
+                  threads: int | None, overlap: bool, db: str | None, measure: MeasureOptions,
+                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Serve a model behind a dynamic batcher under MLPerf LoadGen: offline, single-stream, server QPS at a bound.
 
     Every LoadGen run lasts at least 10 s by default (a quick look: a plain serve ends in minutes); --mlperf holds
@@ -249,7 +250,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
         target=target, target_headers=parse_headers(target_headers), target_max_in_flight=max_in_flight)
     api.check_serve_names(settings)  # bad input fails here, before the environment is read or anything is started
     api.require_loadgen()
-    resolved, env, path = start(settings.device, output)
+    resolved, env, path = start(settings.device, output, db)
     if not quiet:
         on = "" if settings.backends == ("eager",) else f" @{','.join(settings.backends)}"
         what = f"{settings.target} from {resolved}" if target else f"{','.join(settings.modes)}{on} on {resolved}"
@@ -272,7 +273,7 @@ def serve_command(model: str | None, target: str | None, target_headers: tuple[s
             os._exit(EXIT_INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
     click.echo(api.serve_text(outcome.result), nl=False)
-    saved(path, outcome.result)
+    saved(path, outcome.result, db)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
     exit_if_nothing_measured(path, outcome.result.measurements, "mode and scenario")

@@ -16,7 +16,7 @@ import click
 
 from clsbench import api
 from clsbench.cli.common import check_cell, exit_if_nothing_measured, saved, start
-from clsbench.cli.options import measure_options
+from clsbench.cli.options import db_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Status
 from clsbench.errors import EXIT_INTERRUPTED, EXIT_MEASUREMENT_FAILED
@@ -84,10 +84,11 @@ def window_line(window: dict[str, Any], duration_s: float) -> str:
               help="Length of one window: throughput and telemetry are reported per window.")
 @click.option("--sample-interval", type=float,
               help="Seconds between NVML telemetry samples; default: 1, or the window when it is shorter.")
+@db_option
 @measure_options(fields=SOAK_FIELDS, execution=("isolation", "probe"), helps=SOAK_HELPS)
 def soak_command(model: str, workload: str, mode: str, batch_size: int | None, backend: str, duration: str,
-                 window: str, sample_interval: float | None, measure: MeasureOptions, execution: Execution, device: str,
-                 output: str | None, quiet: bool) -> None:
+                 window: str, sample_interval: float | None, db: str | None, measure: MeasureOptions,
+                 execution: Execution, device: str, output: str | None, quiet: bool) -> None:
     """Measure one cell for a long time: throughput per window beside power, clocks, temperature and throttling.
 
     The verdicts: drift (last window against the first after warm-up), the steady-state throughput, when
@@ -98,7 +99,7 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
                                 backend=backend, duration_s=api.parse_duration(duration),
                                 window_s=api.parse_duration(window, "--window"),
                                 sample_interval_s=sample_interval).validate()
-    resolved, env, path = start(device, output)
+    resolved, env, path = start(device, output, db)
     check_cell(model, workload, resolved, mode, backend, batch_size)
     if not quiet:
         what = " ".join(x for x in (model, workload, mode, f"bs{batch_size}" if batch_size else "") if x)
@@ -114,7 +115,7 @@ def soak_command(model: str, workload: str, mode: str, batch_size: int | None, b
     click.echo(api.result_table(outcome.result), nl=False)
     click.echo("")
     click.echo(api.soak_text(outcome.analysis), nl=False)
-    saved(path, outcome.result)
+    saved(path, outcome.result, db)
     if any(m.status == Status.FAILED for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
     if not outcome.ended_early:

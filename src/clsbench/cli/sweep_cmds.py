@@ -18,7 +18,7 @@ import click
 from clsbench import api
 from clsbench.cli.common import Progress, check_cell, exit_if_nothing_measured, saved, start
 from clsbench.cli.data_options import data_options
-from clsbench.cli.options import artifact_cache_options, list_option, measure_options
+from clsbench.cli.options import artifact_cache_options, db_option, list_option, measure_options
 from clsbench.core.options import Execution, MeasureOptions
 from clsbench.core.vocab import Reason, Status
 from clsbench.errors import EXIT_MEASUREMENT_FAILED, InvalidInputError
@@ -41,14 +41,16 @@ from clsbench.version import __version__
 @click.option("--backend", default="eager", show_default=True,
               help="Inference backend of every point: eager, torchscript, export, onnxruntime, tensorrt.")
 @artifact_cache_options
+@db_option
 @measure_options(opt_in=("protocol",))
 def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, ...], knee_fraction: float,
-                  max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, measure: MeasureOptions,
-                  execution: Execution, device: str, output: str | None, quiet: bool) -> None:
+                  max_batch: int, backend: str, no_cache: bool, backend_cache: str | None, db: str | None,
+                  measure: MeasureOptions, execution: Execution, device: str, output: str | None,
+                  quiet: bool) -> None:
     """Measure one model/workload/mode at several batch sizes: the knee, the largest fit, the latency curve."""
     sizes = api.parse_batch_sizes(",".join(batch_sizes))  # bad input fails here, before anything is read or started
     api.validate_knee_fraction(knee_fraction)
-    resolved, env, path = start(device, output)
+    resolved, env, path = start(device, output, db)
     check_cell(model, workload, resolved, mode, backend)
     settings = api.SweepSettings(model=model, workload=workload, mode=mode, device=resolved, batch_sizes=sizes,
                                  knee_fraction=knee_fraction, max_batch=max_batch, backend=backend, no_cache=no_cache,
@@ -67,7 +69,7 @@ def sweep_command(model: str, workload: str, mode: str, batch_sizes: tuple[str, 
     click.echo(api.result_table(outcome.result), nl=False)
     click.echo("")
     click.echo(api.sweep_text(outcome.analysis), nl=False)
-    saved(path, outcome.result)
+    saved(path, outcome.result, db)
     if any(m.status == Status.FAILED and m.reason != Reason.OOM for m in outcome.result.measurements):
         sys.exit(EXIT_MEASUREMENT_FAILED)
     exit_if_nothing_measured(path, outcome.result.measurements, "batch size")
@@ -117,6 +119,7 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
                    "reference for benchmarks/tune_vs_exhaustive.py.")
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
+@db_option
 @measure_options(api.TUNE_OPTIONS, opt_in=("protocol",))
 @data_options
 @click.pass_context
@@ -124,14 +127,14 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
                  max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
                  compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
                  check_outputs: bool, budget: str | None, exhaustive: bool, resume_path: str | None,
-                 measure: MeasureOptions,
+                 db: str | None, measure: MeasureOptions,
                  execution: Execution, device: str, output: str | None, quiet: bool, **data: Any) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
     with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
     pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
     if resume_path is not None:
-        _resume_tune(ctx, resume_path, budget, execution, quiet, data)
+        _resume_tune(ctx, resume_path, budget, execution, quiet, db, data)
         return
     chosen_modes = api.split_list(modes) or None
     if modes and not chosen_modes:
@@ -148,7 +151,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
         variants=api.split_list(variants) if variants else None, max_autotune=max_autotune,
         check_outputs=check_outputs, backends=chosen_backends, budget=budget, exhaustive=exhaustive,
         data=data_settings, pipelines=pipelines, workers=workers)
-    resolved, env, path = start(device, output)
+    resolved, env, path = start(device, output, db)
     check_cell(settings.model, workload, resolved)
     if not quiet:
         on = f" with data from {data_settings.directory}" if data_settings is not None else ""
@@ -158,7 +161,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     _finish_tune(path, progress, lambda: api.tune(
         settings, output=path,
         execution=dataclasses.replace(execution, progress=progress, env=env),
-        announce=None if quiet else _announce))
+        announce=None if quiet else _announce), db)
 
 
 #: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.
@@ -193,7 +196,7 @@ def _announce(line: str) -> None:
 
 
 def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: Execution, quiet: bool,
-                 data: dict[str, Any] | None = None) -> None:
+                 db: str | None, data: dict[str, Any] | None = None) -> None:
     """``tune --resume FILE``: the search's own options (the data options too) come from the file and are refused
     on the line."""
     from click.core import ParameterSource
@@ -208,29 +211,31 @@ def _resume_tune(ctx: click.Context, path: str, budget: str | None, execution: E
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise InvalidInputError(f"--resume continues the search stored in {path}; it takes no {flags}",
                                 f"clsbench tune --resume {path} [--budget 20m]")
+    api.check_store(db)  # a store URL that cannot work is refused before the search goes on, not after
     if not quiet:
         click.echo(f"clsbench {__version__}: tune --resume {path}", err=True)
     progress = Progress(quiet)
     _finish_tune(path, progress, lambda: api.resume_tune(
         path, budget=budget, execution=dataclasses.replace(execution, progress=progress),
-        announce=None if quiet else _announce))
+        announce=None if quiet else _announce), db)
 
 
-def _finish_tune(path: str, progress: Progress, search: Any) -> None:
-    """Run the search; print its table (also when nothing met the limits, or on Ctrl-C, with the resume line)."""
+def _finish_tune(path: str, progress: Progress, search: Any, db: str | None) -> None:
+    """Run the search; print its table (also when nothing met the limits, or on Ctrl-C, with the resume line); index
+    the saved file in the store ``db`` (else $CLSBENCH_DB)."""
     try:
         outcome = search()
     except (api.NoConfigurationError, api.TuneInterrupted) as exc:
         progress.close()
         click.echo(api.tune_text(exc.tune_result.analysis), nl=False)
         if isinstance(exc, api.NoConfigurationError):
-            saved(path, exc.tune_result.result)
+            saved(path, exc.tune_result.result, db)
             exit_if_nothing_measured(path, exc.tune_result.result.measurements, "candidate")
         raise
     finally:
         progress.close()
     click.echo(api.tune_text(outcome.analysis), nl=False)
-    saved(path, outcome.result)
+    saved(path, outcome.result, db)
 
 
 def register(group: click.Group) -> None:
