@@ -91,7 +91,9 @@ def test_resume_refuses_what_the_file_decides(finished: Path, args: list[str], f
 
 def test_resume_of_a_finished_file_says_there_is_nothing_to_resume(finished: Path) -> None:
     before = finished.stat().st_mtime_ns
-    result = invoke("run", "--resume", str(finished), "-q", "--isolation", "inline")  # what --resume may take
+    store = finished.parent / "index.sqlite3"
+    result = invoke("run", "--resume", str(finished), "-q", "--isolation", "inline",
+                    "--db", str(store))  # what --resume may take
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == (f"nothing to resume: all 1 measurement(s) of {finished} are finished; "
                                      f"`clsbench show {finished}` prints them")

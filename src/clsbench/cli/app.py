@@ -185,7 +185,8 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
 
 #: What ``run --resume`` takes besides the file: how to show progress and where the repeats run (debugging and
 #: tests), never what is measured, which the file holds.
-RESUME_OPTIONS = frozenset({"resume_path", "retry_failed", "quiet", "isolation", "clock", "output"})
+#: What ``run --resume`` takes beside the file: how to run and where the finished result goes (its store).
+RESUME_OPTIONS = frozenset({"resume_path", "retry_failed", "quiet", "isolation", "clock", "output", "db"})
 
 
 def check_resume_options(path: str | None, output: str | None) -> None:
