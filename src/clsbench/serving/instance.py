@@ -195,7 +195,7 @@ def build_engine(model: str, mode: str, device: str, *, input_size: int | None, 
     return Engine(prepared, dev, size, mode, cuda_graphs, flags, backend=backend, runners=runners)
 
 
-#: Host buffer slots per instance on a GPU: the batch the device works on and the one being gathered.
+#: Host buffer slots per instance: the batch the device works on and the one being gathered (at most two started).
 SLOTS = 2
 
 
@@ -324,7 +324,7 @@ class ModelInstance:
         (on a CPU: compute it). At most :data:`SLOTS` batches may be started and not finished."""
         n, bucket = len(batch.indices), batch.bucket
         slot = self._slot
-        self._slot = (slot + 1) % len(self._host_in)
+        self._slot = (slot + 1) % SLOTS
         host_in, host_out = self._host_in[slot], self._host_out[slot]
         clock = self.clock
         t0 = clock.now_ns()
