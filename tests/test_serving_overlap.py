@@ -15,12 +15,7 @@ from clsbench.serving.config import make_buckets
 from clsbench.serving.instance import SLOTS, ModelInstance, SamplePool, build_engine
 from clsbench.serving.server import Server
 from test_serving import Collector, FakeInstance
-
-
-def _server(instance: FakeInstance, depth: int, *, max_batch: int = 4, delay_ms: float = 50.0,
-            timeout_s: float = 30.0) -> Server:
-    return Server([instance], DynamicBatcher(max_batch, delay_ms, make_buckets(max_batch)), batch_timeout_s=timeout_s,
-                  depth=depth)
+from test_serving import _server as serving_server
 
 
 @pytest.mark.parametrize(("depth", "expected"), [
@@ -30,7 +25,7 @@ def _server(instance: FakeInstance, depth: int, *, max_batch: int = 4, delay_ms:
 ])
 def test_the_next_dispatched_batch_starts_before_the_current_one_finishes(depth, expected) -> None:
     instance = FakeInstance()
-    server = _server(instance, depth)
+    server = serving_server([instance], delay_ms=50.0, depth=depth)
     sink = Collector()
     server.set_sink(sink)
     server.batcher.put(list(range(12)), list(range(12)))  # three full batches, queued before the instance looks
@@ -47,7 +42,7 @@ def test_an_unfinished_batch_is_never_held_back_waiting_for_a_next_one() -> None
     # A partial batch waits for the 50 ms delay rule; the full one before it must be answered without waiting for
     # it (a loop that waited for the next batch would answer the first only after the delay).
     instance = FakeInstance()
-    server = _server(instance, 2)
+    server = serving_server([instance], delay_ms=50.0, depth=2)
     sink = Collector()
     server.set_sink(sink)
     assert server.start() is None
@@ -64,7 +59,7 @@ def test_an_unfinished_batch_is_never_held_back_waiting_for_a_next_one() -> None
 
 def test_a_failure_with_two_batches_started_answers_each_request_once() -> None:
     instance = FakeInstance(hang_on_batch=1)  # the first hangs on the device while the second is started
-    server = _server(instance, 2, timeout_s=0.2)
+    server = serving_server([instance], delay_ms=50.0, timeout_s=0.2, depth=2)
     sink = Collector()
     server.set_sink(sink)
     server.batcher.put(list(range(8)), list(range(8)))
@@ -168,7 +163,7 @@ def test_busy_time_counts_overlapping_batches_once() -> None:
             time.sleep(0.05)
             return super().finish(ticket)
 
-    server = _server(Slow(), 2)
+    server = serving_server([Slow()], delay_ms=50.0, depth=2)
     sink = Collector()
     server.set_sink(sink)
     server.batcher.put(list(range(12)), list(range(12)))

@@ -215,6 +215,15 @@ def lookup_gpu(name: str) -> GpuPeak | None:
     return None
 
 
+def mode_precision(mode_name: str) -> str:
+    """The precision token of a clsbench mode name, lower case, modifiers after ``+`` and ``amp-`` dropped:
+    ``AMP-BF16+cl`` -> ``bf16``, ``fp8+compile`` -> ``fp8``, ``amp-fp32`` -> ``amp-fp32`` (not a precision)."""
+    precision = mode_name.strip().lower().split("+", 1)[0]
+    if precision.startswith("amp-") and precision[len("amp-"):] in ("fp16", "bf16"):
+        precision = precision[len("amp-"):]
+    return precision
+
+
 def precision_key(mode_name: str) -> str:
     """The precision key (unit doing the work) of a clsbench mode name; modifiers after ``+`` are ignored.
 
@@ -224,9 +233,7 @@ def precision_key(mode_name: str) -> str:
     Raises:
         InvalidInputError: a mode whose precision is none of these.
     """
-    precision = mode_name.strip().lower().split("+", 1)[0]
-    if precision.startswith("amp-") and precision[len("amp-"):] in ("fp16", "bf16"):
-        precision = precision[len("amp-"):]
+    precision = mode_precision(mode_name)
     if precision in PRECISION_KEYS:
         return precision
     raise InvalidInputError(f"no precision key for mode {mode_name!r}",

@@ -229,7 +229,7 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
                environment: dict[str, Any]) -> dict[str, Any]:
     """FLOPs, achieved TFLOP/s, MFU against datasheet and measured peaks, intensity and the roofline verdict."""
     from clsbench.analysis import efficiency as eff
-    from clsbench.analysis.peaks import lookup_gpu, precision_key
+    from clsbench.analysis.peaks import lookup_gpu, mode_precision, precision_key
 
     costs = next((r.get("costs") for r in ok if r.get("costs") and not r["costs"].get("unavailable")), None)
     if not costs:
@@ -239,7 +239,7 @@ def efficiency(ok: list[dict[str, Any]], workload: str, mode: str, batch_size: i
     flops = costs.get("train_step_flops" if train else "forward_flops")
     # fp8 runs the Linear layers it converts in fp8 and everything else in bf16 (modes/fp8.py): no single
     # datasheet or probe peak describes that mix, so MFU is withheld; bytes count as bf16's.
-    mixed_fp8 = mode.strip().lower().split("+", 1)[0] == "fp8"
+    mixed_fp8 = mode_precision(mode) == "fp8"
     unit = "bf16" if mixed_fp8 else precision_key(mode)
     out: dict[str, Any] = {
         "flops_per_image": flops,

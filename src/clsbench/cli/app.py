@@ -183,9 +183,8 @@ def run(suite: str | None, models: tuple[str, ...], workloads: tuple[str, ...], 
     exit_if_nothing_measured(path, result.measurements)
 
 
-#: What ``run --resume`` takes besides the file: how to show progress and where the repeats run (debugging and
-#: tests), never what is measured, which the file holds.
-#: What ``run --resume`` takes beside the file: how to run and where the finished result goes (its store).
+#: What ``run --resume`` takes besides the file: how to show progress, where the repeats run (debugging and
+#: tests) and the store the finished result is indexed in; never what is measured, which the file holds.
 RESUME_OPTIONS = frozenset({"resume_path", "retry_failed", "quiet", "isolation", "clock", "output", "db"})
 
 
