@@ -46,6 +46,9 @@ class NoWork:
         self.device_free = max(self.device_free, time.perf_counter()) + self.work_s
         return self.device_free
 
+    def ready(self, done_at: float) -> bool:
+        return time.perf_counter() >= done_at
+
     def finish(self, done_at: float) -> tuple[Any, dict[str, float]]:
         wait = done_at - time.perf_counter()
         if wait > 0:

@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,45 @@ def test_batcher_take_blocks_until_the_delay_with_the_wall_clock() -> None:
     assert batcher.take(timeout_s=5.0) is None
 
 
+def test_batcher_full_only_takes_nothing_but_a_full_batch() -> None:
+    clock = ManualClock()
+    batcher = DynamicBatcher(4, 2.0, make_buckets(4), clock)
+    batcher.put([0, 1, 2], [0, 1, 2])
+    clock.now = 50 * MS  # long past the delay: the rule would dispatch the three
+    assert batcher.take(0, full_only=True) is None and len(batcher) == 3
+    batcher.put([3, 4], [3, 4])
+    batch = batcher.take(0, full_only=True)
+    assert batch is not None and batch.ids == [0, 1, 2, 3] and batch.bucket == 4
+    clock.now = 60 * MS
+    assert batcher.take(0, full_only=True) is None
+    last = batcher.take(0)
+    assert last is not None and last.ids == [4]
+
+
+def test_batcher_wakes_a_delay_waiter_beside_one_that_waits_for_a_full_batch() -> None:
+    # One instance waits for a full batch (a batch of its own still on the device), another for any work. A request
+    # into the empty queue must wake the second (its delay timer starts), whichever of the two the wake-up reaches.
+    batcher = DynamicBatcher(64, 0.0, make_buckets(64))
+    got: dict[str, Any] = {}
+
+    def wait(name: str, full_only: bool) -> None:
+        got[name] = (batcher.take(timeout_s=5.0, full_only=full_only), time.monotonic())
+
+    threads = [threading.Thread(target=wait, args=("full", True)), threading.Thread(target=wait, args=("any", False))]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.1)  # both are waiting
+    put = time.monotonic()
+    batcher.put([7], [0])
+    threads[1].join(timeout=10)
+    batch, when = got["any"]
+    assert batch is not None and batch.ids == [7]
+    assert when - put < 1.0, f"the waiting instance woke {when - put:.2f} s after the request"
+    batcher.close()
+    threads[0].join(timeout=10)
+    assert got["full"][0] is None
+
+
 def test_counters_merge() -> None:
     a, b = Counters(), Counters()
     a.add(3, 4, 30, 12, {"gather": 1.0, "compute": 10.0}, 50)
@@ -153,6 +193,7 @@ class FakeInstance:
         self.batches = 0
         self.log: list[tuple[str, int]] = []  # ("start" | "finish", batch number) in call order
         self.release = threading.Event()
+        self.busy: set[int] = set()  # batch numbers whose "device work" is not done yet (ready() is False)
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -170,11 +211,16 @@ class FakeInstance:
             raise RuntimeError("boom in forward")
         return self.batches, list(batch.indices)
 
+    def ready(self, ticket: tuple[int, list[int]]) -> bool:
+        return ticket[0] not in self.busy
+
     def finish(self, ticket: tuple[int, list[int]]) -> tuple[Any, dict[str, float]]:
         number, answers = ticket
         self.log.append(("finish", number))
         if number == self.hang_on_batch:
             self.release.wait(60)
+        while number in self.busy and not self.release.wait(0.001):  # the 'device' is still on it: wait, as a sync
+            pass
         return answers, {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}
 
     def close(self) -> None:

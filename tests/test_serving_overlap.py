@@ -57,6 +57,61 @@ def test_an_unfinished_batch_is_never_held_back_waiting_for_a_next_one() -> None
     assert instance.log == [("start", 1), ("finish", 1), ("start", 2), ("finish", 2)]
 
 
+def _wait_until(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_a_partial_batch_waits_for_the_device_and_a_full_one_starts_behind_it() -> None:
+    # Batch 1 stays on the 'device' (ready() is False). Two requests that the delay rule dispatches at once must not
+    # start behind it (they would run padded and shrink the batches after them); once two more fill a batch, that
+    # full batch starts behind batch 1 before batch 1 finishes.
+    instance = FakeInstance()
+    instance.busy = {1}
+    server = serving_server([instance], delay_ms=0.0, depth=2)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
+    _wait_until(lambda: instance.log == [("start", 1)])
+    server.issue([4, 5], [4, 5])
+    time.sleep(0.1)
+    assert instance.log == [("start", 1)] and not sink.answered
+    server.issue([6, 7], [6, 7])
+    _wait_until(lambda: ("start", 2) in instance.log)
+    assert instance.log == [("start", 1), ("start", 2), ("finish", 1)] and not sink.answered
+    instance.busy.clear()
+    sink.wait_for(8)
+    server.end_run(10**9)
+    server.close()
+    assert instance.log == [("start", 1), ("start", 2), ("finish", 1), ("finish", 2)]
+    assert [i for i, _ in sink.answered] == list(range(8))
+
+
+def test_a_partial_batch_starts_as_soon_as_the_device_is_done() -> None:
+    # The same partial batch, once batch 1 is done: it starts within a poll, without waiting for company.
+    instance = FakeInstance()
+    instance.busy = {1}
+    server = serving_server([instance], delay_ms=0.0, depth=2)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
+    _wait_until(lambda: instance.log == [("start", 1)])
+    server.issue([4, 5], [4, 5])
+    time.sleep(0.05)
+    done = time.monotonic()
+    instance.busy.clear()
+    sink.wait_for(6)
+    took = time.monotonic() - done
+    server.end_run(10**9)
+    server.close()
+    assert instance.log == [("start", 1), ("finish", 1), ("start", 2), ("finish", 2)]
+    assert took < 1.0, f"the partial batch waited {took:.2f} s after the device was done"
+
+
 def test_a_failure_with_two_batches_started_answers_each_request_once() -> None:
     instance = FakeInstance(hang_on_batch=1)  # the first hangs on the device while the second is started
     server = serving_server([instance], delay_ms=50.0, timeout_s=0.2, depth=2)

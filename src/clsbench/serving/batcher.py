@@ -7,6 +7,10 @@ time a free model instance asks for work:
 2. the oldest queued request has waited ``max_delay`` or longer: take everything queued (at most ``max_batch``);
 3. otherwise wait until (2) comes due, or until more requests arrive.
 
+An instance that still has a batch on the device (``serve --overlap``) asks only for a full batch
+(``take(full_only=True)``): a partial batch started behind a running one would leave the queue small, run padded
+to its bucket and make the next batch smaller again; it waits for the device instead and collects more requests.
+
 A batch of n requests runs at the smallest bucket size >= n (:func:`~clsbench.serving.config.bucket_for`), padded:
 few shapes mean few cuDNN plans and CUDA graphs. Requests leave in arrival order, so responses of one instance come
 back in arrival order too.
@@ -117,10 +121,11 @@ class DynamicBatcher:
             self._ids.extend(ids)
             self._indices.extend(indices)
             self._arrivals.extend([now] * n)
-            # Wake a waiting instance only when its decision can change: the queue was empty (start the delay
-            # timer) or a full batch is now there. Waking one per arrival would cost a thread switch per request.
+            # Wake the waiting instances only when a decision can change: the queue was empty (start the delay
+            # timer) or a full batch is now there. Waking them per arrival would cost a thread switch per request;
+            # waking all (at most twice a batch) because one may wait only for a full batch (``full_only``).
             if before == 0 or (before < self.max_batch <= before + n):
-                self._cond.notify()
+                self._cond.notify_all()
 
     def try_take(self) -> Batch | None:
         """The next batch if the rule says dispatch now, else None; never blocks (tests drive it with a fake clock)."""
@@ -129,17 +134,23 @@ class DynamicBatcher:
             take, _ = self._decide(now)
             return self._pop(take, now) if take else None
 
-    def take(self, timeout_s: float | None = None) -> Batch | None:
-        """Block until the rule dispatches a batch; None when closed, or when ``timeout_s`` passes with none."""
+    def take(self, timeout_s: float | None = None, full_only: bool = False) -> Batch | None:
+        """Block until the rule dispatches a batch; None when closed, or when ``timeout_s`` passes with none.
+
+        ``full_only``: dispatch only a full batch (``max_batch`` queued), whatever the delay rule says; what an
+        instance that still has a batch on the device asks for (see :class:`~clsbench.serving.server.Server`).
+        """
         deadline = None if timeout_s is None else self.clock.now_ns() + int(timeout_s * NS_PER_S)
         with self._cond:
             while not self._closed:
                 now = self.clock.now_ns()
                 take, wait_ns = self._decide(now)
+                if full_only and take < self.max_batch:
+                    take, wait_ns = 0, -1  # only an arrival that fills a batch (or the timeout) changes this
                 if take:
                     batch = self._pop(take, now)
                     if self._ids:
-                        self._cond.notify()  # the rest is another instance's business
+                        self._cond.notify_all()  # the rest is another instance's business
                     return batch
                 if deadline is not None:
                     left = deadline - now

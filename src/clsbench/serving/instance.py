@@ -353,6 +353,10 @@ class ModelInstance:
             done.record()
         return _Ticket(slot, {"gather": float(t1 - t0)})
 
+    def ready(self, ticket: _Ticket) -> bool:
+        """Whether the started batch's device work is done (its last event reached; a CPU batch is done in start)."""
+        return not self.on_cuda or bool(self._events[ticket.slot][3].query())
+
     def finish(self, ticket: _Ticket) -> tuple[torch.Tensor, dict[str, float]]:
         """Wait for a started batch. Returns the host top-1 ids (the first ``batch.size`` are the answers; valid until
         the slot's next :meth:`start`) and the stage times in ns (gather, copy_in, compute, copy_out; the device's

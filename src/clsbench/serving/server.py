@@ -9,9 +9,11 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
   responses), then counts it;
 - a run is two calls, :meth:`Instance.start` (the host gathers the batch and queues the device's work) and
   :meth:`Instance.finish` (wait for it). With ``depth`` 2 (``serve --overlap``, the default on a GPU) an instance
-  that finds the next batch already dispatched starts it before finishing the current one, so the host's gather
-  and answer hand-back run while the GPU computes instead of between its batches; it never waits for a next batch
-  while one is unfinished, so an answer is late by at most the next batch's start;
+  that finds a *full* next batch queued starts it before finishing the current one, so the host's gather and
+  answer hand-back run while the GPU computes instead of between its batches. A partial batch waits for the device
+  (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), gathering more requests meanwhile: started behind a
+  running batch it would run padded and leave the next batches smaller. It never waits for a next batch once the
+  current one is done, so an answer is late by at most one poll or the next full batch's start;
 - the sink is set per LoadGen run (:meth:`Server.set_sink`), so the server does not know LoadGen and is tested with
   a plain function.
 
@@ -37,6 +39,8 @@ from clsbench.serving.counters import Counters, merge
 
 #: How often an idle instance re-checks whether the server closed, and how often the watchdog looks (seconds).
 POLL_S = 0.05
+#: How often an instance with a batch on the device looks whether it is done, between arrivals (seconds).
+READY_POLL_S = 0.0002
 #: After a LoadGen run, how long to wait for instances to finish counting their last batch (seconds).
 IDLE_WAIT_S = 30.0
 
@@ -54,6 +58,10 @@ class Instance(Protocol):
 
     def start(self, batch: Batch) -> Any:
         """Gather ``batch`` and queue its work; return what :meth:`finish` needs (the host part's times in it)."""
+        ...
+
+    def ready(self, ticket: Any) -> bool:
+        """Whether :meth:`finish` of this started batch would return without waiting (never blocks)."""
         ...
 
     def finish(self, ticket: Any) -> tuple[Any, dict[str, float]]:
@@ -237,12 +245,16 @@ class Server:
         number = 0
         try:
             while not self._stop.is_set() and not self._aborted:
-                # With a batch unfinished, only a batch already dispatched is worth starting: never wait for one.
-                batch = self.batcher.take(0 if started else POLL_S)
-                if batch is None:
-                    if started and not self._finish(k, instance, started.pop(0)):
-                        return
-                    continue
+                if not started:
+                    batch = self.batcher.take(POLL_S)
+                    if batch is None:
+                        continue
+                else:
+                    batch = self._next_while_busy(instance, started[0][2])
+                    if batch is None:
+                        if instance.ready(started[0][2]) and not self._finish(k, instance, started.pop(0)):
+                            return
+                        continue
                 number += 1
                 with self._lock:
                     late = self._aborted
@@ -265,6 +277,20 @@ class Server:
         finally:
             for number, *_ in started:  # left unfinished by an abort, which answered them
                 self._done(k, number)
+
+    def _next_while_busy(self, instance: Instance, ticket: Any) -> Batch | None:
+        """With a batch unfinished: a full batch to start behind it, else None (at once if it is done, else after a
+        short poll; the loop then looks again).
+
+        Only a full batch is started ahead: a partial one would run padded behind the current batch while the queue
+        keeps filling, and the batches after it would be smaller still (a server run at a high rate then settles on
+        small, padded batches and misses its latency bound). The instance never waits for a next batch once the
+        current one is done: its answers are late by at most one poll.
+        """
+        batch = self.batcher.take(0, full_only=True)
+        if batch is None and not instance.ready(ticket):
+            batch = self.batcher.take(READY_POLL_S, full_only=True)
+        return batch
 
     def _finish(self, k: int, instance: Instance, entry: tuple[int, Batch, Any, int]) -> bool:
         """Wait for a started batch, answer and count it; False when the server failed (the loop ends)."""
