@@ -1,6 +1,7 @@
 """Overlap in the serving loop (``serve --overlap``, the server's ``depth`` 2): an instance starts the next batch
-before finishing the current one only when that batch is already dispatched, answers every request once, and fails
-as cleanly as without overlap; a model instance's two host slots keep two started batches' answers apart."""
+before finishing the current one only when a full batch is queued (a partial one waits for the device), answers every
+request once, and fails as cleanly as without overlap; a model instance's two host slots keep two started batches'
+answers apart."""
 
 from __future__ import annotations
 
