@@ -7,6 +7,11 @@ samples/s; Server runs at ``--target-qps`` show whether the host keeps p99 low a
 
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Offline --seconds 3
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 15000 --work-us 4000
+    PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 20000 --max-batch 128 \
+        --buckets 32,64,128 --work-us 200 --work-us-per-sample 39 --instances 1 --shared-device
+
+The compute stage it reports is 0 (the stand-in's time is not measured as the GPU's); busy time and LoadGen's
+latencies include it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,14 +33,30 @@ from clsbench.serving.scenario import LoadGenParams
 from clsbench.serving.server import Server
 
 
-class NoWork:
-    """An instance that answers at once, or after ``work_s`` of 'device' time per batch: the device starts a batch
-    when :meth:`start` queues it (or when the batch before it ends) and :meth:`finish` sleeps until then, releasing
-    the GIL like a CUDA sync."""
+class Device:
+    """One stand-in GPU that every instance shares: batches run one after another, in the order they were queued."""
 
-    def __init__(self, work_s: float) -> None:
+    def __init__(self) -> None:
+        self.free_at = 0.0  # perf_counter time when the 'device' finishes what was queued
+        self.lock = threading.Lock()
+
+    def queue(self, seconds: float) -> float:
+        """Queue ``seconds`` of work; when it will be done."""
+        with self.lock:
+            self.free_at = max(self.free_at, time.perf_counter()) + seconds
+            return self.free_at
+
+
+class NoWork:
+    """An instance that answers at once, or after ``work_s`` + ``per_sample_s`` x the batch's bucket of 'device'
+    time: the device starts a batch when :meth:`start` queues it (or when the batch queued before it ends; a device of
+    its own unless one is shared) and :meth:`finish` sleeps until then, releasing the GIL like a CUDA
+    sync."""
+
+    def __init__(self, work_s: float, per_sample_s: float = 0.0, device: Device | None = None) -> None:
         self.work_s = work_s
-        self.device_free = 0.0  # perf_counter time when the 'device' finishes what was queued
+        self.per_sample_s = per_sample_s
+        self.device = device or Device()
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -43,8 +65,7 @@ class NoWork:
         return {"bucket_latency_ns": {}}
 
     def start(self, batch: Batch) -> float:
-        self.device_free = max(self.device_free, time.perf_counter()) + self.work_s
-        return self.device_free
+        return self.device.queue(self.work_s + self.per_sample_s * batch.bucket)
 
     def ready(self, done_at: float) -> bool:
         return time.perf_counter() >= done_at
@@ -53,7 +74,7 @@ class NoWork:
         wait = done_at - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        return None, {"gather": 0.0, "copy_in": 0.0, "compute": self.work_s * 1e9, "copy_out": 0.0}
+        return None, {"gather": 0.0, "copy_in": 0.0, "compute": 0.0, "copy_out": 0.0}
 
     def close(self) -> None:
         pass
@@ -68,13 +89,21 @@ def main() -> None:
     parser.add_argument("--max-delay-ms", type=float, default=2.0)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--work-us", type=float, default=0.0, help="sleep per batch, standing in for the GPU")
+    parser.add_argument("--work-us-per-sample", type=float, default=0.0,
+                        help="more sleep per sample of the batch's bucket (padding included), e.g. 39 with --work-us "
+                             "200 for ResNet-50 export-frozen fp16 on an H100 (5.2 ms a batch of 128)")
+    parser.add_argument("--buckets", default="", help="batch shapes, comma-separated (default: powers of two)")
+    parser.add_argument("--shared-device", action="store_true",
+                        help="all instances share one stand-in device, as on one GPU (default: one each)")
     parser.add_argument("--depth", type=int, default=2, choices=[1, 2],
                         help="batches an instance holds started at once: 2 is serve --overlap, 1 --no-overlap")
     args = parser.parse_args()
 
     lg = import_loadgen()
-    buckets = make_buckets(args.max_batch)
-    server = Server([NoWork(args.work_us / 1e6) for _ in range(args.instances)],
+    buckets = make_buckets(args.max_batch, [int(b) for b in args.buckets.split(",")] if args.buckets else None)
+    shared = Device()
+    server = Server([NoWork(args.work_us / 1e6, args.work_us_per_sample / 1e6,
+                            shared if args.shared_device else None) for _ in range(args.instances)],
                     DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60, depth=args.depth)
     server.start()
     params = LoadGenParams(args.scenario, int(args.seconds * 1000), 100, target_qps=args.target_qps
