@@ -91,6 +91,30 @@ def test_a_partial_batch_waits_for_the_device_and_a_full_one_starts_behind_it() 
     assert [i for i, _ in sink.answered] == list(range(8))
 
 
+def test_an_idle_instance_does_not_start_a_partial_batch_beside_a_running_one() -> None:
+    # Two instances share the device; the first one's batch stays on it. The second, idle, must not start two due
+    # requests beside it either; it may start a full batch.
+    first, second = FakeInstance(), FakeInstance()
+    first.busy = second.busy = {1}
+    server = serving_server([first, second], delay_ms=0.0, depth=2)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
+    _wait_until(lambda: first.log + second.log == [("start", 1)])
+    server.issue([4, 5], [4, 5])
+    time.sleep(0.1)
+    assert first.log + second.log == [("start", 1)] and not sink.answered
+    server.issue([6, 7], [6, 7])
+    _wait_until(lambda: len(first.log + second.log) >= 2)
+    first.busy.clear()
+    second.busy.clear()
+    sink.wait_for(8)
+    server.end_run(10**9)
+    server.close()
+    assert sorted(i for i, _ in sink.answered) == list(range(8))
+
+
 def test_a_partial_batch_starts_as_soon_as_the_device_is_done() -> None:
     # The same partial batch, once batch 1 is done: it starts within a poll, without waiting for company.
     instance = FakeInstance()
@@ -176,9 +200,9 @@ def test_the_server_thread_pattern_is_unchanged_for_depth_one() -> None:
     batcher = DynamicBatcher(4, 1.0, make_buckets(4))
     real_take = batcher.take
 
-    def take(timeout_s=None):
+    def take(timeout_s=None, full_only=False):
         calls.append(timeout_s)
-        return real_take(timeout_s)
+        return real_take(timeout_s, full_only)
 
     batcher.take = take
     server = Server([FakeInstance()], batcher, batch_timeout_s=5.0, depth=1)

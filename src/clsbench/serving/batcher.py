@@ -24,7 +24,7 @@ an injectable :class:`~clsbench.measure.clock.Clock`, so the delay rule is teste
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clsbench.measure.clock import NS_PER_MS, NS_PER_S, Clock, WallClock
@@ -134,18 +134,19 @@ class DynamicBatcher:
             take, _ = self._decide(now)
             return self._pop(take, now) if take else None
 
-    def take(self, timeout_s: float | None = None, full_only: bool = False) -> Batch | None:
+    def take(self, timeout_s: float | None = None, full_only: bool | Callable[[], bool] = False) -> Batch | None:
         """Block until the rule dispatches a batch; None when closed, or when ``timeout_s`` passes with none.
 
         ``full_only``: dispatch only a full batch (``max_batch`` queued), whatever the delay rule says; what an
-        instance that still has a batch on the device asks for (see :class:`~clsbench.serving.server.Server`).
+        instance asks for while a batch is on the device (see :class:`~clsbench.serving.server.Server`). A callable
+        is asked at each decision, so a waiter sees a batch that started meanwhile.
         """
         deadline = None if timeout_s is None else self.clock.now_ns() + int(timeout_s * NS_PER_S)
         with self._cond:
             while not self._closed:
                 now = self.clock.now_ns()
                 take, wait_ns = self._decide(now)
-                if full_only and take < self.max_batch:
+                if take and take < self.max_batch and (full_only() if callable(full_only) else full_only):
                     take, wait_ns = 0, -1  # only an arrival that fills a batch (or the timeout) changes this
                 if take:
                     batch = self._pop(take, now)

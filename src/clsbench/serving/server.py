@@ -12,8 +12,9 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
   that finds a *full* next batch queued starts it before finishing the current one, so the host's gather and
   answer hand-back run while the GPU computes instead of between its batches. A partial batch waits for the device
   (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), gathering more requests meanwhile: started behind a
-  running batch it would run padded and leave the next batches smaller. It never waits for a next batch once the
-  current one is done, so an answer is late by at most one poll or the next full batch's start;
+  running batch it would run padded and leave the next batches smaller. An idle instance beside another's running
+  batch likewise starts only a full one. It never waits for a next batch once the current one is done, so an
+  answer is late by at most one poll or the next full batch's start;
 - the sink is set per LoadGen run (:meth:`Server.set_sink`), so the server does not know LoadGen and is tested with
   a plain function.
 
@@ -246,7 +247,10 @@ class Server:
         try:
             while not self._stop.is_set() and not self._aborted:
                 if not started:
-                    batch = self.batcher.take(POLL_S)
+                    # Beside another instance's batch on the device, a partial batch would run padded at the same
+                    # time and slow both: with overlap, only a full one starts (the other instance takes the
+                    # partial one by the delay rule once its batch is done).
+                    batch = self.batcher.take(POLL_S, full_only=self._device_busy)
                     if batch is None:
                         continue
                 else:
@@ -277,6 +281,10 @@ class Server:
         finally:
             for number, *_ in started:  # left unfinished by an abort, which answered them
                 self._done(k, number)
+
+    def _device_busy(self) -> bool:
+        """Whether, with overlap, an instance's batch is on the device (asked under the batcher's lock)."""
+        return self.depth > 1 and self._active > 0
 
     def _next_while_busy(self, instance: Instance, ticket: Any) -> Batch | None:
         """With a batch unfinished: a full batch to start behind it, else None (at once if it is done, else after a
