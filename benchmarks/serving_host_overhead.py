@@ -8,7 +8,8 @@ samples/s; Server runs at ``--target-qps`` show whether the host keeps p99 low a
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Offline --seconds 3
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 15000 --work-us 4000
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 20000 --max-batch 128 \
-        --buckets 32,64,128 --work-us 200 --work-us-per-sample 39 --instances 1 --shared-device
+        --buckets 32,64,128 --work-us 200 --work-us-per-sample 39 --gather-us-per-sample 15 --instances 1 \
+        --shared-device
 
 The compute stage it reports is 0 (the stand-in's time is not measured as the GPU's); busy time and LoadGen's
 latencies include it.
@@ -53,10 +54,12 @@ class NoWork:
     its own unless one is shared) and :meth:`finish` sleeps until then, releasing the GIL like a CUDA
     sync."""
 
-    def __init__(self, work_s: float, per_sample_s: float = 0.0, device: Device | None = None) -> None:
+    def __init__(self, work_s: float, per_sample_s: float = 0.0, device: Device | None = None,
+                 gather_s: float = 0.0) -> None:
         self.work_s = work_s
         self.per_sample_s = per_sample_s
         self.device = device or Device()
+        self.gather_s = gather_s  # host time per request of the batch before it is queued (GIL released, as torch's)
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -65,6 +68,8 @@ class NoWork:
         return {"bucket_latency_ns": {}}
 
     def start(self, batch: Batch) -> float:
+        if self.gather_s:
+            time.sleep(self.gather_s * batch.size)
         return self.device.queue(self.work_s + self.per_sample_s * batch.bucket)
 
     def ready(self, done_at: float) -> bool:
@@ -92,6 +97,9 @@ def main() -> None:
     parser.add_argument("--work-us-per-sample", type=float, default=0.0,
                         help="more sleep per sample of the batch's bucket (padding included), e.g. 39 with --work-us "
                              "200 for ResNet-50 export-frozen fp16 on an H100 (5.2 ms a batch of 128)")
+    parser.add_argument("--gather-us-per-sample", type=float, default=0.0,
+                        help="host time per request before a batch is queued, as the gather into pinned memory "
+                             "(15 for ResNet-50's 150 KB images on the H100's host)")
     parser.add_argument("--buckets", default="", help="batch shapes, comma-separated (default: powers of two)")
     parser.add_argument("--shared-device", action="store_true",
                         help="all instances share one stand-in device, as on one GPU (default: one each)")
@@ -103,7 +111,8 @@ def main() -> None:
     buckets = make_buckets(args.max_batch, [int(b) for b in args.buckets.split(",")] if args.buckets else None)
     shared = Device()
     server = Server([NoWork(args.work_us / 1e6, args.work_us_per_sample / 1e6,
-                            shared if args.shared_device else None) for _ in range(args.instances)],
+                            shared if args.shared_device else None, args.gather_us_per_sample / 1e6)
+                     for _ in range(args.instances)],
                     DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60, depth=args.depth)
     server.start()
     params = LoadGenParams(args.scenario, int(args.seconds * 1000), 100, target_qps=args.target_qps
