@@ -11,8 +11,7 @@ samples/s; Server runs at ``--target-qps`` show whether the host keeps p99 low a
         --buckets 32,64,128 --work-us 200 --work-us-per-sample 39 --gather-us-per-sample 15 --instances 1 \
         --shared-device
 
-The compute stage it reports is 0 (the stand-in's time is not measured as the GPU's); busy time and LoadGen's
-latencies include it.
+The compute stage it reports is the stand-in's device time of a batch and the gather its sleep (not measured).
 """
 
 from __future__ import annotations
@@ -67,19 +66,23 @@ class NoWork:
     def setup(self, tick: Any = None) -> dict[str, Any]:
         return {"bucket_latency_ns": {}}
 
-    def start(self, batch: Batch) -> float:
-        if self.gather_s:
-            time.sleep(self.gather_s * batch.size)
-        return self.device.queue(self.work_s + self.per_sample_s * batch.bucket)
+    def start(self, batch: Batch) -> tuple[float, float, float]:
+        """Returns the ticket: when the 'device' is done with the batch, its gather and its device time (s)."""
+        gather = self.gather_s * batch.size
+        if gather:
+            time.sleep(gather)
+        device = self.work_s + self.per_sample_s * batch.bucket
+        return self.device.queue(device), gather, device
 
-    def ready(self, done_at: float) -> bool:
-        return time.perf_counter() >= done_at
+    def ready(self, ticket: tuple[float, float, float]) -> bool:
+        return time.perf_counter() >= ticket[0]
 
-    def finish(self, done_at: float) -> tuple[Any, dict[str, float]]:
+    def finish(self, ticket: tuple[float, float, float]) -> tuple[Any, dict[str, float]]:
+        done_at, gather, device = ticket
         wait = done_at - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        return None, {"gather": 0.0, "copy_in": 0.0, "compute": 0.0, "copy_out": 0.0}
+        return None, {"gather": gather * 1e9, "copy_in": 0.0, "compute": device * 1e9, "copy_out": 0.0}
 
     def close(self) -> None:
         pass

@@ -194,6 +194,7 @@ class FakeInstance:
         self.log: list[tuple[str, int]] = []  # ("start" | "finish", batch number) in call order
         self.release = threading.Event()
         self.busy: set[int] = set()  # batch numbers whose "device work" is not done yet (ready() is False)
+        self.stages = {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}  # what finish() reports (ns)
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -221,7 +222,7 @@ class FakeInstance:
             self.release.wait(60)
         while number in self.busy and not self.release.wait(0.001):  # the 'device' is still on it: wait, as a sync
             pass
-        return answers, {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}
+        return answers, dict(self.stages)
 
     def close(self) -> None:
         self.release.set()

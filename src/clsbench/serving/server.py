@@ -31,12 +31,14 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clsbench.core.vocab import Reason
 from clsbench.measure.clock import NS_PER_S, Clock, WallClock
 from clsbench.serving.batcher import Batch, DynamicBatcher
 from clsbench.serving.counters import Counters, merge
+from clsbench.serving.pace import Pace
 
 #: How often an idle instance re-checks whether the server closed, and how often the watchdog looks (seconds).
 POLL_S = 0.05
@@ -46,6 +48,18 @@ READY_POLL_S = 0.0002
 IDLE_WAIT_S = 30.0
 
 Sink = Callable[[Sequence[int], Any], None]
+
+
+@dataclass
+class _Started:
+    """A batch an instance started and has not finished."""
+
+    number: int
+    batch: Batch
+    ticket: Any
+    begun: int  # clock reading before start()
+    start_ns: int  # how long start() took (the host's part: the gather, queueing the device's work)
+    leaves: float | None  # when it should leave the device (Pace), None without an estimate
 
 
 class Instance(Protocol):
@@ -111,6 +125,8 @@ class Server:
         self.clock = clock or WallClock()
         self.counters = [Counters() for _ in self.instances]
         self._busy_until = [0] * len(self.instances)  # per instance: when its last counted batch finished
+        # One instance paces its partial batches (see clsbench.serving.pace); several start them only on an idle device.
+        self._pace = Pace() if len(self.instances) == 1 else None
         self.setup_facts: list[dict[str, Any] | None] = [None] * len(self.instances)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -242,7 +258,7 @@ class Server:
             self._stop.wait()
 
     def _loop(self, k: int, instance: Instance) -> None:
-        started: list[tuple[int, Batch, Any, int]] = []  # (number, batch, ticket, start) in start order
+        started: list[_Started] = []  # in start order
         number = 0
         try:
             while not self._stop.is_set() and not self._aborted:
@@ -254,9 +270,9 @@ class Server:
                     if batch is None:
                         continue
                 else:
-                    batch = self._next_while_busy(instance, started[0][2])
+                    batch = self._next_while_busy(k, instance, started[0])
                     if batch is None:
-                        if instance.ready(started[0][2]) and not self._finish(k, instance, started.pop(0)):
+                        if instance.ready(started[0].ticket) and not self._finish(k, instance, started.pop(0)):
                             return
                         continue
                 number += 1
@@ -275,34 +291,40 @@ class Server:
                     self.abort(failure_reason(exc))  # answers it (still in flight), then it leaves
                     self._done(k, number)
                     return
-                started.append((number, batch, ticket, begun))
+                queued = self.clock.now_ns()
+                leaves = self._pace.started(batch.bucket, queued) if self._pace else None
+                started.append(_Started(number, batch, ticket, begun, queued - begun, leaves))
                 if len(started) >= self.depth and not self._finish(k, instance, started.pop(0)):
                     return
         finally:
-            for number, *_ in started:  # left unfinished by an abort, which answered them
-                self._done(k, number)
+            for entry in started:  # left unfinished by an abort, which answered them
+                self._done(k, entry.number)
 
     def _device_busy(self) -> bool:
         """Whether, with overlap, an instance's batch is on the device (asked under the batcher's lock)."""
         return self.depth > 1 and self._active > 0
 
-    def _next_while_busy(self, instance: Instance, ticket: Any) -> Batch | None:
-        """With a batch unfinished: a full batch to start behind it, else None (at once if it is done, else after a
-        short poll; the loop then looks again).
+    def _next_while_busy(self, k: int, instance: Instance, head: _Started) -> Batch | None:
+        """With a batch unfinished: a batch to start behind it, else None (at once if it is done, else after a short
+        poll; the loop then looks again).
 
-        Only a full batch is started ahead: a partial one would run padded behind the current batch while the queue
-        keeps filling, and the batches after it would be smaller still (a server run at a high rate then settles on
-        small, padded batches and misses its latency bound). The instance never waits for a next batch once the
-        current one is done: its answers are late by at most one poll.
+        A full batch starts at once. A partial one would run padded behind the current batch while the queue keeps
+        filling, and the batches after it would be smaller still (a server run at a high rate then settles on small,
+        padded batches and misses its latency bound): it starts, by the delay rule, only once its host start would
+        end as the current batch leaves the device (:class:`~clsbench.serving.pace.Pace`), or after the current batch
+        is done. The instance never waits for a next batch once the current one is done: its answers are late by at
+        most one poll.
         """
-        batch = self.batcher.take(0, full_only=True)
-        if batch is None and not instance.ready(ticket):
-            batch = self.batcher.take(READY_POLL_S, full_only=True)
-        return batch
+        if instance.ready(head.ticket):
+            return self.batcher.take(0, full_only=True)
+        queued = min(len(self.batcher), self.batcher.max_batch)
+        now = self.clock.now_ns()
+        paced = self._pace is not None and self._pace.start_partial(head.leaves, now, queued)
+        return self.batcher.take(READY_POLL_S, full_only=not paced)
 
-    def _finish(self, k: int, instance: Instance, entry: tuple[int, Batch, Any, int]) -> bool:
+    def _finish(self, k: int, instance: Instance, entry: _Started) -> bool:
         """Wait for a started batch, answer and count it; False when the server failed (the loop ends)."""
-        number, batch, ticket, begun = entry
+        number, batch, ticket, begun = entry.number, entry.batch, entry.ticket, entry.begun
         try:
             try:
                 answers, stages = instance.finish(ticket)
@@ -317,6 +339,8 @@ class Server:
             self._sink(batch.ids, answers)
             done = self.clock.now_ns()
             stages["complete"] = float(done - handed)
+            if self._pace is not None:
+                self._pace.learn(batch.size, batch.bucket, stages, entry.start_ns)
             # Busy is the time the instance had a batch started and unfinished: with overlap a batch starts before
             # the one ahead of it finishes, so only its time after that one counts (batches finish in start order).
             busy = done - max(begun, self._busy_until[k])
