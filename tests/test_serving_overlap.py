@@ -65,20 +65,28 @@ def _wait_until(condition, timeout_s: float = 10.0) -> None:
         time.sleep(0.002)
 
 
+def _partial_behind_a_busy_batch(instances: list[FakeInstance], wait_s: float) -> tuple[Server, Collector]:
+    """A started server whose first batch (full) stays on the 'device', then two requests the delay rule (0 ms)
+    dispatches at once, and ``wait_s`` for the server to act on them."""
+    for instance in instances:
+        instance.busy = {1}
+    server = serving_server(instances, delay_ms=0.0, depth=2)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
+    _wait_until(lambda: sum((i.log for i in instances), []) == [("start", 1)])
+    server.issue([4, 5], [4, 5])
+    time.sleep(wait_s)
+    return server, sink
+
+
 def test_a_partial_batch_waits_for_the_device_and_a_full_one_starts_behind_it() -> None:
     # Batch 1 stays on the 'device' (ready() is False). Two requests that the delay rule dispatches at once must not
     # start behind it (they would run padded and shrink the batches after them); once two more fill a batch, that
     # full batch starts behind batch 1 before batch 1 finishes.
     instance = FakeInstance()
-    instance.busy = {1}
-    server = serving_server([instance], delay_ms=0.0, depth=2)
-    sink = Collector()
-    server.set_sink(sink)
-    assert server.start() is None
-    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
-    _wait_until(lambda: instance.log == [("start", 1)])
-    server.issue([4, 5], [4, 5])
-    time.sleep(0.1)
+    server, sink = _partial_behind_a_busy_batch([instance], 0.1)
     assert instance.log == [("start", 1)] and not sink.answered
     server.issue([6, 7], [6, 7])
     _wait_until(lambda: ("start", 2) in instance.log)
@@ -95,15 +103,7 @@ def test_an_idle_instance_does_not_start_a_partial_batch_beside_a_running_one() 
     # Two instances share the device; the first one's batch stays on it. The second, idle, must not start two due
     # requests beside it either; it may start a full batch.
     first, second = FakeInstance(), FakeInstance()
-    first.busy = second.busy = {1}
-    server = serving_server([first, second], delay_ms=0.0, depth=2)
-    sink = Collector()
-    server.set_sink(sink)
-    assert server.start() is None
-    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
-    _wait_until(lambda: first.log + second.log == [("start", 1)])
-    server.issue([4, 5], [4, 5])
-    time.sleep(0.1)
+    server, sink = _partial_behind_a_busy_batch([first, second], 0.1)
     assert first.log + second.log == [("start", 1)] and not sink.answered
     server.issue([6, 7], [6, 7])
     _wait_until(lambda: len(first.log + second.log) >= 2)
@@ -118,15 +118,7 @@ def test_an_idle_instance_does_not_start_a_partial_batch_beside_a_running_one() 
 def test_a_partial_batch_starts_as_soon_as_the_device_is_done() -> None:
     # The same partial batch, once batch 1 is done: it starts within a poll, without waiting for company.
     instance = FakeInstance()
-    instance.busy = {1}
-    server = serving_server([instance], delay_ms=0.0, depth=2)
-    sink = Collector()
-    server.set_sink(sink)
-    assert server.start() is None
-    server.issue([0, 1, 2, 3], [0, 1, 2, 3])
-    _wait_until(lambda: instance.log == [("start", 1)])
-    server.issue([4, 5], [4, 5])
-    time.sleep(0.05)
+    server, sink = _partial_behind_a_busy_batch([instance], 0.05)
     done = time.monotonic()
     instance.busy.clear()
     sink.wait_for(6)

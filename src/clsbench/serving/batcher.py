@@ -9,7 +9,8 @@ time a free model instance asks for work:
 
 An instance that still has a batch on the device (``serve --overlap``) asks only for a full batch
 (``take(full_only=True)``): a partial batch started behind a running one would leave the queue small, run padded
-to its bucket and make the next batch smaller again; it waits for the device instead and collects more requests.
+to its bucket and make the next batch smaller again; it waits for the device instead (or, paced, until just before
+it frees: :mod:`clsbench.serving.pace`) and collects more requests.
 
 A batch of n requests runs at the smallest bucket size >= n (:func:`~clsbench.serving.config.bucket_for`), padded:
 few shapes mean few cuDNN plans and CUDA graphs. Requests leave in arrival order, so responses of one instance come

@@ -12,9 +12,10 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
   that finds a *full* next batch queued starts it before finishing the current one, so the host's gather and
   answer hand-back run while the GPU computes instead of between its batches. A partial batch waits for the device
   (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), gathering more requests meanwhile: started behind a
-  running batch it would run padded and leave the next batches smaller. An idle instance beside another's running
-  batch likewise starts only a full one. It never waits for a next batch once the current one is done, so an
-  answer is late by at most one poll or the next full batch's start;
+  running batch it would run padded and leave the next batches smaller. A server of one instance starts it just
+  before the device frees, once its gather would end by then (:mod:`clsbench.serving.pace`); an idle instance beside
+  another's running batch starts only a full one. It never waits for a next batch once the current one is done, so
+  an answer is late by at most one poll or the next full batch's start;
 - the sink is set per LoadGen run (:meth:`Server.set_sink`), so the server does not know LoadGen and is tested with
   a plain function.
 
@@ -125,8 +126,8 @@ class Server:
         self.clock = clock or WallClock()
         self.counters = [Counters() for _ in self.instances]
         self._busy_until = [0] * len(self.instances)  # per instance: when its last counted batch finished
-        # One instance paces its partial batches (see clsbench.serving.pace); several start them only on an idle device.
-        self._pace = Pace() if len(self.instances) == 1 else None
+        # With overlap, one instance paces its partial batches (clsbench.serving.pace); several wait for an idle device.
+        self._pace = Pace() if depth > 1 and len(self.instances) == 1 else None
         self.setup_facts: list[dict[str, Any] | None] = [None] * len(self.instances)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -324,10 +325,10 @@ class Server:
 
     def _finish(self, k: int, instance: Instance, entry: _Started) -> bool:
         """Wait for a started batch, answer and count it; False when the server failed (the loop ends)."""
-        number, batch, ticket, begun = entry.number, entry.batch, entry.ticket, entry.begun
+        number, batch = entry.number, entry.batch
         try:
             try:
-                answers, stages = instance.finish(ticket)
+                answers, stages = instance.finish(entry.ticket)
             except BaseException as exc:  # noqa: BLE001 - the model failed: the run is INVALID with the reason
                 self.abort(failure_reason(exc))
                 return False
@@ -343,7 +344,7 @@ class Server:
                 self._pace.learn(batch.size, batch.bucket, stages, entry.start_ns)
             # Busy is the time the instance had a batch started and unfinished: with overlap a batch starts before
             # the one ahead of it finishes, so only its time after that one counts (batches finish in start order).
-            busy = done - max(begun, self._busy_until[k])
+            busy = done - max(entry.begun, self._busy_until[k])
             self._busy_until[k] = done
             self.counters[k].add(batch.size, batch.bucket, batch.queue_wait_ns_sum, batch.queue_wait_ns_max, stages,
                                  busy)
