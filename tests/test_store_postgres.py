@@ -150,9 +150,11 @@ def test_eight_processes_writing_at_once_lose_nothing(kind: str, request: pytest
                                                       data_dir: Path):
     db = request.getfixturevalue("url") if kind == "postgresql" else str(tmp_path / "many.sqlite3")
     files = [cpu_copy(tmp_path, data_dir, f"r{i}.json", f"host-{i}", "2026-12-01T08:00:00+00:00") for i in range(8)]
-    context = multiprocessing.get_context("fork")
-    barrier = context.Manager().Barrier(8)
-    with context.Pool(8) as pool:
+    # Not "fork": this pytest process has threads by now (servers of other tests), and a child forked while one of
+    # them held a lock hung a CI run; "forkserver" forks from a fresh single-threaded process.
+    context = multiprocessing.get_context("forkserver")
+    with context.Manager() as manager, context.Pool(8) as pool:
+        barrier = manager.Barrier(8)
         ids = [run_id for got in pool.map(_push, [(db, str(f), barrier) for f in files]) for run_id in got]
     expected = [result_io.load(f).run_id for f in files]
     assert sorted(ids) == sorted(expected) and len(set(ids)) == 8
