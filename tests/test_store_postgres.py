@@ -139,8 +139,10 @@ def test_import_history_filters_and_pull_on_postgresql(url: str, tmp_path: Path,
     assert store.load_run(outcomes[1].run_id, url).run_id == outcomes[1].run_id
 
 
-def _push(args: tuple[str, str, object]) -> list[str]:
-    url, path, barrier = args
+def _push(args: tuple[str, str, object, str | None]) -> list[str]:
+    url, path, barrier, password = args
+    if password is not None:  # a forkserver child has the environment of when the forkserver started
+        os.environ["PGPASSWORD"] = password
     barrier.wait()
     return [o.run_id for o in store.import_files([path], db=url)]
 
@@ -155,7 +157,8 @@ def test_eight_processes_writing_at_once_lose_nothing(kind: str, request: pytest
     context = multiprocessing.get_context("forkserver")
     with context.Manager() as manager, context.Pool(8) as pool:
         barrier = manager.Barrier(8)
-        ids = [run_id for got in pool.map(_push, [(db, str(f), barrier) for f in files]) for run_id in got]
+        password = os.environ.get("PGPASSWORD")
+        ids = [run_id for got in pool.map(_push, [(db, str(f), barrier, password) for f in files]) for run_id in got]
     expected = [result_io.load(f).run_id for f in files]
     assert sorted(ids) == sorted(expected) and len(set(ids)) == 8
     assert sorted(r["run_id"] for r in store.history(db, limit=None)) == sorted(expected)
