@@ -50,8 +50,7 @@ class Device:
 class NoWork:
     """An instance that answers at once, or after ``work_s`` + ``per_sample_s`` x the batch's bucket of 'device'
     time: the device starts a batch when :meth:`start` queues it (or when the batch queued before it ends; a device of
-    its own unless one is shared) and :meth:`finish` sleeps until then, releasing the GIL like a CUDA
-    sync."""
+    its own unless one is shared) and :meth:`finish` sleeps until then, releasing the GIL like a CUDA sync."""
 
     def __init__(self, work_s: float, per_sample_s: float = 0.0, device: Device | None = None,
                  gather_s: float = 0.0) -> None:

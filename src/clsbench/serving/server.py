@@ -293,7 +293,7 @@ class Server:
                     self._done(k, number)
                     return
                 queued = self.clock.now_ns()
-                leaves = self._pace.started(batch.bucket, queued) if self._pace else None
+                leaves = self._pace.started(batch.bucket, queued) if self._pace is not None else None
                 started.append(_Started(number, batch, ticket, begun, queued - begun, leaves))
                 if len(started) >= self.depth and not self._finish(k, instance, started.pop(0)):
                     return
