@@ -6,8 +6,14 @@ cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
 PY=${PY:-python3}
 
-new_dest() {  # PREFIX: DEST becomes <DEST, default benchmarks/results/h200>/PREFIX-<UTC time>, created; T0 starts
-  DEST=${DEST:-benchmarks/results/h200}/$1-$(date -u +%Y%m%dT%H%M%SZ)
+card_dir() {  # the card's short name, the folder under benchmarks/results/ (h100, h200, else the name lowercased)
+  local card; card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  case "$card" in *H200*) echo h200 ;; *H100*) echo h100 ;; "") echo cpu ;;
+                  *) echo "$card" | tr -c 'A-Za-z0-9\n' '-' | tr 'A-Z' 'a-z' ;; esac
+}
+
+new_dest() {  # PREFIX: DEST becomes <DEST, default benchmarks/results/<card>>/PREFIX-<UTC time>, created; T0 starts
+  DEST=${DEST:-benchmarks/results/$(card_dir)}/$1-$(date -u +%Y%m%dT%H%M%SZ)
   if [ -e "$DEST" ]; then echo "error: $DEST exists; results are never overwritten" >&2; exit 3; fi
   mkdir -p "$DEST" || exit 3
   T0=$(date +%s)

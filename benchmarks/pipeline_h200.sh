@@ -22,7 +22,7 @@
 #   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh     # DATA=/path/to/jpegs to use your own images
 #   DECODERS=nvjpeg,split MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_h200.sh   # diagnose compares the decoders
 #
-# Every file goes to a new folder benchmarks/results/h200/pipeline-<MODEL>-<UTC time>/ (never overwritten), copied to
+# Every file goes to a new folder benchmarks/results/<card>/pipeline-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set; the tables are printed at the end (`clsbench show`).
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}

@@ -30,7 +30,7 @@
 #   MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_levers.sh
 #   CELLS="gpu-cpu gpu" MODEL=resnet50 OUT=$OUT bash benchmarks/pipeline_levers.sh
 #
-# Files go to a new folder benchmarks/results/h200/pipeline-levers-<MODEL>-<UTC time>/ (never overwritten), copied to
+# Files go to a new folder benchmarks/results/<card>/pipeline-levers-<MODEL>-<UTC time>/ (never overwritten), copied to
 # $OUT as one tarball when OUT is set. Every step gets what is left of a GUARD_S (default 560) guard.
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}

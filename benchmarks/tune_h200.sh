@@ -6,7 +6,7 @@
 #
 #   WORKLOAD=train CLSBENCH_GIT_COMMIT=$(git rev-parse --short HEAD) OUT=$OUT bash benchmarks/tune_h200.sh
 #
-# Files go to a new folder benchmarks/results/h200/tune-<MODEL>-<WORKLOAD>-<UTC time>/ (tune.json, the printed table
+# Files go to a new folder benchmarks/results/<card>/tune-<MODEL>-<WORKLOAD>-<UTC time>/ (tune.json, the printed table
 # tune.txt, the progress and plan tune.log, commit.txt), copied to $OUT as one tarball when OUT is set.
 source "$(dirname "$0")/lib.sh"
 MODEL=${MODEL:-resnet50}
