@@ -1,4 +1,4 @@
-"""The serving loop's host cost, without a model: how many queries/s the Python side of `clsbench serve` can carry.
+r"""The serving loop's host cost, without a model: how many queries/s the Python side of `clsbench serve` can carry.
 
 Runs the real server (batcher, instance threads, bulk completion) under the real LoadGen with instances that do no
 work (or ``--work-us`` of sleep per batch, a GPU's compute seen from the host: the GIL is released), then prints what
