@@ -12,11 +12,11 @@
 # does what fits under a guard of LIMIT_S seconds (default 540) and stops the running search with SIGINT, which saves
 # everything finished; the next call continues it with `clsbench tune --resume FILE` (its candidates measured
 # before are taken from the file; the budget counts what was spent before). Several calls:
-#   1. first call, without DIR: makes benchmarks/results/h200/tune-vs-exhaustive-<UTC time>/, runs the default
+#   1. first call, without DIR: makes benchmarks/results/<card>/tune-vs-exhaustive-<UTC time>/, runs the default
 #      tune (its default 10-minute budget: itself resumed over two calls if the guard stops it) into default.json,
 #      then the exhaustive tune (--exhaustive --budget $EXHAUSTIVE_BUDGET, default 6h: generous, but a cap) into
 #      exhaustive.json; with $OUT set the directory is copied to $OUT/<its name>/;
-#   2. copy that directory back into benchmarks/results/h200/ of the working tree (the device machine starts from a
+#   2. copy that directory back into benchmarks/results/<card>/ of the working tree (the device machine starts from a
 #      copy of the tree each call: untracked files travel), then call again with DIR, e.g.
 #        bash benchmarks/tune_exhaustive_h200.sh resnet50 infer-throughput \
 #            benchmarks/results/h200/tune-vs-exhaustive-20261202-013000
@@ -35,7 +35,9 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PY=${PYTHON:-python3}
 if (( $# < 2 )); then sed -n '2,8p' "$0"; exit 2; fi
 MODEL=$1 WORKLOAD=$2
-DIR=${3:-benchmarks/results/h200/tune-vs-exhaustive-$(date -u +%Y%m%d-%H%M%S)}
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+case "$CARD" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=$(echo "${CARD:-cpu}" | tr -c 'A-Za-z0-9\n' '-' | tr A-Z a-z) ;; esac
+DIR=${3:-benchmarks/results/$GPU/tune-vs-exhaustive-$(date -u +%Y%m%d-%H%M%S)}
 LIMIT_S=${LIMIT_S:-540}
 EXHAUSTIVE_BUDGET=${EXHAUSTIVE_BUDGET:-6h}
 read -r -a EXTRA <<< "${TUNE_ARGS:-}"
