@@ -65,9 +65,14 @@ class NoWork:
     def setup(self, tick: Any = None) -> dict[str, Any]:
         return {"bucket_latency_ns": {}}
 
+    def gather_ahead(self, row: int, indices: Any) -> None:
+        """The same host time per request, for the rows the server gathers ahead (a sleep: >= ~60 us here)."""
+        if self.gather_s and indices:
+            time.sleep(self.gather_s * len(indices))
+
     def start(self, batch: Batch) -> tuple[float, float, float]:
         """Returns the ticket: when the 'device' is done with the batch, its gather and its device time (s)."""
-        gather = self.gather_s * batch.size
+        gather = self.gather_s * (batch.size - getattr(batch, "gathered", 0))  # a server before gather-ahead: all
         if gather:
             time.sleep(gather)
         device = self.work_s + self.per_sample_s * batch.bucket

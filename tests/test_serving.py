@@ -195,6 +195,8 @@ class FakeInstance:
         self.release = threading.Event()
         self.busy: set[int] = set()  # batch numbers whose "device work" is not done yet (ready() is False)
         self.stages = {"gather": 1.0, "copy_in": 2.0, "compute": 3.0, "copy_out": 4.0}  # what finish() reports (ns)
+        self.ahead: dict[int, int] = {}  # row of the next batch's buffer -> sample index gathered there ahead
+        self.gathered: list[tuple[int, bool]] = []  # per start: rows gathered ahead, and whether they were the batch's
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -205,9 +207,15 @@ class FakeInstance:
             self.release.wait(60)
         return {"bucket_latency_ns": {"1": 1000}}
 
+    def gather_ahead(self, row: int, indices: Any) -> None:
+        self.ahead.update(zip(range(row, row + len(indices)), indices, strict=True))
+
     def start(self, batch: Batch) -> tuple[int, list[int]]:
         self.batches += 1
         self.log.append(("start", self.batches))
+        mine = all(self.ahead.get(r) == batch.indices[r] for r in range(batch.gathered))
+        self.gathered.append((batch.gathered, mine))
+        self.ahead = {}
         if self.batches == self.fail_on_batch:
             raise RuntimeError("boom in forward")
         return self.batches, list(batch.indices)

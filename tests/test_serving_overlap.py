@@ -248,3 +248,73 @@ def test_busy_time_counts_overlapping_batches_once() -> None:
     server.close()
     busy_s = sum(counters["busy_ns"]) / 1e9
     assert 0.14 <= busy_s <= wall + 0.01, (busy_s, wall)
+
+
+def test_the_queue_head_says_which_requests_an_instance_may_gather_ahead() -> None:
+    batcher = DynamicBatcher(4, 50.0, make_buckets(4))
+    batcher.put([10, 11, 12], [0, 1, 2])
+    assert batcher.peek(-1, 0) == (0, [0, 1, 2])
+    batcher.put([13, 14], [3, 4])
+    assert batcher.peek(0, 3) == (0, [3])  # only what arrived since, up to the largest batch
+    batch = batcher.try_take()
+    assert batch is not None and batch.first_seq == 0 and batch.indices == [0, 1, 2, 3] and batch.gathered == 0
+    assert batcher.peek(0, 3) == (4, [4])  # the head moved: everything queued, from its start
+    batcher.drain()
+    batcher.put([15], [5])
+    assert batcher.peek(4, 1) == (5, [5])  # a drain moves the head too
+    assert batcher.try_take() is None
+
+
+def test_an_instance_gathers_ahead_while_its_device_is_busy_and_the_batch_skips_those_rows() -> None:
+    # Batch 1 stays on the 'device'; the two requests queued behind it are copied into the next buffer while the
+    # instance waits, and the batch that starts next says how many of its first rows are in place (the fake checks
+    # they are the batch's own samples). Every answer is still each request's own.
+    instance = FakeInstance()
+    server, sink = _partial_behind_a_busy_batch([instance], 0.05)
+    assert instance.ahead == {0: 4, 1: 5}
+    instance.busy.clear()
+    sink.wait_for(6)
+    counters = server.end_run(10**9)
+    server.close()
+    assert instance.gathered == [(0, True), (2, True)]
+    assert counters["gathered_ahead"] == 2 and counters["requests"] == 6
+    assert [a for _, a in sink.answered] == list(range(6))
+
+
+def test_without_overlap_nothing_is_gathered_ahead() -> None:
+    instance = FakeInstance()
+    server = serving_server([instance], delay_ms=0.0, depth=1)
+    sink = Collector()
+    server.set_sink(sink)
+    assert server.start() is None
+    server.issue(list(range(6)), list(range(6)))
+    sink.wait_for(6)
+    counters = server.end_run(10**9)
+    server.close()
+    assert instance.ahead == {} and {g for g, _ in instance.gathered} == {0} and counters["gathered_ahead"] == 0
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_batch_gathered_partly_ahead_answers_from_the_rows_in_place(device: str) -> None:
+    # start() gathers only the rows after batch.gathered: the rows before come from gather_ahead. Gathering the right
+    # samples ahead gives the same answers as a full gather; rows gathered ahead are used as they are (samples 12
+    # and 13 in place of 8 and 9 show that start did not gather them again).
+    engine = build_engine("clsbench_testmodels:tiny", "fp32", device, input_size=32, seed=0,
+                          compile_mode="default", cuda_graphs=False)
+    object.__setattr__(engine, "compute", lambda images, index=0: images[:, 0, 0, 0].to(torch.int64))
+    pool = SamplePool(16, 32, 0, pin=device == "cuda")
+    instance = ModelInstance(0, engine, pool, (4,))
+    first_pixel = pool.data[:, 0, 0, 0].tolist()
+    with instance.thread_context():
+        instance.setup()
+        busy = instance.start(Batch(list(range(4)), [0, 1, 2, 3], 4, 0, 0, 0))  # the other slot is in use
+        instance.gather_ahead(0, [8])
+        instance.gather_ahead(1, [9])
+        right = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0, first_seq=4, gathered=2))
+        assert instance.finish(busy)[0][:4].tolist() == [first_pixel[i] for i in (0, 1, 2, 3)]
+        assert instance.finish(right)[0][:4].tolist() == [first_pixel[i] for i in (8, 9, 10, 11)]
+        busy = instance.start(Batch(list(range(4)), [0, 1, 2, 3], 4, 0, 0, 0))
+        instance.gather_ahead(0, [12, 13])
+        used = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0, first_seq=8, gathered=2))
+        instance.finish(busy)
+        assert instance.finish(used)[0][:4].tolist() == [first_pixel[i] for i in (12, 13, 10, 11)]

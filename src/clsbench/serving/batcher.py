@@ -17,8 +17,10 @@ few shapes mean few cuDNN plans and CUDA graphs. Requests leave in arrival order
 back in arrival order too.
 
 Per-request Python work is kept to list appends: a query is its LoadGen response id and its sample index; the
-batch is built from the index list in one gather (see :mod:`clsbench.serving.instance`). Time is read only through
-an injectable :class:`~clsbench.measure.clock.Clock`, so the delay rule is tested without sleeping
+batch is built from the index list in one gather (see :mod:`clsbench.serving.instance`), or partly ahead of time:
+while its device is busy, an instance copies the queue's first requests into its next host buffer
+(:meth:`DynamicBatcher.peek`), and the batch that leaves says from which arrival position it starts. Time is read
+only through an injectable :class:`~clsbench.measure.clock.Clock`, so the delay rule is tested without sleeping
 (:meth:`DynamicBatcher.try_take`).
 """
 
@@ -43,6 +45,9 @@ class Batch:
         dispatch_ns: clock reading when it left the queue.
         queue_wait_ns_sum: the summed queue wait of its requests (arrival to dispatch).
         queue_wait_ns_max: the longest queue wait among them (its oldest request's).
+        first_seq: the position of its first request in the order of arrival (requests taken before it), -1 unknown.
+        gathered: how many of its first requests the instance had gathered ahead, before the batch left the queue
+            (set by the server; :meth:`DynamicBatcher.peek`).
     """
 
     ids: list[int]
@@ -51,6 +56,8 @@ class Batch:
     dispatch_ns: int
     queue_wait_ns_sum: int
     queue_wait_ns_max: int
+    first_seq: int = -1
+    gathered: int = 0
 
     @property
     def size(self) -> int:
@@ -94,6 +101,7 @@ class DynamicBatcher:
         self._ids: list[int] = []
         self._indices: list[int] = []
         self._arrivals: list[int] = []
+        self._taken = 0  # requests that left the queue so far: the arrival position of the queue's head
         self._closed = False
         self._cond = threading.Condition(threading.Lock())
 
@@ -127,6 +135,14 @@ class DynamicBatcher:
             # waking all (at most twice a batch) because one may wait only for a full batch (``full_only``).
             if before == 0 or (before < self.max_batch <= before + n):
                 self._cond.notify_all()
+
+    def peek(self, head: int, have: int) -> tuple[int, list[int]]:
+        """The queue's head position and the sample indices of its requests from ``have`` on (up to ``max_batch``),
+        or from 0 when the head moved from ``head``: what an instance gathers ahead of the next batch (the queue's
+        first requests stay the same until a batch leaves it)."""
+        with self._cond:
+            start = have if head == self._taken else 0
+            return self._taken, self._indices[start:self.max_batch]
 
     def try_take(self) -> Batch | None:
         """The next batch if the rule says dispatch now, else None; never blocks (tests drive it with a fake clock)."""
@@ -167,6 +183,7 @@ class DynamicBatcher:
         with self._cond:
             ids = self._ids
             self._ids, self._indices, self._arrivals = [], [], []
+            self._taken += len(ids)
             return ids
 
     def close(self) -> None:
@@ -182,4 +199,6 @@ class DynamicBatcher:
     def _pop(self, n: int, now: int) -> Batch:
         ids, indices, arrivals = self._ids[:n], self._indices[:n], self._arrivals[:n]
         del self._ids[:n], self._indices[:n], self._arrivals[:n]
-        return Batch(ids, indices, bucket_for(n, self.buckets), now, n * now - sum(arrivals), now - arrivals[0])
+        first = self._taken
+        self._taken += n
+        return Batch(ids, indices, bucket_for(n, self.buckets), now, n * now - sum(arrivals), now - arrivals[0], first)

@@ -4,7 +4,9 @@ Each model instance keeps one :class:`Counters` (no lock: only its thread writes
 after a LoadGen run into the raw facts stored in the result. The stages of one batch:
 
 - ``queue``: arrival to dispatch, per request (host clock);
-- ``gather``: building the batch in the bucket's pinned host buffer from the sample pool (host clock);
+- ``gather``: building the batch in the bucket's pinned host buffer from the sample pool (host clock), for the
+  requests not gathered ahead (``gathered_ahead`` counts those: copied while the instance's device was busy, before
+  their batch left the queue, off their path);
 - ``copy_in``: host to device copy; ``compute``: normalisation, forward pass and top-1; ``copy_out``: device to
   host copy of the answers (CUDA events on the instance's stream on a GPU, the host clock on a CPU);
 - ``complete``: handing the batch's responses back to LoadGen in one call (host clock).
@@ -33,6 +35,7 @@ class Counters:
         self.batches = 0
         self.requests = 0
         self.padded = 0
+        self.ahead = 0
         self.sizes: dict[int, int] = {}
         self.buckets: dict[int, int] = {}
         self.queue_ns = 0
@@ -42,11 +45,13 @@ class Counters:
         self.busy_ns = 0
 
     def add(self, size: int, bucket: int, queue_ns_sum: int, queue_ns_max: int, stages: Mapping[str, float],
-            busy_ns: int) -> None:
-        """Count one finished batch of ``size`` requests run at ``bucket``; ``stages`` in ns per :data:`STAGES`."""
+            busy_ns: int, ahead: int = 0) -> None:
+        """Count one finished batch of ``size`` requests run at ``bucket``; ``stages`` in ns per :data:`STAGES`;
+        ``ahead`` of its requests were gathered before it left the queue."""
         self.batches += 1
         self.requests += size
         self.padded += bucket - size
+        self.ahead += ahead
         self.sizes[size] = self.sizes.get(size, 0) + 1
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
         self.queue_ns += queue_ns_sum
@@ -81,6 +86,7 @@ def merge(counters: Iterable[Counters], wall_ns: int) -> dict[str, Any]:
         "batches": sum(c.batches for c in items),
         "requests": sum(c.requests for c in items),
         "padded_samples": sum(c.padded for c in items),
+        "gathered_ahead": sum(c.ahead for c in items),
         "batch_sizes": {str(k): sizes[k] for k in sorted(sizes)},
         "bucket_batches": {str(k): buckets[k] for k in sorted(buckets)},
         "queue_ns": sum(c.queue_ns for c in items),

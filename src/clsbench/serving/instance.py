@@ -315,20 +315,31 @@ class ModelInstance:
                 out = self.engine.compute(images, self.index)
             self._graphs[bucket] = (graph, out)
 
+    def gather_ahead(self, row: int, indices: Sequence[int]) -> None:
+        """Copy samples into rows ``row``... of the host slot the next :meth:`start` uses, before that batch leaves
+        the queue (the server calls it while this instance's other slot is on the device; that batch's start then
+        skips its first ``batch.gathered`` rows)."""
+        if indices:
+            rows = self._host_in[self._slot][row:row + len(indices)]
+            torch.index_select(self.pool.data, 0, torch.tensor(indices, dtype=torch.int64), out=rows)
+
     def run(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """Run one batch to the end: :meth:`start`, then :meth:`finish`."""
         return self.finish(self.start(batch))
 
     def start(self, batch: Batch) -> _Ticket:
-        """Gather the batch into the next host slot and queue copy in, compute and copy out on the instance's stream
-        (on a CPU: compute it). At most :data:`SLOTS` batches may be started and not finished."""
-        n, bucket = len(batch.indices), batch.bucket
+        """Gather the batch into the next host slot (from row ``batch.gathered``: the rows before were gathered ahead)
+        and queue copy in, compute and copy out on the instance's stream (on a CPU: compute it). At most
+        :data:`SLOTS` batches may be started and not finished."""
+        n, bucket, ahead = len(batch.indices), batch.bucket, min(batch.gathered, len(batch.indices))
         slot = self._slot
         self._slot = (slot + 1) % SLOTS
         host_in, host_out = self._host_in[slot], self._host_out[slot]
         clock = self.clock
         t0 = clock.now_ns()
-        torch.index_select(self.pool.data, 0, torch.tensor(batch.indices, dtype=torch.int64), out=host_in[:n])
+        if ahead < n:
+            torch.index_select(self.pool.data, 0, torch.tensor(batch.indices[ahead:], dtype=torch.int64),
+                               out=host_in[ahead:n])
         t1 = clock.now_ns()
         if not self.on_cuda:
             out = self.engine.compute(host_in[:bucket], self.index)

@@ -3,7 +3,8 @@
 With overlap, an instance starts a *full* next batch at once, behind the running one, but holds a partial batch
 back until the device is done (:mod:`clsbench.serving.server`): started early, partial batches run padded and keep
 the queue small. Held back to the end, though, the partial batch's host work (the gather into pinned memory, about
-15 us a ResNet-50 image on an H100's host) runs while the device waits, and every request in it waits for that too.
+15 us a ResNet-50 image on an H100's host, for the requests that arrived after the instance's last gather ahead)
+runs while the device waits, and every request in it waits for that too.
 
 :class:`Pace` keeps an instance's running estimates, learnt from the batches it finished (device time per bucket,
 from its copy-in, compute and copy-out stages; host start time per request), and says when a partial batch's start
@@ -51,7 +52,8 @@ class Pace:
         return self._free_at
 
     def learn(self, size: int, bucket: int, stages: Mapping[str, float], start_ns: float) -> None:
-        """Fold in a finished batch: its stage times (ns) and the host time its start took."""
+        """Fold in a finished batch: its stage times (ns) and the host time its start took to gather ``size`` rows
+        (the requests not gathered ahead; with none, the start time says nothing per request)."""
         device = sum(float(stages.get(stage, 0.0)) for stage in DEVICE_STAGES)
         if device > 0:
             self.device_ns[bucket] = _blend(self.device_ns.get(bucket), device)
@@ -59,8 +61,8 @@ class Pace:
             self.start_ns_per_request = _blend(self.start_ns_per_request, start_ns / size)
 
     def start_partial(self, leaves_ns: float | None, now_ns: int, queued: int) -> bool:
-        """Whether a partial batch of ``queued`` requests should start now, behind a batch due to leave the device at
-        ``leaves_ns``: its host start would end no earlier than the device frees."""
+        """Whether a partial batch with ``queued`` requests left to gather should start now, behind a batch due to
+        leave the device at ``leaves_ns``: its host start would end no earlier than the device frees."""
         if leaves_ns is None or self.start_ns_per_request is None:
             return False
         return now_ns + self.start_ns_per_request * queued >= leaves_ns

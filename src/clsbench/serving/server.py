@@ -11,7 +11,8 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
   :meth:`Instance.finish` (wait for it). With ``depth`` 2 (``serve --overlap``, the default on a GPU) an instance
   that finds a *full* next batch queued starts it before finishing the current one, so the host's gather and
   answer hand-back run while the GPU computes instead of between its batches. A partial batch waits for the device
-  (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), gathering more requests meanwhile: started behind a
+  (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), collecting more requests meanwhile and copying each
+  into the next batch's host buffer as it arrives (:meth:`Instance.gather_ahead`): started behind a
   running batch it would run padded and leave the next batches smaller. A server of one instance starts it just
   before the device frees, once its gather would end by then (:mod:`clsbench.serving.pace`); an idle instance beside
   another's running batch starts only a full one. It never waits for a next batch once the current one is done, so
@@ -72,8 +73,14 @@ class Instance(Protocol):
         """Warm up; call ``tick()`` before each model call, so the watchdog can time each one."""
         ...
 
+    def gather_ahead(self, row: int, indices: Sequence[int]) -> None:
+        """Copy these samples into rows ``row``... of the next batch's host buffer (the next :meth:`start` then skips
+        the first ``batch.gathered`` rows); called only while one batch is started and unfinished."""
+        ...
+
     def start(self, batch: Batch) -> Any:
-        """Gather ``batch`` and queue its work; return what :meth:`finish` needs (the host part's times in it)."""
+        """Gather ``batch`` (from row ``batch.gathered``) and queue its work; return what :meth:`finish` needs (the
+        host part's times in it)."""
         ...
 
     def ready(self, ticket: Any) -> bool:
@@ -128,6 +135,7 @@ class Server:
         self._busy_until = [0] * len(self.instances)  # per instance: when its last counted batch finished
         # With overlap, one instance paces its partial batches (clsbench.serving.pace); several wait for an idle device.
         self._pace = Pace() if depth > 1 and len(self.instances) == 1 else None
+        self._ahead = [(-1, 0)] * len(self.instances)  # per instance: the queue head it gathered ahead from, and rows
         self.setup_facts: list[dict[str, Any] | None] = [None] * len(self.instances)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -285,6 +293,10 @@ class Server:
                 if late:  # taken from the queue after an abort's drain: answer it like the rest (outside the lock)
                     self._answer_now(batch.ids)
                     return
+                head, have = self._ahead[k]
+                if have and batch.first_seq == head:
+                    batch.gathered = min(have, batch.size)
+                self._ahead[k] = (-1, 0)  # the next start uses the other host slot
                 begun = self.clock.now_ns()
                 try:
                     ticket = instance.start(batch)
@@ -318,10 +330,25 @@ class Server:
         """
         if instance.ready(head.ticket):
             return self.batcher.take(0, full_only=True)
+        have = self._gather_ahead(k, instance)
         queued = min(len(self.batcher), self.batcher.max_batch)
         now = self.clock.now_ns()
-        paced = self._pace is not None and self._pace.start_partial(head.leaves, now, queued)
+        paced = self._pace is not None and self._pace.start_partial(head.leaves, now, max(queued - have, 0))
         return self.batcher.take(READY_POLL_S, full_only=not paced)
+
+    def _gather_ahead(self, k: int, instance: Instance) -> int:
+        """Copy the queue's first requests that arrived since the last poll into the instance's next host buffer, so
+        the next batch's start gathers only the rest; return how many rows are in place. While a batch is on the
+        device the instance thread would only wait: the copies move off the requests' path."""
+        head, have = self._ahead[k]
+        now_head, indices = self.batcher.peek(head, have)
+        if now_head != head:
+            have = 0
+        if indices:
+            instance.gather_ahead(have, indices)
+            have += len(indices)
+        self._ahead[k] = (now_head, have)
+        return have
 
     def _finish(self, k: int, instance: Instance, entry: _Started) -> bool:
         """Wait for a started batch, answer and count it; False when the server failed (the loop ends)."""
@@ -341,13 +368,13 @@ class Server:
             done = self.clock.now_ns()
             stages["complete"] = float(done - handed)
             if self._pace is not None:
-                self._pace.learn(batch.size, batch.bucket, stages, entry.start_ns)
+                self._pace.learn(batch.size - batch.gathered, batch.bucket, stages, entry.start_ns)
             # Busy is the time the instance had a batch started and unfinished: with overlap a batch starts before
             # the one ahead of it finishes, so only its time after that one counts (batches finish in start order).
             busy = done - max(entry.begun, self._busy_until[k])
             self._busy_until[k] = done
             self.counters[k].add(batch.size, batch.bucket, batch.queue_wait_ns_sum, batch.queue_wait_ns_max, stages,
-                                 busy)
+                                 busy, batch.gathered)
             return True
         finally:
             self._done(k, number)
