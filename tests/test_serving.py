@@ -166,10 +166,12 @@ def test_batcher_wakes_a_delay_waiter_beside_one_that_waits_for_a_full_batch() -
 def test_counters_merge() -> None:
     a, b = Counters(), Counters()
     a.add(3, 4, 30, 12, {"gather": 1.0, "compute": 10.0}, 50)
-    a.add(4, 4, 8, 3, {"gather": 2.0, "compute": 10.0}, 40)
-    b.add(3, 4, 6, 2, {"gather": 1.0, "compute": 20.0}, 70)
+    a.add(4, 4, 8, 3, {"gather": 2.0, "compute": 10.0}, 40, 3)
+    b.add(3, 4, 6, 2, {"gather": 1.0, "compute": 20.0}, 70, 1)
     merged = merge([a, b], 1000)
     assert merged["batches"] == 3 and merged["requests"] == 10 and merged["padded_samples"] == 2
+    assert merged["gathered_ahead"] == 4
+    assert records.batch_stats({"server": merged})["ahead_pct"] == pytest.approx(40.0)
     assert merged["batch_sizes"] == {"3": 2, "4": 1}
     assert merged["queue_ns"] == 44 and merged["queue_ns_max"] == 12
     assert merged["stage_ns"]["compute"] == 40.0

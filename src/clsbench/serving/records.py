@@ -121,7 +121,8 @@ def time_split_ms(step: dict[str, Any]) -> dict[str, float] | None:
 
 
 def batch_stats(step: dict[str, Any]) -> dict[str, Any] | None:
-    """Mean batch size, batches, padding share and per-batch stage means (ms) from the counters; None if none."""
+    """Mean batch size, batches, padding share, the share of requests gathered ahead and per-batch stage means (ms)
+    from the counters; None if none."""
     server = step.get("server") or {}
     batches = server.get("batches") or 0
     if batches <= 0:
@@ -136,6 +137,7 @@ def batch_stats(step: dict[str, Any]) -> dict[str, Any] | None:
         "batches": batches,
         "mean_batch": requests / batches,
         "padding_pct": 100.0 * padded / (requests + padded) if requests + padded else 0.0,
+        "ahead_pct": 100.0 * (server.get("gathered_ahead") or 0) / requests if requests else 0.0,
         "per_batch_ms": per_batch,
         "histogram": {int(k): int(v) for k, v in (server.get("batch_sizes") or {}).items()},
         "busy_pct": [100.0 * b / wall for b in busy] if wall else [],

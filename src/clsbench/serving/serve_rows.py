@@ -68,6 +68,7 @@ def step_row(step: dict[str, Any]) -> dict[str, Any]:
         "max_ms": records.latency_ms(step, "max"), "samples": sample_count(step),
         "valid": records.is_valid(step), "reason": records.reason(step),
         "mean_batch": stats.get("mean_batch"), "padding_pct": stats.get("padding_pct"),
+        "ahead_pct": stats.get("ahead_pct"),
         "histogram": stats.get("histogram") or {}, "split_ms": records.time_split_ms(step),
         "per_batch_ms": stats.get("per_batch_ms"), "busy_pct": stats.get("busy_pct") or [],
         "log_dir": step.get("log_dir"), "wall_s": step.get("wall_s"),

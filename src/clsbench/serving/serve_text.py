@@ -89,6 +89,7 @@ def winner_and_why(scenario: str, rows: list[dict[str, Any]], higher_is_better: 
     lines = [f"{win['setting']} wins with {figure_text(win['figure'], unit)}"
              + (f"; per request at that run: {split_text(split)}" if split else "")
              + (f", mean batch {win['best']['mean_batch']:.1f}" if (win["best"] or {}).get("mean_batch") else "")
+             + (f", {win['best']['ahead_pct']:.0f}% gathered ahead" if (win["best"] or {}).get("ahead_pct") else "")
              + (f"; {_limit_text(win)}" if win.get("limit") else "")]
     for other in rows:
         if other is win:
