@@ -17,8 +17,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 GUARD_S=${GUARD_S:-560}; PARTS=" ${PARTS:-latency profile} "
 T0=$(date +%s)
 left() { local l=$(( GUARD_S - ($(date +%s) - T0) )); echo $(( l > 1 ? l : 1 )); }
-CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-case "$CARD" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=$(echo "$CARD" | tr -c 'A-Za-z0-9\n' '-' | tr A-Z a-z) ;; esac
+source "$(dirname "$0")/card.sh"
+GPU=$(card_dir)
 NAME=goals-profile-resnet50-$(date -u +%Y%m%dT%H%M%SZ)
 W=$(mktemp -d)/$GPU/$NAME; mkdir -p "$W"
 export CLSBENCH_CACHE=/tmp/clsbench-artifacts CLSBENCH_DB="$W/index.sqlite3"

@@ -2,15 +2,10 @@
 # the repository root as the working directory, the source tree on PYTHONPATH, a new result folder that is never
 # overwritten, and the time left of the script's guard (GUARD_S).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/card.sh"
 cd "$(dirname "$0")/.." || exit 2
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-src}
 PY=${PY:-python3}
-
-card_dir() {  # the card's short name, the folder under benchmarks/results/ (h100, h200, else the name lowercased)
-  local card; card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-  case "$card" in *H200*) echo h200 ;; *H100*) echo h100 ;; "") echo cpu ;;
-                  *) echo "$card" | tr -c 'A-Za-z0-9\n' '-' | tr 'A-Z' 'a-z' ;; esac
-}
 
 new_dest() {  # PREFIX: DEST becomes <DEST, default benchmarks/results/<card>>/PREFIX-<UTC time>, created; T0 starts
   DEST=${DEST:-benchmarks/results/$(card_dir)}/$1-$(date -u +%Y%m%dT%H%M%SZ)

@@ -26,8 +26,8 @@ T0=$(date +%s)
 left() { local l=$(( GUARD_S - ($(date +%s) - T0) )); echo $(( l > 1 ? l : 1 )); }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/mlcommons_loadgen-*.whl 2>&1 | tail -n 2
 export PYTHONPATH=src:tests:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-case "$CARD" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=$(echo "$CARD" | tr -c 'A-Za-z0-9\n' '-' | tr A-Z a-z) ;; esac
+source "$(dirname "$0")/card.sh"
+GPU=$(card_dir)
 NAME=serve-backends-$MODEL-$(date -u +%Y%m%dT%H%M%SZ)
 W=$(mktemp -d)/$GPU/$NAME; mkdir -p "$W"
 export CLSBENCH_CACHE=/tmp/clsbench-artifacts CLSBENCH_DB="$W/index.sqlite3"

@@ -35,8 +35,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 PY=${PYTHON:-python3}
 if (( $# < 2 )); then sed -n '2,8p' "$0"; exit 2; fi
 MODEL=$1 WORKLOAD=$2
-CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-case "$CARD" in *H200*) GPU=h200 ;; *H100*) GPU=h100 ;; *) GPU=$(echo "${CARD:-cpu}" | tr -c 'A-Za-z0-9\n' '-' | tr A-Z a-z) ;; esac
+source "$(dirname "$0")/card.sh"
+GPU=$(card_dir)
 DIR=${3:-benchmarks/results/$GPU/tune-vs-exhaustive-$(date -u +%Y%m%d-%H%M%S)}
 LIMIT_S=${LIMIT_S:-540}
 EXHAUSTIVE_BUDGET=${EXHAUSTIVE_BUDGET:-6h}
