@@ -11,8 +11,8 @@ One :class:`Server` serves one batching setting across many LoadGen runs:
   :meth:`Instance.finish` (wait for it). With ``depth`` 2 (``serve --overlap``, the default on a GPU) an instance
   that finds a *full* next batch queued starts it before finishing the current one, so the host's gather and
   answer hand-back run while the GPU computes instead of between its batches. A partial batch waits for the device
-  (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), collecting more requests meanwhile and copying each
-  into the next batch's host buffer as it arrives (:meth:`Instance.gather_ahead`): started behind a
+  (:meth:`Instance.ready`, polled every :data:`READY_POLL_S`), collecting more requests meanwhile and copying those
+  queued since its last look into the next batch's host buffer (:meth:`Instance.gather_ahead`): started behind a
   running batch it would run padded and leave the next batches smaller. A server of one instance starts it just
   before the device frees, once its gather would end by then (:mod:`clsbench.serving.pace`); an idle instance beside
   another's running batch starts only a full one. It never waits for a next batch once the current one is done, so
