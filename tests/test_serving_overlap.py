@@ -318,3 +318,37 @@ def test_a_batch_gathered_partly_ahead_answers_from_the_rows_in_place(device: st
         used = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0, first_seq=8, gathered=2))
         instance.finish(busy)
         assert instance.finish(used)[0][:4].tolist() == [first_pixel[i] for i in (12, 13, 10, 11)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graphs", [False, True])
+def test_the_next_batch_is_copied_in_while_the_running_one_computes(graphs: bool) -> None:
+    # The copy-in has a stream of its own: the second batch's copy begins before the first batch's compute ends
+    # (a compute of a few ms, here matrix products, against a copy of a few us), and each batch keeps its answers.
+    engine = build_engine("clsbench_testmodels:tiny", "fp32", "cuda", input_size=32, seed=0,
+                          compile_mode="default", cuda_graphs=graphs)
+    weight = torch.randn(4096, 4096, device="cuda")
+
+    def slow(images: torch.Tensor, index: int = 0) -> torch.Tensor:
+        x = weight
+        for _ in range(4):
+            x = x @ weight
+        return images[:, 0, 0, 0].to(torch.int64) + (x[0, 0] * 0).to(torch.int64)
+
+    object.__setattr__(engine, "compute", slow)
+    pool = SamplePool(16, 32, 0, pin=True)
+    instance = ModelInstance(0, engine, pool, (4,))
+    first_pixel = pool.data[:, 0, 0, 0].tolist()
+    with instance.thread_context():
+        instance.setup()
+        first = instance.start(Batch(list(range(4)), [0, 1, 2, 3], 4, 0, 0, 0))
+        second = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0))
+        answers = [instance.finish(first)[0][:4].tolist(), instance.finish(second)[0][:4].tolist()]
+        start_1, _, _, computed_1, _ = instance._events[first.slot]
+        start_2, copied_2, begun_2, _, _ = instance._events[second.slot]
+        second_copy_ms = start_1.elapsed_time(start_2)
+        first_compute_ends_ms = start_1.elapsed_time(computed_1)
+        second_begins_ms = start_1.elapsed_time(begun_2)
+    assert answers == [[first_pixel[i] for i in (0, 1, 2, 3)], [first_pixel[i] for i in (8, 9, 10, 11)]]
+    assert first_compute_ends_ms > 1.0  # the matrix products took long enough to tell overlap apart
+    assert second_copy_ms < first_compute_ends_ms <= second_begins_ms

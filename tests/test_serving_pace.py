@@ -16,12 +16,15 @@ def test_estimates_blend_each_finished_batch_and_ignore_missing_device_times() -
     pace = Pace()
     assert pace.started(64, 0) is None  # nothing learnt for that bucket yet
     pace.learn(60, 64, {"gather": 900.0, "copy_in": 100.0, "compute": 2_000.0, "copy_out": 100.0}, 1_200)
-    assert pace.device_ns == {64: 2_200.0} and pace.start_ns_per_request == pytest.approx(20.0)
-    pace.learn(30, 64, {"compute": 3_200.0}, 1_200)
-    assert pace.device_ns[64] == pytest.approx(2_200.0 + WEIGHT * 1_000.0)
+    # The copy-in is kept apart: it runs on its own stream, beside the batch ahead.
+    assert pace.device_ns == {64: 2_100.0} and pace.copy_in_ns == {64: 100.0}
+    assert pace.start_ns_per_request == pytest.approx(20.0)
+    pace.learn(30, 64, {"compute": 3_100.0}, 1_200)
+    assert pace.device_ns[64] == pytest.approx(2_100.0 + WEIGHT * 1_000.0)
+    assert pace.copy_in_ns[64] == pytest.approx(100.0 - WEIGHT * 100.0)
     assert pace.start_ns_per_request == pytest.approx(20.0 + WEIGHT * 20.0)
     pace.learn(30, 32, {"gather": 5.0}, 0)  # a CPU-like batch: no device stage, no start time
-    assert 32 not in pace.device_ns and pace.start_ns_per_request == pytest.approx(24.0)
+    assert 32 not in pace.device_ns and 32 not in pace.copy_in_ns and pace.start_ns_per_request == pytest.approx(24.0)
 
 
 def test_started_batches_queue_behind_each_other_on_the_device() -> None:
@@ -34,14 +37,30 @@ def test_started_batches_queue_behind_each_other_on_the_device() -> None:
     assert pace.started(64, 20_200) == 21_200
 
 
+def test_a_batch_queued_behind_another_is_copied_in_while_that_one_computes() -> None:
+    pace = Pace()
+    pace.learn(64, 64, {"copy_in": 300.0, "compute": 1_000.0, "copy_out": 10.0}, 640)
+    assert pace.started(64, 10_000) == 11_310  # an idle device: copy in, then compute and copy out
+    assert pace.started(64, 10_100) == 12_320  # copied in by 10_400, beside the first: it begins as that one leaves
+    assert pace.started(64, 12_200) == 13_510  # its copy ends after the device frees: it begins when copied
+
+
 def test_a_partial_batch_starts_when_its_host_start_would_end_as_the_device_frees() -> None:
     pace = Pace()
-    assert not pace.start_partial(1_000.0, 999, 10)  # no start time learnt yet
+    assert not pace.start_partial(1_000.0, 999, 10, 64)  # no start time learnt yet
     pace.learn(10, 64, {"compute": 500.0}, 100)  # 10 ns a request
-    assert not pace.start_partial(None, 999, 10)  # the running batch has no estimate
-    assert not pace.start_partial(1_000.0, 899, 10)  # its 100 ns start would end 1 ns early
-    assert pace.start_partial(1_000.0, 900, 10)
-    assert pace.start_partial(1_000.0, 990, 1)
+    assert not pace.start_partial(None, 999, 10, 64)  # the running batch has no estimate
+    assert not pace.start_partial(1_000.0, 899, 10, 64)  # its 100 ns start would end 1 ns early
+    assert pace.start_partial(1_000.0, 900, 10, 64)
+    assert pace.start_partial(1_000.0, 990, 1, 64)
+
+
+def test_a_partial_batch_starts_earlier_by_its_copy_in() -> None:
+    pace = Pace()
+    pace.learn(10, 64, {"copy_in": 50.0, "compute": 500.0}, 100)  # 10 ns a request, 50 ns of copy at bucket 64
+    assert not pace.start_partial(1_000.0, 849, 10, 64)  # start and copy would end 1 ns before the device frees
+    assert pace.start_partial(1_000.0, 850, 10, 64)
+    assert not pace.start_partial(1_000.0, 850, 10, 32)  # no copy time learnt at bucket 32: only the start counts
 
 
 def _run_two_batches(compute_ns: float) -> list[tuple[str, int]]:

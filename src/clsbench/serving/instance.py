@@ -8,11 +8,17 @@ front:
   into the instance's pinned host buffer, no per-request tensor;
 - each instance preallocates its pinned host input, device input and pinned host output buffers at the largest
   bucket; bucket b uses their first b rows, so every shape has fixed buffers (what CUDA graphs need); the host
-  buffers come in two slots, so the next batch is gathered while the device still copies from, or into, the
-  current one (the server's ``depth`` 2); the one device input is safe, since the stream orders its copies;
-- copies are non-blocking on the instance's own CUDA stream; normalisation (uint8 -> model dtype, ImageNet mean and
-  std), the forward pass and the top-1 class run on the device; only the top-1 ids (8 bytes a request) come back;
-- with CUDA graphs, each instance captures the device part of every bucket once and replays it;
+  buffers and a device staging input come in two slots, so the next batch is gathered, and copied in, while the
+  device still computes the current one (the server's ``depth`` 2);
+- the copy in runs non-blocking on a copy stream of the instance's own, into the slot's staging input: behind a
+  running batch it overlaps that batch's compute (one ResNet-50 batch of 128 at 224 px is 19 MB of uint8, 0.38 ms
+  of copy on an H100, 7% of its compute). The compute stream waits for the copy, and the copy of a slot waits until
+  the compute stream has read that slot's previous batch. Normalisation (uint8 -> model dtype, ImageNet mean and
+  std), the forward pass and the top-1 class run on the instance's compute stream; only the top-1 ids (8 bytes a
+  request) come back, non-blocking;
+- with CUDA graphs, each instance captures the device part of every bucket once, over one fixed device input, and
+  replays it after a device-to-device copy from the staging input (about 15 us for those 19 MB on an H100; timed
+  in compute);
 - stage times come from CUDA events on the stream (read after the batch's one synchronisation), so timing adds no
   synchronisation of its own.
 
@@ -240,8 +246,11 @@ class ModelInstance:
         self.clock = clock or WallClock()
         self.on_cuda = engine.device.type == "cuda"
         self._graphs: dict[int, tuple[Any, torch.Tensor]] = {}
-        self._stream: Any = None
-        self._events: list[list[Any]] = []  # per slot: start, copied, computed, done
+        self._stream: Any = None  # compute and copy out
+        self._copy_stream: Any = None  # copy in
+        self._events: list[list[Any]] = []  # per slot: start, copied (copy stream), begun, computed, done (compute)
+        self._read: list[Any] = []  # per slot: the compute stream has read the slot's staging input
+        self._dev_stage: list[torch.Tensor] = []
         self._host_in: list[torch.Tensor] = []
         self._host_out: list[torch.Tensor] = []
         self._slot = 0
@@ -274,7 +283,10 @@ class ModelInstance:
             if self.on_cuda else self._host_in[0]
         if self.on_cuda:
             self._stream = torch.cuda.Stream(device)
-            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(SLOTS)]
+            self._copy_stream = torch.cuda.Stream(device)
+            self._dev_stage = [torch.empty_like(self._dev_in) for _ in range(SLOTS)]
+            self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(SLOTS)]
+            self._read = [torch.cuda.Event() for _ in range(SLOTS)]
         started = time.perf_counter()
         latency: dict[str, float] = {}
         indices = [i % self.pool.count for i in range(largest)]
@@ -348,17 +360,25 @@ class ModelInstance:
             t3 = clock.now_ns()
             return _Ticket(slot, {"gather": float(t1 - t0), "copy_in": 0.0, "compute": float(t2 - t1),
                                   "copy_out": float(t3 - t2)})
-        start, copied, computed, done = self._events[slot]
-        with torch.cuda.stream(self._stream):
+        start, copied, begun, computed, done = self._events[slot]
+        stage, read = self._dev_stage[slot][:bucket], self._read[slot]
+        with torch.cuda.stream(self._copy_stream):
+            self._copy_stream.wait_event(read)  # the slot's previous batch was read (a no-op before its first)
             start.record()
-            self._dev_in[:bucket].copy_(host_in[:bucket], non_blocking=True)
+            stage.copy_(host_in[:bucket], non_blocking=True)
             copied.record()
+        with torch.cuda.stream(self._stream):
+            self._stream.wait_event(copied)
+            begun.record()
             graph = self._graphs.get(bucket)
             if graph is not None:
+                self._dev_in[:bucket].copy_(stage)
+                read.record()
                 graph[0].replay()
                 out = graph[1]
             else:
-                out = self.engine.compute(self._dev_in[:bucket], self.index)
+                out = self.engine.compute(stage, self.index)
+                read.record()
             computed.record()
             host_out[:bucket].copy_(out, non_blocking=True)
             done.record()
@@ -366,7 +386,7 @@ class ModelInstance:
 
     def ready(self, ticket: _Ticket) -> bool:
         """Whether the started batch's device work is done (its last event reached; a CPU batch is done in start)."""
-        return not self.on_cuda or bool(self._events[ticket.slot][3].query())
+        return not self.on_cuda or bool(self._events[ticket.slot][4].query())
 
     def finish(self, ticket: _Ticket) -> tuple[torch.Tensor, dict[str, float]]:
         """Wait for a started batch. Returns the host top-1 ids (the first ``batch.size`` are the answers; valid until
@@ -374,11 +394,11 @@ class ModelInstance:
         from CUDA events, so a batch queued behind another is timed from when the stream reached it)."""
         stages = ticket.stages
         if self.on_cuda:
-            start, copied, computed, done = self._events[ticket.slot]
+            start, copied, begun, computed, done = self._events[ticket.slot]
             done.synchronize()
             ms_to_ns = 1e6
             stages.update(copy_in=start.elapsed_time(copied) * ms_to_ns,
-                          compute=copied.elapsed_time(computed) * ms_to_ns,
+                          compute=begun.elapsed_time(computed) * ms_to_ns,
                           copy_out=computed.elapsed_time(done) * ms_to_ns)
         return self._host_out[ticket.slot], stages
 

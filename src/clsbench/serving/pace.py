@@ -8,8 +8,11 @@ runs while the device waits, and every request in it waits for that too.
 
 :class:`Pace` keeps an instance's running estimates, learnt from the batches it finished (device time per bucket,
 from its copy-in, compute and copy-out stages; host start time per request), and says when a partial batch's start
-would end as the running batch leaves the device: from then on the instance starts it. Before an estimate exists
-(the first batch of each bucket) it says nothing, and the instance waits for the device.
+would end as the running batch leaves the device: from then on the instance starts it. An instance copies a batch
+in on a stream of its own (:class:`~clsbench.serving.instance.ModelInstance`), so the copy-in of a batch queued behind
+another overlaps that one's compute: the estimate keeps the copy-in apart from the rest of the device time, and a
+partial batch starts early enough for its copy-in to end too as the device frees. Before an estimate exists (the
+first batch of each bucket) it says nothing, and the instance waits for the device.
 
 Only a server of one instance paces (:class:`~clsbench.serving.server.Server`): the estimate assumes the device runs
 the instance's batches one after another, and beside a second instance's batches it started partial batches too
@@ -24,8 +27,9 @@ from collections.abc import Mapping
 
 #: The weight of the newest batch in a running estimate.
 WEIGHT = 0.2
-#: The stages that are device time (timed on the device, from when its stream reached the batch).
-DEVICE_STAGES = ("copy_in", "compute", "copy_out")
+#: The device stages that run one batch after another on an instance's stream (timed on the device, from when the
+#: stream reached the batch); the copy-in runs on a stream of its own, beside the batch ahead.
+DEVICE_STAGES = ("compute", "copy_out")
 
 
 def _blend(old: float | None, new: float) -> float:
@@ -36,18 +40,21 @@ class Pace:
     """One instance's running estimates (ns), and when the batches it started should leave the device."""
 
     def __init__(self) -> None:
-        self.device_ns: dict[int, float] = {}  # bucket -> device time of a batch at that bucket
+        self.device_ns: dict[int, float] = {}  # bucket -> compute and copy-out time of a batch at that bucket
+        self.copy_in_ns: dict[int, float] = {}  # bucket -> its copy-in time
         self.start_ns_per_request: float | None = None  # host time of start() per request of the batch
         self._free_at: float | None = None  # when the batches started so far should have left the device
 
     def started(self, bucket: int, queued_ns: int) -> float | None:
-        """A batch at ``bucket`` was queued on the device at ``queued_ns``: when it should leave the device (it
-        begins when the batches before it leave), or None without an estimate for that bucket."""
+        """A batch at ``bucket`` was queued on the device at ``queued_ns``: when it should leave the device (its
+        compute begins once it is copied in and the batches before it left), or None without an estimate for that
+        bucket."""
         device = self.device_ns.get(bucket)
         if device is None:
             self._free_at = None
             return None
-        begins = queued_ns if self._free_at is None else max(queued_ns, self._free_at)
+        copied = queued_ns + self.copy_in_ns.get(bucket, 0.0)
+        begins = copied if self._free_at is None else max(copied, self._free_at)
         self._free_at = begins + device
         return self._free_at
 
@@ -57,12 +64,14 @@ class Pace:
         device = sum(float(stages.get(stage, 0.0)) for stage in DEVICE_STAGES)
         if device > 0:
             self.device_ns[bucket] = _blend(self.device_ns.get(bucket), device)
+            self.copy_in_ns[bucket] = _blend(self.copy_in_ns.get(bucket), float(stages.get("copy_in", 0.0)))
         if size > 0 and start_ns > 0:
             self.start_ns_per_request = _blend(self.start_ns_per_request, start_ns / size)
 
-    def start_partial(self, leaves_ns: float | None, now_ns: int, queued: int) -> bool:
-        """Whether a partial batch with ``queued`` requests left to gather should start now, behind a batch due to
-        leave the device at ``leaves_ns``: its host start would end no earlier than the device frees."""
+    def start_partial(self, leaves_ns: float | None, now_ns: int, queued: int, bucket: int) -> bool:
+        """Whether a partial batch at ``bucket`` with ``queued`` requests left to gather should start now, behind a
+        batch due to leave the device at ``leaves_ns``: its host start and copy-in would end no earlier than the
+        device frees."""
         if leaves_ns is None or self.start_ns_per_request is None:
             return False
-        return now_ns + self.start_ns_per_request * queued >= leaves_ns
+        return now_ns + self.start_ns_per_request * queued + self.copy_in_ns.get(bucket, 0.0) >= leaves_ns

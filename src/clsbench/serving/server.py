@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from clsbench.core.vocab import Reason
 from clsbench.measure.clock import NS_PER_S, Clock, WallClock
 from clsbench.serving.batcher import Batch, DynamicBatcher
+from clsbench.serving.config import bucket_for
 from clsbench.serving.counters import Counters, merge
 from clsbench.serving.pace import Pace
 
@@ -333,7 +334,8 @@ class Server:
         have = self._gather_ahead(k, instance)
         queued = min(len(self.batcher), self.batcher.max_batch)
         now = self.clock.now_ns()
-        paced = self._pace is not None and self._pace.start_partial(head.leaves, now, max(queued - have, 0))
+        paced = self._pace is not None and queued > 0 and self._pace.start_partial(
+            head.leaves, now, max(queued - have, 0), bucket_for(queued, self.batcher.buckets))
         return self.batcher.take(READY_POLL_S, full_only=not paced)
 
     def _gather_ahead(self, k: int, instance: Instance) -> int:
