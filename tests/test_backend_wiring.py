@@ -464,7 +464,16 @@ def test_tune_prices_each_backend_apart_and_plans_only_those_that_run_here(regis
     assert any(line.startswith("  try backend: up to 4 candidate(s)") for line in lines)
     priors = facts["cost_model"]["build_s"]
     assert (priors["backend:dear"], priors["backend:cheap"]) == (50.0, DEFAULT_BUILD_S["cpu"])
-    assert {"backend:dear", "backend:cheap"} <= set(facts["cost_model"]["observed_overhead_s"])
+    observed = facts["cost_model"]["observed_overhead_s"]
+    assert {"backend:dear", "backend:cheap"} <= set(observed)
+    # Each first build says what it took (the isolated build process): a cached repeat of that backend skips it.
+    built: dict[str, list[float]] = {}
+    for m in outcome.result.measurements:
+        if m.backend in ("dear", "cheap") and m.summary["backend"].get("built_now"):
+            built.setdefault(m.backend, []).append(m.summary["backend"]["build_process_s"])
+    assert {name: len(times) for name, times in built.items()} == {"dear": 2, "cheap": 2}  # fp32+cl and fp32
+    assert sorted(observed["backend:dear:build"]) == sorted(built["dear"])
+    assert sorted(observed["backend:cheap:build"]) == sorted(built["cheap"])
     assert any(p["mode"] == "absent" and "pip install absent" in p["reason"] for p in facts["pruned"])
     backend = next(p for p in facts["phases"] if p["phase"] == "backend")
     assert backend["candidates"] == ["fp32+cl @dear bs2", "fp32+cl @cheap bs2", "fp32 @dear bs2", "fp32 @cheap bs2"]

@@ -105,6 +105,27 @@ def test_the_cost_model_learns_what_candidates_cost_here() -> None:
     assert again.overhead_s("compile") == pytest.approx(19.0)
 
 
+def test_a_cached_artifact_is_priced_without_the_build_its_first_candidate_took() -> None:
+    # On an H100: ResNet-50 export-frozen cost 86 s of overhead cold, 69 s of it the build process a cache hit skips.
+    window = Window(warmup=1, warmup_seconds=0.0, min_iterations=10, min_seconds=1.0)
+    cost = CostModel("cuda", {"eager": 0.0, "backend:export-frozen": 70.0})
+    cost.observe("eager", 5.0 + 1.0, window, 1, None)  # 5 s of process overhead
+    cost.observe("backend:export-frozen", 86.0 + 1.0, window, 1, None)
+    assert cost.overhead_s("backend:export-frozen", warm=True) == pytest.approx(86.0 - 0.7 * 70.0)  # the fraction
+    cost.observe_build("backend:export-frozen", 69.0)
+    cost.observe_build("backend:export-frozen", float("nan"))  # ignored, as is a build of 0 s
+    cost.observe_build("backend:export-frozen", 0.0)
+    assert cost.overhead_s("backend:export-frozen", warm=True) == pytest.approx(17.0)
+    assert cost.overhead_s("backend:export-frozen") == pytest.approx(86.0)  # a cold one still builds
+    cost.observe_build("backend:export-frozen", 85.0)  # a build of more than the cold overhead: the process start
+    assert cost.overhead_s("backend:export-frozen", warm=True) == pytest.approx(9.0)  # 86 - mean(69, 85)
+    cost.observe_build("backend:export-frozen", 200.0)
+    assert cost.overhead_s("backend:export-frozen", warm=True) == pytest.approx(5.0)  # never below the process start
+    again = CostModel("cuda", {})
+    again.restore(cost.to_dict())  # a resumed search keeps them
+    assert again.overhead_s("backend:export-frozen", warm=True) == pytest.approx(5.0)
+
+
 def test_budget_reads_its_clock_and_counts_what_was_spent_before() -> None:
     now = [100.0]
     budget = Budget(60.0, lambda: now[0], spent_before_s=20.0)

@@ -477,6 +477,9 @@ class Search:
                       "score": self.score(m) if m is not None else None})
         if m is not None and m.status != Status.SKIPPED:  # a skip starts no worker: nothing learnt of the cost
             self.cost.observe(key, actual, self.window(rung), todo, self.iteration_s(cell), warm=warm)
+            built = m.summary.get("backend") or {}
+            if not warm and built.get("built_now") and isinstance(built.get("build_process_s"), (int, float)):
+                self.cost.observe_build(key, float(built["build_process_s"]))
         self.save()
         return m
 
