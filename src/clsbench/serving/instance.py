@@ -287,6 +287,8 @@ class ModelInstance:
             self._dev_stage = [torch.empty_like(self._dev_in) for _ in range(SLOTS)]
             self._events = [[torch.cuda.Event(enable_timing=True) for _ in range(5)] for _ in range(SLOTS)]
             self._read = [torch.cuda.Event() for _ in range(SLOTS)]
+            for read in self._read:  # created and reached: the first copy into each slot waits for nothing
+                read.record(self._stream)
         started = time.perf_counter()
         latency: dict[str, float] = {}
         indices = [i % self.pool.count for i in range(largest)]

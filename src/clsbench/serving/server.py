@@ -334,7 +334,7 @@ class Server:
         have = self._gather_ahead(k, instance)
         queued = min(len(self.batcher), self.batcher.max_batch)
         now = self.clock.now_ns()
-        paced = self._pace is not None and queued > 0 and self._pace.start_partial(
+        paced = self._pace is not None and self._pace.start_partial(
             head.leaves, now, max(queued - have, 0), bucket_for(queued, self.batcher.buckets))
         return self.batcher.take(READY_POLL_S, full_only=not paced)
 
