@@ -219,6 +219,17 @@ def _fed_line(winner: Mapping[str, Any]) -> str:
             f"diagnose: at least {INPUT_BOUND_RATIO:.0%} of it, idle at most {IDLE_LIMIT:.0%})")
 
 
+def _ahead_unconfirmed(candidates: Sequence[Mapping[str, Any]], winner: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The best candidate that passed its checks and scored above the winner at a lower rung (fewer repeats: the
+    winner ranks first for its confirmation), or None."""
+    score = winner.get("score")
+    if score is None or score <= 0:
+        return None
+    ahead = [f for f in candidates if f.get("verdict") == "allowed" and f.get("score") is not None
+             and f["score"] > score and f.get("rung_level", -1) < winner.get("rung_level", -1)]
+    return max(ahead, key=lambda f: f["score"], default=None)
+
+
 def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     """The lines under the table: the winner, how its outputs compare with fp32 eager's and the command that
     reproduces it; or, without a winner, why (:func:`no_winner_message`)."""
@@ -238,6 +249,18 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
         more = f" and {len(faster) - 1} more" if len(faster) > 1 else ""
         lines.append(f"faster but unchecked: {_describe(faster[0])}{ratio}{more}: no output check vouches for "
                      "them (not run, e.g. left out for the budget), so they cannot win; a larger --budget checks them")
+    ahead = _ahead_unconfirmed(analysis.get("candidates") or [], winner)
+    if ahead is not None:
+        repeats_ahead = ahead.get("repeats") or 0
+        budget = any(e.get("rung") == "confirm" and (e.get("mode"), e.get("batch_size"),
+                                                      e.get("backend") or DEFAULT_BACKEND)
+                     == (ahead["mode"], ahead["batch_size"], ahead.get("backend") or DEFAULT_BACKEND)
+                     for e in analysis.get("left_out") or [])
+        why = "its confirmation was left out for the budget" if budget else "it was not among those confirmed"
+        lines.append(f"ahead but unconfirmed: {_describe(ahead)}, {(ahead['score'] / winner['score'] - 1) * 100:.1f}% "
+                     f"ahead in {repeats_ahead} repeat{'' if repeats_ahead == 1 else 's'} ({why}): which of the "
+                     "two is faster is not settled; a larger --budget (or `tune --resume FILE --budget ...`) "
+                     "confirms it")
     if winner.get("data"):
         lines.append(_fed_line(winner))
     correctness = winner.get("correctness") or {}
