@@ -19,8 +19,8 @@ front:
 - with CUDA graphs, each instance captures the device part of every bucket once, over one fixed device input, and
   replays it after a device-to-device copy from the staging input (about 15 us for those 19 MB on an H100; timed
   in compute);
-- stage times come from CUDA events on the stream (read after the batch's one synchronisation), so timing adds no
-  synchronisation of its own.
+- stage times come from CUDA events on the two streams (read after the batch's one synchronisation), so timing adds
+  no synchronisation of its own.
 
 cuDNN keeps its autotuning cache per thread, so each instance warms up (and captures) in its own thread
 (:meth:`ModelInstance.setup`), one at a time, before any LoadGen run.
@@ -365,7 +365,7 @@ class ModelInstance:
         start, copied, begun, computed, done = self._events[slot]
         stage, read = self._dev_stage[slot][:bucket], self._read[slot]
         with torch.cuda.stream(self._copy_stream):
-            self._copy_stream.wait_event(read)  # the slot's previous batch was read (a no-op before its first)
+            self._copy_stream.wait_event(read)  # the slot's previous batch was read (at setup: reached already)
             start.record()
             stage.copy_(host_in[:bucket], non_blocking=True)
             copied.record()

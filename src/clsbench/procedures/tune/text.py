@@ -11,7 +11,7 @@ from typing import Any
 from clsbench.analysis.stats import MIN_SAMPLES
 from clsbench.core.options import profile_command
 from clsbench.core.vocab import Reason, Status
-from clsbench.procedures.tune.figures import GB
+from clsbench.procedures.tune.figures import GB, candidate_key
 from clsbench.results.schema import DEFAULT_BACKEND, backend_suffix
 
 
@@ -252,11 +252,9 @@ def _outcome_lines(analysis: dict[str, Any]) -> list[str]:
     ahead = _ahead_unconfirmed(analysis.get("candidates") or [], winner)
     if ahead is not None:
         repeats_ahead = ahead.get("repeats") or 0
-        budget = any(e.get("rung") == "confirm" and (e.get("mode"), e.get("batch_size"),
-                                                      e.get("backend") or DEFAULT_BACKEND)
-                     == (ahead["mode"], ahead["batch_size"], ahead.get("backend") or DEFAULT_BACKEND)
-                     for e in analysis.get("left_out") or [])
-        why = "its confirmation was left out for the budget" if budget else "it was not among those confirmed"
+        left_out = any(e.get("rung") == "confirm" and candidate_key(e) == candidate_key(ahead)
+                       for e in analysis.get("left_out") or [])
+        why = "its confirmation was left out for the budget" if left_out else "it was not among those confirmed"
         lines.append(f"ahead but unconfirmed: {_describe(ahead)}, {(ahead['score'] / winner['score'] - 1) * 100:.1f}% "
                      f"ahead in {repeats_ahead} repeat{'' if repeats_ahead == 1 else 's'} ({why}): which of the "
                      "two is faster is not settled; a larger --budget (or `tune --resume FILE --budget ...`) "
