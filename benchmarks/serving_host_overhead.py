@@ -9,7 +9,7 @@ samples/s; Server runs at ``--target-qps`` show whether the host keeps p99 low a
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 15000 --work-us 4000
     PYTHONPATH=src python benchmarks/serving_host_overhead.py --scenario Server --target-qps 20000 --max-batch 128 \
         --buckets 32,64,128 --work-us 200 --work-us-per-sample 39 --gather-us-per-sample 15 --instances 1 \
-        --shared-device
+        --shared-device --copy-us-per-sample 2.94 --copy-stream
 
 The compute stage it reports is the stand-in's device time of a batch and the gather its sleep (not measured).
 """
@@ -34,16 +34,27 @@ from clsbench.serving.server import Server
 
 
 class Device:
-    """One stand-in GPU that every instance shares: batches run one after another, in the order they were queued."""
+    """One stand-in GPU that every instance shares: batches run one after another, in the order they were queued.
 
-    def __init__(self) -> None:
+    A batch's copy in runs either in line, before its compute (``copy_stream`` False: one stream, as serve before
+    ed57a64), or on a copy engine of its own, beside the compute of the batches queued before it (True)."""
+
+    def __init__(self, copy_stream: bool = False) -> None:
         self.free_at = 0.0  # perf_counter time when the 'device' finishes what was queued
+        self.copy_free_at = 0.0  # the same for the copy engine
+        self.copy_stream = copy_stream
         self.lock = threading.Lock()
 
-    def queue(self, seconds: float) -> float:
-        """Queue ``seconds`` of work; when it will be done."""
+    def queue(self, seconds: float, copy_s: float = 0.0) -> float:
+        """Queue ``copy_s`` of copy in, then ``seconds`` of compute; when it will be done."""
         with self.lock:
-            self.free_at = max(self.free_at, time.perf_counter()) + seconds
+            now = time.perf_counter()
+            if self.copy_stream:
+                self.copy_free_at = max(self.copy_free_at, now) + copy_s
+                begins = max(self.free_at, self.copy_free_at)
+            else:
+                begins = max(self.free_at, now) + copy_s
+            self.free_at = begins + seconds
             return self.free_at
 
 
@@ -53,11 +64,12 @@ class NoWork:
     its own unless one is shared) and :meth:`finish` sleeps until then, releasing the GIL like a CUDA sync."""
 
     def __init__(self, work_s: float, per_sample_s: float = 0.0, device: Device | None = None,
-                 gather_s: float = 0.0) -> None:
+                 gather_s: float = 0.0, copy_s: float = 0.0) -> None:
         self.work_s = work_s
         self.per_sample_s = per_sample_s
         self.device = device or Device()
         self.gather_s = gather_s  # host time per request of the batch before it is queued (GIL released, as torch's)
+        self.copy_s = copy_s  # copy-in time per sample of the batch's bucket
 
     def thread_context(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -70,23 +82,24 @@ class NoWork:
         if self.gather_s and indices:
             time.sleep(self.gather_s * len(indices))
 
-    def start(self, batch: Batch) -> tuple[float, float, float]:
-        """Returns the ticket: when the 'device' is done with the batch, its gather and its device time (s)."""
+    def start(self, batch: Batch) -> tuple[float, float, float, float]:
+        """Returns the ticket: when the 'device' is done with the batch, its gather, device and copy-in times (s)."""
         gather = self.gather_s * (batch.size - getattr(batch, "gathered", 0))  # a server before gather-ahead: all
         if gather:
             time.sleep(gather)
         device = self.work_s + self.per_sample_s * batch.bucket
-        return self.device.queue(device), gather, device
+        copy = self.copy_s * batch.bucket
+        return self.device.queue(device, copy), gather, device, copy
 
-    def ready(self, ticket: tuple[float, float, float]) -> bool:
+    def ready(self, ticket: tuple[float, float, float, float]) -> bool:
         return time.perf_counter() >= ticket[0]
 
-    def finish(self, ticket: tuple[float, float, float]) -> tuple[Any, dict[str, float]]:
-        done_at, gather, device = ticket
+    def finish(self, ticket: tuple[float, float, float, float]) -> tuple[Any, dict[str, float]]:
+        done_at, gather, device, copy = ticket
         wait = done_at - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        return None, {"gather": gather * 1e9, "copy_in": 0.0, "compute": device * 1e9, "copy_out": 0.0}
+        return None, {"gather": gather * 1e9, "copy_in": copy * 1e9, "compute": device * 1e9, "copy_out": 0.0}
 
     def close(self) -> None:
         pass
@@ -107,6 +120,12 @@ def main() -> None:
     parser.add_argument("--gather-us-per-sample", type=float, default=0.0,
                         help="host time per request before a batch is queued, as the gather into pinned memory "
                              "(15 for ResNet-50's 150 KB images on the H100's host)")
+    parser.add_argument("--copy-us-per-sample", type=float, default=0.0,
+                        help="device copy-in time per sample of the batch's bucket (2.94 for ResNet-50's uint8 images "
+                             "on the H100: 0.376 ms a batch of 128)")
+    parser.add_argument("--copy-stream", action="store_true",
+                        help="the copy in runs beside the compute of the batch before (serve since ed57a64); "
+                             "default: in line before the batch's compute, as serve before it")
     parser.add_argument("--buckets", default="", help="batch shapes, comma-separated (default: powers of two)")
     parser.add_argument("--shared-device", action="store_true",
                         help="all instances share one stand-in device, as on one GPU (default: one each)")
@@ -116,9 +135,10 @@ def main() -> None:
 
     lg = import_loadgen()
     buckets = make_buckets(args.max_batch, [int(b) for b in args.buckets.split(",")] if args.buckets else None)
-    shared = Device()
+    shared = Device(args.copy_stream)
     server = Server([NoWork(args.work_us / 1e6, args.work_us_per_sample / 1e6,
-                            shared if args.shared_device else None, args.gather_us_per_sample / 1e6)
+                            shared if args.shared_device else Device(args.copy_stream),
+                            args.gather_us_per_sample / 1e6, args.copy_us_per_sample / 1e6)
                      for _ in range(args.instances)],
                     DynamicBatcher(args.max_batch, args.max_delay_ms, buckets), batch_timeout_s=60, depth=args.depth)
     server.start()
