@@ -345,7 +345,7 @@ def test_the_next_batch_is_copied_in_while_the_running_one_computes(graphs: bool
         second = instance.start(Batch(list(range(4)), [8, 9, 10, 11], 4, 0, 0, 0))
         answers = [instance.finish(first)[0][:4].tolist(), instance.finish(second)[0][:4].tolist()]
         start_1, _, _, computed_1, _ = instance._events[first.slot]
-        start_2, copied_2, begun_2, _, _ = instance._events[second.slot]
+        start_2, _, begun_2, _, _ = instance._events[second.slot]
         second_copy_ms = start_1.elapsed_time(start_2)
         first_compute_ends_ms = start_1.elapsed_time(computed_1)
         second_begins_ms = start_1.elapsed_time(begun_2)

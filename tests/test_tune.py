@@ -328,7 +328,7 @@ def test_a_candidate_ahead_of_the_confirmed_winner_in_fewer_repeats_is_named() -
     # Not left out for the budget (here: the record of it removed), it was simply not among those confirmed.
     stored.settings["tune"]["left_out"] = [e for e in stored.settings["tune"]["left_out"] if e["rung"] != "confirm"]
     assert "(it was not among those confirmed)" in render_tune(analyze_tune(stored))
-    # A candidate below the winner's figure, or one the checks did not pass, is not named.
+    # One the checks did not pass is not named.
     for f in analysis["candidates"]:
         if f.get("backend") == "export-frozen":
             f["verdict"] = "unchecked"
