@@ -187,6 +187,11 @@ class Backend(Protocol):
     of ``clsbench tune``'s cost model until a build of this backend was observed on the machine. Optional: a backend
     without it is priced at :data:`DEFAULT_BUILD_S` (:func:`build_prior_s`)."""
 
+    tune_rank: int
+    """Where ``clsbench tune`` tries this backend among the others for one mode, lowest first: the one measured
+    fastest first, so a budget that runs out leaves out the least promising. Optional: a backend without it comes
+    after every ranked one (:func:`tune_rank`)."""
+
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         """Why this backend cannot run ``request`` here (the measurement is then skipped), or None.
 
@@ -244,6 +249,15 @@ def build_prior_s(backend: Any, device_type: str) -> float:
     if not getattr(backend, "builds_artifact", True):
         return 0.0
     return float((getattr(backend, "build_s", None) or {}).get(device_type, default))
+
+
+#: The rank of a backend that states none: after every ranked one, in registration order among themselves.
+UNRANKED = 1000
+
+
+def tune_rank(backend: Any) -> int:
+    """``backend``'s place in ``clsbench tune``'s order (its ``tune_rank``, else :data:`UNRANKED`)."""
+    return int(getattr(backend, "tune_rank", UNRANKED))
 
 
 def backend_label(name: str) -> str:

@@ -223,9 +223,12 @@ class Export:
     #: benchmarks/results/h200/backends-20261203T185814Z); 9-14 s for ResNet-18 at 64x64 on a 2-core CPU.
     build_s = {"cuda": 70.0, "cpu": 30.0}
 
-    def __init__(self, name: str = "export", configs: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str = "export", configs: dict[str, Any] | None = None, tune_rank: int = 30) -> None:
         self.name = name
         self.configs = dict(configs or {})
+        #: ``tune`` tries plain export after ``export-frozen`` (rank 20), which measured faster in every call that ran
+        #: both (clsbench.backends.export_frozen), and before ONNX Runtime and TorchScript.
+        self.tune_rank = tune_rank
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

@@ -254,6 +254,9 @@ def load_session(path: Path, request: BackendRequest, providers: list[str]) -> L
 class OnnxRuntime:
     name = "onnxruntime"
     builds_artifact = True
+    #: ``tune`` tries it after the torch.export backends (ranks 20 and 30), which are measured on the GPUs here;
+    #: ONNX Runtime's GPU providers are not (onnxruntime-gpu is not on the device machine).
+    tune_rank = 40
     build_imports = ("torch.onnx", "onnxscript", "onnx", "onnxruntime")
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:

@@ -50,6 +50,9 @@ class TorchScript:
     #: Trace and freeze took 1.3-5.0 s on the H200 (ResNet-50 and MobileNetV3-Large, bf16+cl,
     #: benchmarks/results/h200/backends-20261203T185814Z).
     build_s = {"cuda": 5.0, "cpu": 5.0}
+    #: ``tune`` tries it last of the ranked backends: on the H100 (ResNet-50 fp16+cl, batch 512, one tune call) it ran
+    #: 12,500 img/s against export's 25,661 (benchmarks/results/h100/tune-resnet50-infer-throughput-20261206T193805Z).
+    tune_rank = 90
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

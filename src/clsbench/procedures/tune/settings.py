@@ -175,8 +175,10 @@ def canonical_modes(modes: Sequence[str]) -> list[str]:
 
 
 def backend_names(workload: str, backends: Sequence[str] | None) -> tuple[str, ...]:
-    """The backends of phase 4: the named ones (checked), else every registered one but eager; none for train."""
+    """The backends of phase 4: the named ones (checked), else every registered one but eager, in the order the
+    search tries them (:func:`clsbench.backends.base.tune_rank`, lowest first); none for train."""
     from clsbench.backends import BACKENDS, get_backend
+    from clsbench.backends.base import tune_rank
     from clsbench.workloads import get_workload
 
     if backends is not None:
@@ -187,8 +189,10 @@ def backend_names(workload: str, backends: Sequence[str] | None) -> tuple[str, .
             raise InvalidInputError("--backend applies to inference workloads only, not train",
                                     "drop --backend, or tune infer-throughput / infer-latency")
         return ()
-    names = backends if backends is not None else BACKENDS.names()
-    return tuple(dict.fromkeys(n for n in names if n != DEFAULT_BACKEND))
+    names = list(dict.fromkeys(n for n in (backends if backends is not None else BACKENDS.names())
+                               if n != DEFAULT_BACKEND))
+    # Most promising first (each backend's tune_rank), named or not: a budget that runs out leaves out the last.
+    return tuple(sorted(names, key=lambda n: tune_rank(BACKENDS.get(n))))
 
 
 def named_batch_sizes(batch_sizes: Sequence[int] | str) -> list[int]:
