@@ -918,6 +918,19 @@ def test_shared_options_reach_the_settings() -> None:
     assert (settings.seed, settings.input_size, settings.compile_mode) == (7, 64, "max-autotune")
 
 
+def test_both_instance_counts_are_tried_unless_told() -> None:
+    from click.testing import CliRunner
+
+    from clsbench.cli import main
+
+    # 1 won the server scenario on an H100 and 2 the offline one, so a plain serve tries both (max batch, then
+    # instances, then delay).
+    settings = ServeSettings(model="m", modes=("fp32",), device="cpu", scenarios=("server",))
+    assert [c.label for c in settings.configs()] == ["b64 d2ms i1", "b64 d2ms i2"]
+    help_text = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200).output
+    assert "[default: 1,2]" in " ".join(help_text.split())
+
+
 def test_show_prints_the_serve_section_and_exports_one_row_per_loadgen_run(tmp_path: Path) -> None:
     path = tmp_path / "serve.json"
     result_io.save(_confirmed(10000, 9990, (12.0, 12.1, 11.9)), path)
