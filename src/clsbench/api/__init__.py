@@ -96,6 +96,7 @@ from clsbench.results.schema import BenchmarkResult
 from clsbench.results.store import DB_ENV_VAR, DEFAULT_HISTORY_LIMIT, IMPORTED, RUN_ID_LENGTH, UPDATED
 from clsbench.serving.analysis import QPS_WORKLOADS
 from clsbench.serving.config import (
+    DEFAULT_INSTANCES,
     MLPERF_MIN_DURATION_S,
     QUICK_MIN_DURATION_S,
     SHARED_OPTIONS,
@@ -110,6 +111,7 @@ __all__ = [
     "CellProfileSettings",
     "CompareOutcome",
     "DB_ENV_VAR",
+    "DEFAULT_INSTANCES",
     "DEFAULT_HISTORY_LIMIT",
     "DEFAULT_RESULTS_DIR",
     "DIAGNOSE_OPTIONS",

@@ -215,6 +215,7 @@ class Export:
         name: the registry name.
         configs: Inductor settings of every build of this backend, laid over each build variant's (so that the
             ``conservative`` fallback keeps them) and under :data:`CONFIGS_ENV`'s.
+        tune_rank: where ``clsbench tune`` tries this backend among the others (lowest first).
     """
 
     builds_artifact = True
@@ -226,9 +227,7 @@ class Export:
     def __init__(self, name: str = "export", configs: dict[str, Any] | None = None, tune_rank: int = 30) -> None:
         self.name = name
         self.configs = dict(configs or {})
-        #: ``tune`` tries plain export after ``export-frozen`` (rank 20), which measured faster in every call that ran
-        #: both (clsbench.backends.export_frozen), and before ONNX Runtime and TorchScript.
-        self.tune_rank = tune_rank
+        self.tune_rank = tune_rank  # plain export: after export-frozen (20; measured faster), before ONNX Runtime
 
     def unsupported_reason(self, request: BackendRequest) -> str | None:
         import torch

@@ -189,7 +189,8 @@ def min_duration(given: float | None, mlperf: bool) -> float:
               help="Largest batch the batcher forms; a comma list tries each.")
 @click.option("--max-delay-ms", "max_delays", multiple=True, default=("2",), show_default=True,
               help="How long the oldest request waits for company; a comma list tries each.")
-@click.option("--instances", "instances", multiple=True, default=("1,2",), show_default=True,
+@click.option("--instances", "instances", multiple=True, default=(",".join(map(str, api.DEFAULT_INSTANCES)),),
+              show_default=True,
               help="Model instances (threads with their own CUDA stream); a comma list tries each (the default: 1 "
                    "served more within the latency bound on an H100, 2 more offline).")
 @click.option("--buckets", help="Batch shapes (comma list); default: powers of two up to each max batch.")

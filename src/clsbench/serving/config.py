@@ -31,6 +31,7 @@ QUICK_MIN_DURATION_S = 10.0
 #: 1 instance served 22,859 qps within p99 <= 15 ms against 20,831 for 2 (two batches side by side are slower and
 #: fail the bound first), while 2 served 25,154 samples/s offline against 23,597 for 1.
 DEFAULT_INSTANCES = (1, 2)
+
 #: The fields of :class:`~clsbench.core.options.MeasureOptions` that ``serve`` shares with the other commands.
 SHARED_OPTIONS = ("input_size", "seed", "compile_mode")
 #: MLPerf's ResNet-50 Server latency bound (mlperf.conf: ``resnet50.Server.target_latency = 15`` ms).
