@@ -108,7 +108,7 @@ def test_the_torchscript_config_names_tensors_by_position(torchscript_repo: Any)
     assert config.max_batch_size == 64 and config.dynamic_batching.max_queue_delay_microseconds == 2000
     assert list(config.dynamic_batching.preferred_batch_size) == []
     group = config.instance_group[0]
-    assert group.count == 2 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert group.count == 1 and group.kind == model_config_pb2.ModelInstanceGroup.KIND_CPU  # the default count
     assert [(t.name, t.data_type) for t in (*config.input, *config.output)] == [
         ("images__0", model_config_pb2.TYPE_FP32), ("logits__0", model_config_pb2.TYPE_FP32)]
 

@@ -43,7 +43,7 @@ def parse_sizes(text: str | None, option: str) -> tuple[int, ...]:
                                             "(default: --from's, else 64 as serve).")
 @click.option("--max-delay-ms", type=float, help="How long a request waits for its batch to fill "
                                                  "(default: --from's, else 2 as serve).")
-@click.option("--instances", type=int, help="Model instances per device (default: --from's, else 2 as serve).")
+@click.option("--instances", type=int, help="Model instances per device (default: --from's, else 1).")
 @click.option("--preferred-batch", metavar="SIZES",
               help="Preferred batch sizes of the dynamic batcher, comma list (default none, as Triton advises).")
 @click.option("--input-size", type=int, help="Square input side (default: the served one, else the model's).")

@@ -3,7 +3,7 @@
 Steps (:func:`export_triton_repo`):
 
 1. Resolve what to deploy (:func:`resolve`): the options, else the best Server answer of ``--from serve.json``
-   (:mod:`clsbench.deploy.serve_winner`), else the defaults (serve's: max batch 64, 2 ms, 2 instances). The mode
+   (:mod:`clsbench.deploy.serve_winner`), else the defaults (max batch 64, 2 ms, 1 instance). The mode
    is checked as ``run --backend`` checks it: autocast (``amp-*``) and ``+compile`` are refused, ``+cudagraph``
    is dropped (a CUDA graph is the server's choice around a loaded model, not part of the file); the backend must
    have a Triton format (:mod:`clsbench.deploy.base`).
@@ -47,11 +47,13 @@ TRACE_BATCH = 2
 #: The batch sizes the check runs: 1, the smallest batch the dynamic batcher forms, and 3, neither the trace batch
 #: nor a power of two, so an operation that baked the traced batch size in cannot pass by accident.
 CHECK_BATCHES = (1, 3)
-#: The defaults when neither the options nor ``--from`` say: ``clsbench serve``'s own defaults
-#: (``--max-batch 64 --max-delay-ms 2 --instances 2``).
+#: The defaults when neither the options nor ``--from`` say: ``clsbench serve``'s own max batch and delay
+#: (``--max-batch 64 --max-delay-ms 2``), and 1 instance, of the counts serve tries (1 and 2) the one that served the
+#: most within the latency bound on an H100 (benchmarks/README, "The copy stream in the serving loop"), and Triton's
+#: own default of one instance per GPU.
 DEFAULT_MAX_BATCH = 64
 DEFAULT_MAX_DELAY_MS = 2.0
-DEFAULT_INSTANCES = 2
+DEFAULT_INSTANCES = 1
 DEFAULT_BACKEND = "onnxruntime"
 DEFAULT_MODE = "fp32"
 DEFAULT_DEVICE = "cuda"
