@@ -166,6 +166,28 @@ def test_the_backend_plan_prices_each_backend_and_a_graph_twin_warm(monkeypatch:
     assert backend_layouts(latency_cpu) == ("+cl", "") and kind.stages(latency_cpu)[0].priority == PRIORITY["backend"]
 
 
+def test_export_and_export_frozen_are_priced_as_one_build() -> None:
+    from clsbench.core.plan import Cell
+    from clsbench.procedures.tune.budget import CostModel, Window
+    from clsbench.procedures.tune.kinds import cost_key, cost_priors
+
+    # On an H100 a tune observed export's build at 107 s of a 125 s candidate, then priced export-frozen (the same
+    # torch.export + AOTInductor build, with freezing on) at its 70 s prior and the process start: 78 s.
+    def cell(backend: str) -> Cell:
+        return Cell("resnet50", "infer-throughput", "fp16+cl", 512, "cuda", None, backend=backend)
+
+    assert cost_key("backend", cell("export")) == cost_key("backend", cell("export-frozen")) == "backend:export"
+    assert cost_key("backend", cell("torchscript")) == "backend:torchscript"
+    priors = cost_priors("cuda")
+    assert priors["backend:export"] == 70.0 and "backend:export-frozen" not in priors
+    window = Window(warmup=1, warmup_seconds=0.0, min_iterations=10, min_seconds=1.0)
+    model = CostModel("cuda", priors)
+    model.observe("eager", 5.0 + 1.0, window, 1, None)
+    assert model.overhead_s(cost_key("backend", cell("export-frozen"))) == pytest.approx(5.0 + 70.0)  # the prior
+    model.observe(cost_key("backend", cell("export")), 125.0 + 1.0, window, 1, None)
+    assert model.overhead_s(cost_key("backend", cell("export-frozen"))) == pytest.approx(125.0)  # what export cost
+
+
 @pytest.mark.parametrize("workload", ["train", "infer-throughput"])
 def test_the_new_kinds_are_skipped_without_compile(costed: Any, env: dict[str, Any], workload: str) -> None:
     outcome = run_tune(costed, env, workload=workload, compile_variants=False)

@@ -187,6 +187,11 @@ class Backend(Protocol):
     of ``clsbench tune``'s cost model until a build of this backend was observed on the machine. Optional: a backend
     without it is priced at :data:`DEFAULT_BUILD_S` (:func:`build_prior_s`)."""
 
+    build_family: str
+    """The name of the build process this backend shares with others, whose build times are alike (``export`` and
+    ``export-frozen`` are both torch.export + AOTInductor builds): ``clsbench tune`` prices them as one, so a build
+    observed for one prices the other. Optional: a backend without it is its own family (:func:`build_family`)."""
+
     tune_rank: int
     """Where ``clsbench tune`` tries this backend among the others for one mode, lowest first: the one measured
     fastest first, so a budget that runs out leaves out the least promising. Optional: a backend without it comes
@@ -249,6 +254,14 @@ def build_prior_s(backend: Any, device_type: str) -> float:
     if not getattr(backend, "builds_artifact", True):
         return 0.0
     return float((getattr(backend, "build_s", None) or {}).get(device_type, default))
+
+
+def build_family(name: str) -> str:
+    """The build family of the backend registered as ``name`` (its ``build_family``, else ``name``; an unknown name
+    as it is)."""
+    if name not in BACKENDS:
+        return name
+    return str(getattr(BACKENDS.get(name), "build_family", name))
 
 
 #: The rank of a backend that states none: after every ranked one, in registration order among themselves.

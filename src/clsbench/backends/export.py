@@ -220,6 +220,8 @@ class Export:
 
     builds_artifact = True
     build_imports = ("torch.export", "torch._inductor")
+    #: ``export`` and ``export-frozen`` are the same build (freezing is one Inductor setting): priced as one.
+    build_family = "export"
     #: Builds took 54-72 s on the H200 (ResNet-50 and MobileNetV3-Large, bf16+cl, batch 1 and 256,
     #: benchmarks/results/h200/backends-20261203T185814Z); 9-14 s for ResNet-18 at 64x64 on a 2-core CPU.
     build_s = {"cuda": 70.0, "cpu": 30.0}

@@ -59,9 +59,17 @@ def backend_modes(search: Search) -> tuple[list[str], int | None]:
 
 
 def backend_cost_key(cell: Cell) -> str:
-    """``backend:NAME``: each backend is priced apart (a TorchScript trace took 1-5 s on the H200, an AOTInductor
-    build 54-72 s)."""
-    return f"backend:{cell.backend}"
+    """``backend:FAMILY``: each build family is priced apart (a TorchScript trace took 1-5 s on the H200, an
+    AOTInductor build 54-72 s), the backends of one family as one (``export`` and ``export-frozen``: on an H100 a tune
+    observed export's build at 107 s and still priced export-frozen at its 70 s prior;
+    :func:`clsbench.backends.base.build_family`)."""
+    return _cost_key(cell.backend)
+
+
+def _cost_key(backend: str) -> str:
+    from clsbench.backends.base import build_family
+
+    return f"backend:{build_family(backend)}"
 
 
 def artifact_key(cell: Cell) -> tuple[str, str, int]:
@@ -75,9 +83,14 @@ def _backend_priors(device_type: str) -> dict[str, float]:
     from clsbench.backends import BACKENDS
     from clsbench.backends.base import build_prior_s
 
-    # By name, not registration order, so the stored cost model reads the same whatever registered when.
-    return {f"backend:{name}": build_prior_s(BACKENDS.get(name), device_type) for name in sorted(BACKENDS.names())
-            if name != DEFAULT_BACKEND}
+    # By name, not registration order, so the stored cost model reads the same whatever registered when; a family
+    # of several backends takes the largest of their estimates.
+    priors: dict[str, float] = {}
+    for name in sorted(BACKENDS.names()):
+        if name != DEFAULT_BACKEND:
+            key = _cost_key(name)
+            priors[key] = max(priors.get(key, 0.0), build_prior_s(BACKENDS.get(name), device_type))
+    return priors
 
 
 def _backend_priority(search: Search) -> float:
@@ -138,7 +151,7 @@ def _backend_stages(search: Search) -> list[Stage]:
         for suffix in backend_layouts(search):
             layout = artifact_mode(suffix)  # a replay and its plain run are one artifact (artifact_key)
             for name in names:
-                costs.append((f"backend:{name}", (name, layout) in built))
+                costs.append((_cost_key(name), (name, layout) in built))
                 built.add((name, layout))
     return [Stage("backend", len(costs), _backend_priority(search), tuple(costs))]
 
