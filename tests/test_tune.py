@@ -273,6 +273,31 @@ def test_cli_tune(tmp_path: Path) -> None:
     assert "hint: raise --max-latency-ms to at least 1" in conflicting.stderr
 
 
+def test_plan_only_prints_the_plan_and_measures_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clsbench import api
+
+    monkeypatch.chdir(tmp_path)  # where a result would go by default
+    monkeypatch.setenv("CLSBENCH_DB", str(tmp_path / "index.sqlite3"))
+    result = invoke_group("tune", "--model", TINY, "--device", "cpu", "--budget", "1m", "--plan-only")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("tune plan: budget 1m00s") and "the planned stages need about" in lines[0]
+    assert any(line.startswith("  try screen bs") for line in lines)
+    assert any(line.startswith("  leave out ") and "of the budget left for it" in line for line in lines)
+    assert list(tmp_path.iterdir()) == []  # no result file, no index
+    exhaustive = invoke_group("tune", "--model", TINY, "--device", "cpu", "--exhaustive", "--plan-only")
+    assert exhaustive.exit_code == 0, exhaustive.output
+    assert exhaustive.stdout.startswith("exhaustive tune plan: no budget; the planned stages need about")
+    assert "leave out" not in exhaustive.stdout and "try max-autotune" in exhaustive.stdout
+    refused = invoke_group("tune", "--resume", str(tmp_path / "t.json"), "--plan-only")
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --plan-only plans a new search")
+    # The library call returns the stages the lines describe.
+    stages = api.plan_tune(api.TuneSettings(model=TINY, workload="infer-throughput", device="cpu", budget="1m"),
+                           execution=Execution(env={}))
+    assert [s["stage"] for s in stages][-2:] == ["check", "confirm"]
+    assert all(s["estimate_s"] > 0 and isinstance(s["planned"], bool) for s in stages if s["candidates"])
+
+
 @pytest.mark.parametrize(("args", "words"), [
     (["--max-latency-ms", "0"], "max_latency_ms must be a number > 0"),
     (["--max-memory-gb", "-1"], "max_memory_gb must be a number > 0"),

@@ -198,6 +198,7 @@ __all__ = [
     "parse_workers",
     "plan_run",
     "plan_scale",
+    "plan_tune",
     "preflight_warnings",
     "probe",
     "profile",
@@ -276,6 +277,15 @@ def tune(settings: Any, *, output: str | Path | None = None, execution: Executio
     from clsbench.procedures.tune import tune as run_tune
 
     return run_tune(settings, output=output, execution=execution, announce=announce)
+
+
+def plan_tune(settings: Any, *, execution: Execution = Execution(), announce: Any = None) -> list[dict[str, Any]]:
+    """The plan a new ``tune`` of ``settings`` would start with, priced by the cost model's priors, measuring nothing
+    and writing nothing (``clsbench tune --plan-only``); ``announce`` gets the plan's lines. Returns the stages
+    (:func:`clsbench.procedures.tune.plan_tune`)."""
+    from clsbench.procedures.tune import plan_tune as plan_search
+
+    return plan_search(settings, execution=execution, announce=announce)
 
 
 def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),
@@ -685,7 +695,8 @@ HELPERS = frozenset({
     "get_suite", "history_index_path", "index_result", "launch_commands", "list_models",
     "literal_header_names", "load", "load_result",
     "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",
-    "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "preflight_warnings",
+    "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "plan_tune",
+    "preflight_warnings",
     "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table", "result_warnings",
     "resume_counts", "select_inputs", "select_text",
     "scale_text", "serve_step_facts", "serve_text", "soak_text", "split_list", "sweep_text", "target_model",

@@ -119,6 +119,10 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
                    "reference for benchmarks/tune_vs_exhaustive.py.")
 @click.option("--resume", "resume_path", metavar="FILE",
               help="Continue the search of an interrupted (or budget-limited) tune file; --budget is the new total.")
+@click.option("--plan-only", is_flag=True, default=False,
+              help="Print the search's plan (each stage, its candidates and estimated time, what the budget leaves "
+                   "out) and stop: nothing is measured or written. With --exhaustive: how long the whole search "
+                   "would take.")
 @db_option
 @measure_options(api.TUNE_OPTIONS, opt_in=("protocol",))
 @data_options
@@ -127,13 +131,16 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
                  max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
                  compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
                  check_outputs: bool, budget: str | None, exhaustive: bool, resume_path: str | None,
-                 db: str | None, measure: MeasureOptions,
+                 plan_only: bool, db: str | None, measure: MeasureOptions,
                  execution: Execution, device: str, output: str | None, quiet: bool, **data: Any) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
     with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
     pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
     if resume_path is not None:
+        if plan_only:
+            raise InvalidInputError("--plan-only plans a new search, not one a file holds",
+                                    "drop --resume to see a new search's plan, or drop --plan-only to continue it")
         _resume_tune(ctx, resume_path, budget, execution, quiet, db, data)
         return
     chosen_modes = api.split_list(modes) or None
@@ -151,6 +158,12 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
         variants=api.split_list(variants) if variants else None, max_autotune=max_autotune,
         check_outputs=check_outputs, backends=chosen_backends, budget=budget, exhaustive=exhaustive,
         data=data_settings, pipelines=pipelines, workers=workers)
+    if plan_only:
+        resolved = api.resolve_device(device)
+        check_cell(settings.model, workload, resolved)
+        api.plan_tune(settings, execution=dataclasses.replace(execution, env=api.environment(resolved)),
+                      announce=click.echo)
+        return
     resolved, env, path = start(device, output, db)
     check_cell(settings.model, workload, resolved)
     if not quiet:

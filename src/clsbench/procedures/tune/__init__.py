@@ -104,7 +104,14 @@ from clsbench.procedures.tune.guard import (
     train_parity,
 )
 from clsbench.procedures.tune.kinds import TUNE_KINDS, CandidateKind, Stage, register_kind
-from clsbench.procedures.tune.run import NoConfigurationError, TuneInterrupted, TuneResult, resume_tune, tune
+from clsbench.procedures.tune.run import (
+    NoConfigurationError,
+    TuneInterrupted,
+    TuneResult,
+    plan_tune,
+    resume_tune,
+    tune,
+)
 from clsbench.procedures.tune.settings import (
     BACKEND_PRECISION,
     BATCH_DOUBLINGS,
@@ -176,6 +183,7 @@ __all__ = [
     "parity_verdict",
     "parse_budget",
     "parse_variants",
+    "plan_tune",
     "rank_key",
     "register_kind",
     "render_tune",

@@ -119,13 +119,36 @@ def tune(settings: TuneSettings, *, output: str | Path | None = None, execution:
         ResultFileError: ``output`` exists or cannot be written.
     """
     resolved = settings.resolve()
+    path = Path(output) if output is not None else None
+    if path is not None:
+        result_io.check_writable(path)
+    run, total = _new_run(resolved, path, execution, announce)
+    return _search(run, resolved, Budget(total, budget_clock), announce)
+
+
+def plan_tune(settings: TuneSettings, *, execution: Execution = Execution(),
+              announce: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The plan a new search of ``settings`` would start with (``tune --plan-only``): every stage, how many
+    candidates, its estimate from the cost model's priors, and whether the budget holds it; ``announce`` gets the
+    plan's lines as :func:`tune` prints them. Nothing is measured and nothing is written; the stages of the kinds
+    that propose from what was measured (the longer rung, compile, backends) are priced at the counts the plan
+    expects, as a real search prices them before it starts.
+
+    Raises:
+        InvalidInputError: an unusable dataset (the settings themselves were checked when built).
+    """
+    resolved = settings.resolve()
+    run, total = _new_run(resolved, None, execution, announce)
+    return Search(run, resolved, Budget(total), _cost_model(resolved.device, run.facts), announce).plan()
+
+
+def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
+             announce: Callable[[str], None] | None) -> tuple[IncrementalRun, float]:
+    """The result a new search writes into (``path``; None: memory only), with its facts, and the budget's total."""
     total = resolved.budget_s(resolved.device)
     data_facts = _data_facts(resolved, announce) if resolved.wants_data else None
     if data_facts is not None:  # overlapped preparation would take CPU time from the pipeline measured (diagnose)
         execution = dataclasses.replace(execution, overlap=False)
-    path = Path(output) if output is not None else None
-    if path is not None:
-        result_io.check_writable(path)
     sizes = list(resolved.batch_sizes or ())
     plan = plan_run(models=[resolved.model], workloads=[resolved.workload], modes=list(resolved.modes or ()),
                     batch_sizes=[sizes[0]], device=resolved.device, options=resolved.options, execution=execution,
@@ -136,7 +159,14 @@ def tune(settings: TuneSettings, *, output: str | Path | None = None, execution:
         facts["data"] = data_facts
     run = IncrementalRun(plan, path, environment=run_facts(resolved.device, execution.env, probe=execution.probe),
                          key="tune", facts=facts, execution=execution)
-    return _search(run, resolved, Budget(total, budget_clock), announce)
+    return run, total
+
+
+def _cost_model(device: str, facts: dict[str, Any]) -> CostModel:
+    """The cost model of a search on ``device``: the kinds' priors, then what ``facts`` observed before."""
+    cost = CostModel(device, cost_priors("cuda" if device.startswith("cuda") else "cpu"))
+    cost.restore(facts.get("cost_model"))
+    return cost
 
 
 def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),
@@ -205,10 +235,7 @@ def _search(run: IncrementalRun, settings: TuneSettings, budget: Budget,
     """Run (or go on with) the search of ``run`` under the resolved ``settings``, check outputs, confirm, and
     analyse."""
     facts = run.facts
-    device = settings.device
-    cost = CostModel(device, cost_priors("cuda" if device.startswith("cuda") else "cpu"))
-    cost.restore(facts.get("cost_model"))
-    search = Search(run, settings, budget, cost, announce)
+    search = Search(run, settings, budget, _cost_model(settings.device, facts), announce)
     path = run.path
     try:
         search.search(check_candidates if settings.check_outputs else None)
@@ -300,4 +327,5 @@ def initial_facts(settings: TuneSettings) -> dict[str, Any]:
     return facts
 
 
-__all__ = ["NoConfigurationError", "TuneInterrupted", "TuneResult", "initial_facts", "resume_tune", "tune"]
+__all__ = ["NoConfigurationError", "TuneInterrupted", "TuneResult", "initial_facts", "plan_tune", "resume_tune",
+           "tune"]
