@@ -739,6 +739,28 @@ def test_a_mode_the_device_cannot_run_is_skipped_with_its_reason(tmp_path: Path)
     assert "SKIPPED: TF32 is a tensor-core mode" in render_serve(analyze_serve(outcome.result))
 
 
+def test_each_instance_count_gets_its_own_share_of_the_cores(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlperf_loadgen")
+    import torch
+
+    from clsbench.procedures import serve as serve_module
+    from clsbench.serving.analysis import loop_differences
+
+    monkeypatch.setattr(serve_module.os, "cpu_count", lambda: 8)
+    before = torch.get_num_threads()
+    outcome = serve_module.serve(_settings("clsbench_testmodels:tiny", scenarios=("offline",), instances=(1, 2)),
+                                 tmp_path / "serve.json", execution=NO_ENV)
+    # Half the cores shared by the setting's instances: 4 threads for one, 2 for two (not 2 for both).
+    setups = outcome.result.settings["serve"]["setups"]
+    assert [(s["instances"], s["torch_threads"]) for s in setups] == [(1, 4), (2, 2)]
+    assert torch.get_num_threads() == before  # given back after the serve
+    told = serve_module.serve(_settings("clsbench_testmodels:tiny", scenarios=("offline",), instances=(1, 2),
+                                        threads=1), tmp_path / "told.json", execution=NO_ENV)
+    assert [s["torch_threads"] for s in told.result.settings["serve"]["setups"]] == [1, 1]  # --threads holds
+    assert loop_differences(outcome.result, told.result) == [{"fact": "torch threads", "a": "2, 4", "b": "1"}]
+
+
 def test_hopeless_and_progress_line() -> None:
     from clsbench.cli.serve_cmds import progress_line
     from clsbench.scenarios.server import hopeless

@@ -418,11 +418,17 @@ class _Run:
         return self._pools[engine.input_size]
 
     def _start_server(self, mode: str, engine: Any, config: ServerConfig) -> tuple[Any, dict[str, Any]]:
+        import torch
+
         from clsbench.serving.batcher import DynamicBatcher
         from clsbench.serving.instance import ModelInstance
         from clsbench.serving.server import Server
 
         pool = self._pool(engine)
+        # Unless --threads says, each setting's instances share half the cores (default_threads): one instance gets
+        # the threads two would share, so a 1,2 search compares each count at its own best.
+        threads = self.settings.threads or default_threads(os.cpu_count() or 1, config.instances)
+        torch.set_num_threads(threads)
         instances = [ModelInstance(k, engine, pool, config.buckets, self.clock) for k in range(config.instances)]
         batcher = DynamicBatcher(config.max_batch, config.max_delay_ms, config.buckets, self.clock)
         overlap = self.settings.overlap and engine.device.type == "cuda"  # a CPU computes inside start()
@@ -432,7 +438,7 @@ class _Run:
         estimates = _estimates(server.setup_facts)
         setup = {"mode": mode, "max_batch": config.max_batch, "instances": config.instances,
                  "buckets": list(config.buckets), "cuda_graphs": config.cuda_graphs, "overlap": overlap, "error": error,
-                 "instances_facts": server.setup_facts, "estimates": estimates}
+                 "torch_threads": threads, "instances_facts": server.setup_facts, "estimates": estimates}
         self.facts["setups"].append(setup)
         self.save()
         self.progress({"kind": "setup", **setup})

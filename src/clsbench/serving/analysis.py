@@ -475,7 +475,9 @@ def _loop_facts(result: BenchmarkResult) -> dict[str, Any]:
         overlap = "off (served before serve --overlap)"
     else:
         overlap = "on" if any(s.get("overlap") for s in setups) else "off"
-    return {"overlap": overlap, "torch threads": serve.get("torch_threads"),
+    per_setting = sorted({s["torch_threads"] for s in setups if isinstance(s.get("torch_threads"), int)})
+    threads = ", ".join(map(str, per_setting)) if per_setting else serve.get("torch_threads")  # older: one figure
+    return {"overlap": overlap, "torch threads": threads,
             "sample pool": asked.get("sample_count"), "min duration s": asked.get("min_duration_s"),
             "min queries": asked.get("min_queries")}
 
