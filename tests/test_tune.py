@@ -290,12 +290,62 @@ def test_plan_only_prints_the_plan_and_measures_nothing(tmp_path: Path, monkeypa
     assert exhaustive.stdout.startswith("exhaustive tune plan: no budget; the planned stages need about")
     assert "leave out" not in exhaustive.stdout and "try max-autotune" in exhaustive.stdout
     refused = invoke_group("tune", "--resume", str(tmp_path / "t.json"), "--plan-only")
-    assert refused.exit_code == 2 and refused.stderr.startswith("error: --plan-only plans a new search")
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: --plan-only is for a new search")
     # The library call returns the stages the lines describe.
     stages = api.plan_tune(api.TuneSettings(model=TINY, workload="infer-throughput", device="cpu", budget="1m"),
                            execution=Execution(env={}))
     assert [s["stage"] for s in stages][-2:] == ["check", "confirm"]
     assert all(s["estimate_s"] > 0 and isinstance(s["planned"], bool) for s in stages if s["candidates"])
+
+
+def test_costs_from_an_earlier_tune_of_this_machine_price_the_plan(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from clsbench import api
+
+    monkeypatch.setenv("CLSBENCH_DB", str(tmp_path / "index.sqlite3"))
+    earlier = tmp_path / "earlier.json"
+    measured = invoke_group("tune", "--model", TINY, "--device", "cpu", "--mode", "fp32", "--batch-size", "2",
+                            "--no-compile", "--warmup", "1", "--iterations", "3", "--min-time", "0", "--isolation",
+                            "inline", "--clock", "fake:1ms", "-q", "-o", str(earlier))
+    assert measured.exit_code == 0, measured.output
+    observed = result_io.load(earlier).settings["tune"]["cost_model"]["observed_overhead_s"]["eager"]
+    data = json.loads(earlier.read_text())
+    slow = tmp_path / "slow.json"  # a machine whose workers took 50 s each to start
+    data["settings"]["tune"]["cost_model"]["observed_overhead_s"] = {"eager": [50.0]}
+    slow.write_text(json.dumps(data))
+    plan = ["tune", "--model", TINY, "--device", "cpu", "--budget", "1m", "--plan-only"]
+    settings = api.TuneSettings(model=TINY, workload="infer-throughput", device="cpu", budget="1m")
+    here = Execution(env=result_io.load(earlier).environment)  # this machine, as the earlier file recorded it
+    by_priors = api.plan_tune(settings, execution=here)
+    by_slow = api.plan_tune(settings, execution=here, costs_from=slow)
+    assert by_slow[0]["stage"] == by_priors[0]["stage"] and by_slow[0]["estimate_s"] > by_priors[0]["estimate_s"]
+    assert by_slow[0]["estimate_s"] >= 50.0 * by_slow[0]["candidates"]  # a worker's start, each
+    seeded = invoke_group(*plan, "--costs-from", str(slow))
+    assert seeded.exit_code == 0 and seeded.stdout.splitlines()[0] != invoke_group(*plan).stdout.splitlines()[0]
+    data = json.loads(earlier.read_text())
+    data["environment"].update(device="cuda", gpu={"name": "NVIDIA H100 80GB HBM3"})
+    elsewhere = tmp_path / "h100.json"
+    elsewhere.write_text(json.dumps(data))
+    refused = invoke_group(*plan, "--costs-from", str(elsewhere))
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[0].startswith(f"error: --costs-from {elsewhere} was measured on cuda (NVIDIA "
+                                                     "H100 80GB HBM3), this search runs on cpu")
+    missing = invoke_group(*plan, "--costs-from", str(tmp_path / "none.json"))
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: --costs-from: ")
+    resumed = invoke_group("tune", "--resume", str(earlier), "--costs-from", str(earlier))
+    assert resumed.exit_code == 2 and resumed.stderr.startswith("error: --costs-from is for a new search")
+    again = tmp_path / "again.json"
+    second = invoke_group("tune", "--model", TINY, "--device", "cpu", "--mode", "fp32", "--batch-size", "2",
+                          "--no-compile", "--warmup", "1", "--iterations", "3", "--min-time", "0", "--isolation",
+                          "inline", "--clock", "fake:1ms", "-q", "--costs-from", str(earlier), "-o", str(again))
+    assert second.exit_code == 0, second.output
+    facts = result_io.load(again).settings["tune"]
+    # The file says where its first estimates came from, and keeps those costs beside its own.
+    assert facts["costs_from"] == str(earlier)
+    assert facts["cost_model"]["observed_overhead_s"]["eager"][:len(observed)] == observed
+    assert len(facts["cost_model"]["observed_overhead_s"]["eager"]) > len(observed)
 
 
 @pytest.mark.parametrize(("args", "words"), [

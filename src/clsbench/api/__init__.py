@@ -269,23 +269,26 @@ def profile(settings: CellProfileSettings, output: str | Path, *, options: Measu
 
 
 def tune(settings: Any, *, output: str | Path | None = None, execution: Execution = Execution(),
-         announce: Any = None) -> Any:
+         announce: Any = None, costs_from: str | Path | None = None) -> Any:
     """Search modes x batch sizes x backends for the fastest configuration within the limits and the budget
     (``clsbench tune``). ``settings`` is a :class:`clsbench.procedures.tune.TuneSettings`, checked when it was built;
-    ``output`` the result file (never overwritten); ``announce`` is called with each line of the up-front plan.
+    ``output`` the result file (never overwritten); ``announce`` is called with each line of the up-front plan;
+    ``costs_from`` an earlier tune file of this machine whose observed costs price the plan.
     Returns :func:`clsbench.procedures.tune.tune`'s ``TuneResult``."""
     from clsbench.procedures.tune import tune as run_tune
 
-    return run_tune(settings, output=output, execution=execution, announce=announce)
+    return run_tune(settings, output=output, execution=execution, announce=announce, costs_from=costs_from)
 
 
-def plan_tune(settings: Any, *, execution: Execution = Execution(), announce: Any = None) -> list[dict[str, Any]]:
-    """The plan a new ``tune`` of ``settings`` would start with, priced by the cost model's priors, measuring nothing
-    and writing nothing (``clsbench tune --plan-only``); ``announce`` gets the plan's lines. Returns the stages
+def plan_tune(settings: Any, *, execution: Execution = Execution(), announce: Any = None,
+              costs_from: str | Path | None = None) -> list[dict[str, Any]]:
+    """The plan a new ``tune`` of ``settings`` would start with, priced by the cost model's priors (or by what the
+    tune file ``costs_from`` observed on this machine), measuring nothing and writing nothing (``clsbench tune
+    --plan-only``); ``announce`` gets the plan's lines. Returns the stages
     (:func:`clsbench.procedures.tune.plan_tune`)."""
     from clsbench.procedures.tune import plan_tune as plan_search
 
-    return plan_search(settings, execution=execution, announce=announce)
+    return plan_search(settings, execution=execution, announce=announce, costs_from=costs_from)
 
 
 def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),

@@ -123,6 +123,9 @@ SEARCH_OPTIONS = ("model", "workload", "max_latency_ms", "max_memory_gb", "modes
               help="Print the search's plan (each stage, its candidates and estimated time, what the budget leaves "
                    "out) and stop: nothing is measured or written. With --exhaustive: how long the whole search "
                    "would take.")
+@click.option("--costs-from", metavar="FILE",
+              help="Price the plan by what an earlier tune file of this machine observed (each worker's start, each "
+                   "build) instead of the priors; refused for a file of another device or card.")
 @db_option
 @measure_options(api.TUNE_OPTIONS, opt_in=("protocol",))
 @data_options
@@ -131,16 +134,17 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
                  max_memory_gb: float | None, modes: tuple[str, ...], batch_sizes: tuple[str, ...],
                  compile_variants: bool, backends: tuple[str, ...], variants: tuple[str, ...], max_autotune: bool,
                  check_outputs: bool, budget: str | None, exhaustive: bool, resume_path: str | None,
-                 plan_only: bool, db: str | None, measure: MeasureOptions,
+                 plan_only: bool, costs_from: str | None, db: str | None, measure: MeasureOptions,
                  execution: Execution, device: str, output: str | None, quiet: bool, **data: Any) -> None:
     """Find the fastest configuration (mode x batch size x backend) of a model here, within latency and memory
     limits and a time budget: screen every candidate briefly, measure the best third longer, confirm the best two
     with the full repeats. With --data DIR (train): the best compute candidates on real data too, under each
     pipeline's most tuned setting; the winner is a mode, a batch and a pipeline setting."""
     if resume_path is not None:
-        if plan_only:
-            raise InvalidInputError("--plan-only plans a new search, not one a file holds",
-                                    "drop --resume to see a new search's plan, or drop --plan-only to continue it")
+        if plan_only or costs_from:
+            flag = "--plan-only" if plan_only else "--costs-from"
+            raise InvalidInputError(f"{flag} is for a new search; a search in a file has its plan and its costs",
+                                    f"drop --resume for a new search, or drop {flag} to continue this one")
         _resume_tune(ctx, resume_path, budget, execution, quiet, db, data)
         return
     chosen_modes = api.split_list(modes) or None
@@ -162,7 +166,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
         resolved = api.resolve_device(device)
         check_cell(settings.model, workload, resolved)
         api.plan_tune(settings, execution=dataclasses.replace(execution, env=api.environment(resolved)),
-                      announce=click.echo)
+                      announce=click.echo, costs_from=costs_from)
         return
     resolved, env, path = start(device, output, db)
     check_cell(settings.model, workload, resolved)
@@ -174,7 +178,7 @@ def tune_command(ctx: click.Context, model: str | None, workload: str, max_laten
     _finish_tune(path, progress, lambda: api.tune(
         settings, output=path,
         execution=dataclasses.replace(execution, progress=progress, env=env),
-        announce=None if quiet else _announce), db)
+        announce=None if quiet else _announce, costs_from=costs_from), db)
 
 
 #: Data options tune refuses: the pipeline kind chooses them itself for each pipeline.

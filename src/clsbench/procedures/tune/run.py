@@ -95,7 +95,7 @@ class TuneInterrupted(ClsbenchError):
 
 def tune(settings: TuneSettings, *, output: str | Path | None = None, execution: Execution = Execution(),
          budget_clock: Callable[[], float] | None = None,
-         announce: Callable[[str], None] | None = None) -> TuneResult:
+         announce: Callable[[str], None] | None = None, costs_from: str | Path | None = None) -> TuneResult:
     """Search execution modes x batch sizes x backends for the fastest configuration within the limits and the
     time budget that ``settings`` give (the package docstring; the search itself:
     :mod:`clsbench.procedures.tune.search`).
@@ -110,9 +110,12 @@ def tune(settings: TuneSettings, *, output: str | Path | None = None, execution:
         budget_clock: the clock the budget reads, in seconds (default ``time.monotonic``; a fake in tests).
         announce: called with each line of the up-front plan (what will be tried, what is left out), and with a
             ``warning:`` line for each file the dataset scan skipped.
+        costs_from: an earlier tune file of this machine, whose observed costs (a worker's start, each kind's build)
+            price the plan instead of the priors (:func:`earlier_costs`).
 
     Raises:
-        InvalidInputError: an unusable dataset (the settings themselves were checked when built).
+        InvalidInputError: an unusable dataset (the settings themselves were checked when built), or a
+            ``costs_from`` that is no tune file of this machine.
         NoConfigurationError: nothing satisfies the limits (the message names the closest candidate), or every
             candidate that does was rejected by the correctness guard. The measurements are saved first.
         TuneInterrupted: Ctrl-C; what finished is saved, and ``tune --resume FILE`` goes on.
@@ -122,29 +125,36 @@ def tune(settings: TuneSettings, *, output: str | Path | None = None, execution:
     path = Path(output) if output is not None else None
     if path is not None:
         result_io.check_writable(path)
-    run, total = _new_run(resolved, path, execution, announce)
+    run, total = _new_run(resolved, path, execution, announce, costs_from)
     return _search(run, resolved, Budget(total, budget_clock), announce)
 
 
 def plan_tune(settings: TuneSettings, *, execution: Execution = Execution(),
-              announce: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+              announce: Callable[[str], None] | None = None,
+              costs_from: str | Path | None = None) -> list[dict[str, Any]]:
     """The plan a new search of ``settings`` would start with (``tune --plan-only``): every stage, how many
     candidates, its estimate from the cost model's priors, and whether the budget holds it; ``announce`` gets the
     plan's lines as :func:`tune` prints them. Nothing is measured and nothing is written; the stages of the kinds
     that propose from what was measured (the longer rung, compile, backends) are priced at the counts the plan
-    expects, as a real search prices them before it starts.
+    expects, as a real search prices them before it starts; ``costs_from`` as in :func:`tune`.
 
     Raises:
-        InvalidInputError: an unusable dataset (the settings themselves were checked when built).
+        InvalidInputError: an unusable dataset (the settings themselves were checked when built), or a
+            ``costs_from`` that is no tune file of this machine.
     """
     resolved = settings.resolve()
-    run, total = _new_run(resolved, None, execution, announce)
+    execution = dataclasses.replace(execution, probe=False)  # the GPU's ceilings are for a result, and none is made
+    run, total = _new_run(resolved, None, execution, announce, costs_from)
     return Search(run, resolved, Budget(total), _cost_model(resolved.device, run.facts), announce).plan()
 
 
 def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
-             announce: Callable[[str], None] | None) -> tuple[IncrementalRun, float]:
-    """The result a new search writes into (``path``; None: memory only), with its facts, and the budget's total."""
+             announce: Callable[[str], None] | None,
+             costs_from: str | Path | None = None) -> tuple[IncrementalRun, float]:
+    """The result a new search writes into (``path``; None: memory only), with its facts (the costs an earlier
+    search observed, with ``costs_from``), and the budget's total."""
+    environment = run_facts(resolved.device, execution.env, probe=execution.probe)
+    earlier = earlier_costs(costs_from, environment, resolved.device) if costs_from is not None else None
     total = resolved.budget_s(resolved.device)
     data_facts = _data_facts(resolved, announce) if resolved.wants_data else None
     if data_facts is not None:  # overlapped preparation would take CPU time from the pipeline measured (diagnose)
@@ -157,9 +167,42 @@ def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
     facts["budget_s"] = _stored_budget(total)
     if data_facts is not None:
         facts["data"] = data_facts
-    run = IncrementalRun(plan, path, environment=run_facts(resolved.device, execution.env, probe=execution.probe),
-                         key="tune", facts=facts, execution=execution)
+    if earlier is not None:
+        facts["cost_model"], facts["costs_from"] = earlier, str(costs_from)
+    run = IncrementalRun(plan, path, environment=environment, key="tune", facts=facts, execution=execution)
     return run, total
+
+
+def _machine(environment: dict[str, Any], device: str | None = None) -> tuple[str, str]:
+    """What a search's costs depend on: the device type (``device``, else the environment's) and the GPU's name (on
+    a CPU, the CPU's model)."""
+    device = str(device or environment.get("device") or "cpu").split(":", 1)[0]
+    part = "gpu" if device == "cuda" else "cpu"
+    return device, str(((environment.get(part) or {}).get("name" if part == "gpu" else "model")) or "unknown")
+
+
+def earlier_costs(path: str | Path, environment: dict[str, Any], device: str) -> dict[str, Any]:
+    """The cost model a tune file observed (``settings.tune.cost_model``), for a new search on ``device`` of the
+    machine ``environment`` describes.
+
+    Raises:
+        InvalidInputError: the file is unreadable, no tune result, holds no observed costs, or was measured on
+            another device or card (its costs would misprice this machine's plan).
+    """
+    try:
+        earlier = result_io.load(path)
+    except ResultFileError as exc:
+        raise InvalidInputError(f"--costs-from: {exc.message}", "name a tune result file (tune -o FILE)") from None
+    costs = (earlier.settings.get("tune") or {}).get("cost_model")
+    if not isinstance(costs, dict) or not (costs.get("observed_overhead_s") or {}):
+        raise InvalidInputError(f"--costs-from {path}: no costs observed in it (not a tune result, or one that "
+                                "measured nothing)", "name a tune result file of this machine (tune -o FILE)")
+    there, here = _machine(earlier.environment), _machine(environment, device)
+    if there != here:
+        raise InvalidInputError(f"--costs-from {path} was measured on {there[0]} ({there[1]}), this search runs on "
+                                f"{here[0]} ({here[1]}): its costs would misprice the plan",
+                                "name a tune file of this machine, or drop --costs-from for the priors")
+    return costs
 
 
 def _cost_model(device: str, facts: dict[str, Any]) -> CostModel:
@@ -327,5 +370,5 @@ def initial_facts(settings: TuneSettings) -> dict[str, Any]:
     return facts
 
 
-__all__ = ["NoConfigurationError", "TuneInterrupted", "TuneResult", "initial_facts", "plan_tune", "resume_tune",
-           "tune"]
+__all__ = ["NoConfigurationError", "TuneInterrupted", "TuneResult", "earlier_costs", "initial_facts", "plan_tune",
+           "resume_tune", "tune"]
