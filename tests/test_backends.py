@@ -610,6 +610,20 @@ def test_library_versions_cover_every_registered_backend() -> None:
 # ---------------------------------------------------------------------------------------------------- parity
 
 
+def test_a_float16_failure_whose_logits_underflow_float16_says_so() -> None:
+    # MobileNetV3-Large, seed 0: fp32 logits of at most 8.0e-10, all zeros in fp16 (error 1, top-1 0%).
+    failed = judge_parity(1.0, 0.0, 5e-3, dtype_name="float16", scale=8.0e-10)
+    assert failed["detail"] == ("outputs differ from fp32 eager by 1 of the logits' scale (tolerance 0.005); top-1 "
+                                "agreement 0.0%; the fp32 logits' largest magnitude is 8e-10, below float16's "
+                                "smallest normal number (6.1e-05): this model's seeded random-weight logits "
+                                "underflow float16; bf16 keeps fp32's range")
+    assert failed["scale"] == 8.0e-10 and "dtype_name" not in failed
+    for dtype_name, scale in (("bfloat16", 8.0e-10), ("float16", 3.0), ("float16", 0.0), (None, 8.0e-10)):
+        detail = judge_parity(1.0, 0.0, 5e-3, dtype_name=dtype_name, scale=scale)["detail"]
+        assert "underflow" not in detail, (dtype_name, scale)  # a wide exponent, logits of a usual size, no scale
+    assert judge_parity(1e-3, 100.0, 5e-3, dtype_name="float16", scale=8.0e-10)["detail"] is None  # passed
+
+
 def test_parity_figures_are_relative_to_the_largest_reference_logit() -> None:
     ref = torch.tensor([[1.0, 2.0, -4.0], [0.5, 0.0, 3.0]])
     out = torch.tensor([[1.0, 2.2, -4.0], [0.5, 4.0, 3.0]])  # row 2's arg-max moves

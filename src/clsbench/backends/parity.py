@@ -140,13 +140,32 @@ def parity_figures(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, 
     return error, top1, scale
 
 
-def judge_parity(error: float, top1_pct: float, tolerance: float, **extra: Any) -> dict[str, Any]:
-    """The parity record: figures, tolerance, verdict (pure)."""
+#: float16's smallest normal number (2^-14): logits below it lose precision, and below 2^-24 they become zero.
+FP16_SMALLEST_NORMAL = 2.0 ** -14
+
+
+def underflow_note(scale: float | None, dtype_name: str | None) -> str | None:
+    """Why a float16 output cannot match: the reference logits' largest magnitude (``scale``) is below float16's
+    smallest normal number. Seeded random weights can make a network's logits that small (MobileNetV3-Large, seed 0:
+    8.0e-10 in fp32, and all zeros cast to fp16); bfloat16 keeps fp32's exponent range. None when that is not so."""
+    if dtype_name != "float16" or scale is None or not 0 < scale < FP16_SMALLEST_NORMAL:
+        return None
+    return (f"the fp32 logits' largest magnitude is {scale:.2g}, below float16's smallest normal number "
+            f"({FP16_SMALLEST_NORMAL:.2g}): this model's seeded random-weight logits underflow float16; "
+            "bf16 keeps fp32's range")
+
+
+def judge_parity(error: float, top1_pct: float, tolerance: float, *, dtype_name: str | None = None,
+                 **extra: Any) -> dict[str, Any]:
+    """The parity record: figures, tolerance, verdict (pure); a failed float16 check whose reference logits
+    underflow float16 says so (:func:`underflow_note`, from ``extra``'s ``scale``)."""
     passed = error <= tolerance  # False for inf and NaN
     detail = None
     if not passed:
         detail = (f"outputs differ from fp32 eager by {error:.3g} of the logits' scale "
                   f"(tolerance {tolerance:g}); top-1 agreement {top1_pct:.1f}%")
+        note = underflow_note(extra.get("scale"), dtype_name)
+        detail = f"{detail}; {note}" if note else detail
     return {"max_abs_err_rel": error, "top1_agreement_pct": top1_pct, "tolerance": tolerance, "passed": passed,
             "reason": None if passed else PARITY_FAILED, "detail": detail, **extra}
 
@@ -195,4 +214,5 @@ def check_parity(prepared: Prepared, request: BackendRequest, *, data_seed: int 
         return {"max_abs_err_rel": None, "top1_agreement_pct": None, "tolerance": limit, "passed": False,
                 "reason": PARITY_FAILED, "detail": f"the parity check could not run: {first_line(exc)}",
                 "scale": None, **extra, "check_s": time.perf_counter() - t0}
-    return judge_parity(error, top1, limit, scale=scale, **extra, check_s=time.perf_counter() - t0)
+    return judge_parity(error, top1, limit, dtype_name=request.dtype_name, scale=scale, **extra,
+                        check_s=time.perf_counter() - t0)

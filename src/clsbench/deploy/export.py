@@ -380,7 +380,8 @@ def check_artifact(plan: ExportPlan, folder: Path, build_facts: dict[str, Any]) 
             raise ExportFailedError(f"{what} returns {tuple(out.shape)} {_dtype_name(out)} at batch {batch}; the "
                                     f"config declares {expected} {declared[1].data_type}")
         error, top1, scale = parity_figures(out.float(), reference[:batch])
-        record = judge_parity(error, top1, tolerance, scale=scale, batch=batch, data_seed=PARITY_DATA_SEED)
+        record = judge_parity(error, top1, tolerance, dtype_name=request.dtype_name, scale=scale, batch=batch,
+                              data_seed=PARITY_DATA_SEED)
         records.append(record)
         if not record["passed"]:
             raise ExportFailedError(f"{what} at batch {batch}: {record['detail']}; nothing written",
