@@ -44,7 +44,7 @@ from clsbench.procedures.tune.settings import (
 from clsbench.procedures.tune.text import format_duration, no_winner_message
 from clsbench.results import io as result_io
 from clsbench.results.schema import BenchmarkResult
-from clsbench.system.machine import run_facts
+from clsbench.system.machine import environment, run_facts
 
 
 class NoConfigurationError(InvalidInputError):
@@ -153,8 +153,10 @@ def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
              costs_from: str | Path | None = None) -> tuple[IncrementalRun, float]:
     """The result a new search writes into (``path``; None: memory only), with its facts (the costs an earlier
     search observed, with ``costs_from``), and the budget's total."""
-    environment = run_facts(resolved.device, execution.env, probe=execution.probe)
-    earlier = earlier_costs(costs_from, environment, resolved.device) if costs_from is not None else None
+    machine = execution.env if execution.env is not None else environment(resolved.device)
+    # Checked before the GPU probe runs: a file of another machine is refused without spending its seconds.
+    earlier = earlier_costs(costs_from, machine, resolved.device) if costs_from is not None else None
+    facts_here = run_facts(resolved.device, machine, probe=execution.probe)
     total = resolved.budget_s(resolved.device)
     data_facts = _data_facts(resolved, announce) if resolved.wants_data else None
     if data_facts is not None:  # overlapped preparation would take CPU time from the pipeline measured (diagnose)
@@ -169,21 +171,21 @@ def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
         facts["data"] = data_facts
     if earlier is not None:
         facts["cost_model"], facts["costs_from"] = earlier, str(costs_from)
-    run = IncrementalRun(plan, path, environment=environment, key="tune", facts=facts, execution=execution)
+    run = IncrementalRun(plan, path, environment=facts_here, key="tune", facts=facts, execution=execution)
     return run, total
 
 
-def _machine(environment: dict[str, Any], device: str | None = None) -> tuple[str, str]:
+def _machine(env: dict[str, Any], device: str | None = None) -> tuple[str, str]:
     """What a search's costs depend on: the device type (``device``, else the environment's) and the GPU's name (on
     a CPU, the CPU's model)."""
-    device = str(device or environment.get("device") or "cpu").split(":", 1)[0]
+    device = str(device or env.get("device") or "cpu").split(":", 1)[0]
     part = "gpu" if device == "cuda" else "cpu"
-    return device, str(((environment.get(part) or {}).get("name" if part == "gpu" else "model")) or "unknown")
+    return device, str(((env.get(part) or {}).get("name" if part == "gpu" else "model")) or "unknown")
 
 
-def earlier_costs(path: str | Path, environment: dict[str, Any], device: str) -> dict[str, Any]:
+def earlier_costs(path: str | Path, env: dict[str, Any], device: str) -> dict[str, Any]:
     """The cost model a tune file observed (``settings.tune.cost_model``), for a new search on ``device`` of the
-    machine ``environment`` describes.
+    machine ``env`` describes.
 
     Raises:
         InvalidInputError: the file is unreadable, no tune result, holds no observed costs, or was measured on
@@ -197,7 +199,7 @@ def earlier_costs(path: str | Path, environment: dict[str, Any], device: str) ->
     if not isinstance(costs, dict) or not (costs.get("observed_overhead_s") or {}):
         raise InvalidInputError(f"--costs-from {path}: no costs observed in it (not a tune result, or one that "
                                 "measured nothing)", "name a tune result file of this machine (tune -o FILE)")
-    there, here = _machine(earlier.environment), _machine(environment, device)
+    there, here = _machine(earlier.environment), _machine(env, device)
     if there != here:
         raise InvalidInputError(f"--costs-from {path} was measured on {there[0]} ({there[1]}), this search runs on "
                                 f"{here[0]} ({here[1]}): its costs would misprice the plan",
@@ -226,7 +228,6 @@ def resume_tune(path: str | Path, *, budget: float | str | None = None, executio
         InvalidInputError: a bad budget.
     """
     from clsbench.engine.runner import check_resume_compatible
-    from clsbench.system.machine import environment
 
     source = Path(path)
     result = result_io.load(source)
