@@ -89,7 +89,7 @@ from clsbench.procedures.select import SelectSettings
 from clsbench.procedures.serve import ServeInterrupted
 from clsbench.procedures.soak import SoakSettings
 from clsbench.procedures.sweep import SweepSettings
-from clsbench.procedures.tune import TUNE_OPTIONS, NoConfigurationError, TuneInterrupted, TuneSettings
+from clsbench.procedures.tune import TUNE_OPTIONS, NoConfigurationError, TuneInterrupted, TuneSettings, plan_tune
 from clsbench.results import io as result_io
 from clsbench.results.io import DEFAULT_RESULTS_DIR, default_output_path
 from clsbench.results.schema import BenchmarkResult
@@ -272,23 +272,11 @@ def tune(settings: Any, *, output: str | Path | None = None, execution: Executio
          announce: Any = None, costs_from: str | Path | None = None) -> Any:
     """Search modes x batch sizes x backends for the fastest configuration within the limits and the budget
     (``clsbench tune``). ``settings`` is a :class:`clsbench.procedures.tune.TuneSettings`, checked when it was built;
-    ``output`` the result file (never overwritten); ``announce`` is called with each line of the up-front plan;
-    ``costs_from`` an earlier tune file of this machine whose observed costs price the plan.
-    Returns :func:`clsbench.procedures.tune.tune`'s ``TuneResult``."""
+    ``output`` the result file (never overwritten); ``announce`` gets each line of the up-front plan; ``costs_from``
+    an earlier tune file of this machine whose costs price the plan. Returns the procedure's ``TuneResult``."""
     from clsbench.procedures.tune import tune as run_tune
 
     return run_tune(settings, output=output, execution=execution, announce=announce, costs_from=costs_from)
-
-
-def plan_tune(settings: Any, *, execution: Execution = Execution(), announce: Any = None,
-              costs_from: str | Path | None = None) -> list[dict[str, Any]]:
-    """The plan a new ``tune`` of ``settings`` would start with, priced by the cost model's priors (or by what the
-    tune file ``costs_from`` observed on this machine), measuring nothing and writing nothing (``clsbench tune
-    --plan-only``); ``announce`` gets the plan's lines. Returns the stages
-    (:func:`clsbench.procedures.tune.plan_tune`)."""
-    from clsbench.procedures.tune import plan_tune as plan_search
-
-    return plan_search(settings, execution=execution, announce=announce, costs_from=costs_from)
 
 
 def resume_tune(path: str | Path, *, budget: float | str | None = None, execution: Execution = Execution(),
@@ -699,8 +687,8 @@ HELPERS = frozenset({
     "literal_header_names", "load", "load_result",
     "make_clock", "multicast_note", "nsys_path", "nsys_text", "parse_batch_sizes", "parse_budget", "parse_duration",
     "parse_list", "parse_pipelines", "parse_size", "parse_workers", "plan_run", "plan_scale", "plan_tune",
-    "preflight_warnings",
-    "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table", "result_warnings",
+    "preflight_warnings", "profile_section", "profile_text", "require_loadgen", "resolve_device", "result_table",
+    "result_warnings",
     "resume_counts", "select_inputs", "select_text",
     "scale_text", "serve_step_facts", "serve_text", "soak_text", "split_list", "sweep_text", "target_model",
     "tune_text", "validate_knee_fraction", "window_facts", "write_text",
