@@ -21,8 +21,9 @@ from clsbench.errors import InvalidInputError
 #: MLPerf's minimum duration of every performance run, all scenarios (mlperf.conf: ``*.*.min_duration = 600000``).
 MLPERF_MIN_DURATION_S = 600.0
 #: The default minimum duration of a LoadGen run: a quick look. A server search makes about 8 LoadGen runs per
-#: batching setting, so at MLPerf's 600 s one setting takes over an hour; at 10 s a plain ``clsbench serve``
-#: (offline, single-stream and a server search at one setting) ends in about three minutes. The queries each run
+#: batching setting, so at MLPerf's 600 s one setting takes over an hour; at 10 s one setting's offline,
+#: single-stream and server search take about three minutes, and a plain ``clsbench serve`` (two settings: 1 and 2
+#: instances, single-stream once) about five. The queries each run
 #: must reach stay MLPerf's, so a short run still holds enough samples for its percentiles.
 QUICK_MIN_DURATION_S = 10.0
 
