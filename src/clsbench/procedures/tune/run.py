@@ -177,10 +177,12 @@ def _new_run(resolved: TuneSettings, path: Path | None, execution: Execution,
 
 def _machine(env: dict[str, Any], device: str | None = None) -> tuple[str, str]:
     """What a search's costs depend on: the device type (``device``, else the environment's) and the GPU's name (on
-    a CPU, the CPU's model)."""
+    a CPU, the CPU's model); narrower than resuming's ``KEY_FIELDS``, since a new torch still starts and builds at
+    about the old costs."""
+    from clsbench.results.facts import get_field
+
     device = str(device or env.get("device") or "cpu").split(":", 1)[0]
-    part = "gpu" if device == "cuda" else "cpu"
-    return device, str(((env.get(part) or {}).get("name" if part == "gpu" else "model")) or "unknown")
+    return device, str(get_field(env, "gpu.name" if device == "cuda" else "cpu.model") or "unknown")
 
 
 def earlier_costs(path: str | Path, env: dict[str, Any], device: str) -> dict[str, Any]:
