@@ -22,6 +22,9 @@
 #            benchmarks/results/h200/tune-vs-exhaustive-20261202-013000
 #      which resumes whichever search is not finished (a file without `search_s`); repeat until both are finished;
 #   3. once both are, every call prints the comparison (also saved as comparison.txt) and the two tables.
+# DEVICE (default cuda) is the device of both searches; DEVICE=cpu runs the pair on this machine's processor, e.g.
+#   DEVICE=cpu TUNE_ARGS="--input-size 64" LIMIT_S=7000 bash benchmarks/tune_exhaustive_h200.sh resnet18 infer-throughput
+# (results under benchmarks/results/cpu/; the CPU's default budget is 3 minutes).
 # TUNE_ARGS (default empty) go to both new searches alike, to narrow the pair the same way, e.g.
 #   TUNE_ARGS="--no-max-autotune --backend export" (a full ResNet-50 exhaustive search on an H200 is estimated, not
 #   measured, at 2-3 hours: 48 eager cells, 36 compiles, 12 frozen compiles, 12 max-autotune compiles at about 5
@@ -40,6 +43,7 @@ GPU=$(card_dir)
 DIR=${3:-benchmarks/results/$GPU/tune-vs-exhaustive-$(date -u +%Y%m%d-%H%M%S)}
 LIMIT_S=${LIMIT_S:-540}
 EXHAUSTIVE_BUDGET=${EXHAUSTIVE_BUDGET:-6h}
+DEVICE=${DEVICE:-cuda}  # cpu: the same pair on this machine's processor (with TUNE_ARGS="--input-size 64", a small model)
 read -r -a EXTRA <<< "${TUNE_ARGS:-}"
 mkdir -p "$DIR"
 T0=$(date +%s)
@@ -57,7 +61,7 @@ search() { local name=$1; shift; local file="$DIR/$name.json" t=$(date +%s) now
            if (( $(left) < 60 )); then echo "== $name: $(left) s left in this call, next call"; return; fi
            if [[ $now == absent ]]; then
                timeout -s INT -k 30 "$(left)" "$PY" -m clsbench tune --model "$MODEL" --workload "$WORKLOAD" \
-                   --device cuda --no-probe -q -o "$file" "${EXTRA[@]}" "$@" \
+                   --device "$DEVICE" --no-probe -q -o "$file" "${EXTRA[@]}" "$@" \
                    > "$DIR/$name-$(date -u +%H%M%S).log" 2>&1
            else
                timeout -s INT -k 30 "$(left)" "$PY" -m clsbench tune --resume "$file" --no-probe -q \
