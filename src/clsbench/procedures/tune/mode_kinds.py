@@ -228,9 +228,21 @@ def variant_cells(search: Search, families: Sequence[str], suffixes: Sequence[st
     return cells
 
 
+def runnable_suffixes(search: Search) -> tuple[str, ...]:
+    """The compile variants some mode of the search can take on this device, for the plan's count: a variant every
+    mode refuses here (``+cudagraph`` on a CPU) is still proposed, and recorded as skipped with its reason without a
+    worker, so the plan does not price it as a compile."""
+    if not search.base_modes or not search.sizes:
+        return tuple(search.suffixes)
+    return tuple(suffix for suffix in search.suffixes
+                 if any(mode_refusal(search, search.cell(variant, search.sizes[0])) is None
+                        for variant in (variant_of(mode, suffix) for mode in search.base_modes) if variant))
+
+
 register_kind(CandidateKind(
     name="compile", rung="longer", build_s={"cuda": 45.0, "cpu": 30.0},
-    stages=lambda s: [("compile", s.family_count(MAX_COMPILE_FAMILIES) * len(s.suffixes), PRIORITY["compile"])],
+    stages=lambda s: [("compile", s.family_count(MAX_COMPILE_FAMILIES) * len(runnable_suffixes(s)),
+                       PRIORITY["compile"])],
     rounds=_compile_rounds, enabled=lambda s: s.compile_variants))
 
 
